@@ -1,0 +1,65 @@
+"""Host-side argument validation: every failure names the argument and what was expected."""
+
+from __future__ import annotations
+
+import torch
+
+INDEX_DTYPE = torch.int32
+SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class DsaArgumentError(ValueError):
+    """Raised for an argument an op cannot take; the message names the op and the argument."""
+
+
+def fail(op: str, msg: str) -> None:
+    raise DsaArgumentError(f"dsa.{op}: {msg}")
+
+
+def check_tensor(op, name, t, *, dtypes=None, dim=None, device_like=None, optional=False):
+    """Check one tensor argument's type, dtype, rank and device."""
+    if t is None:
+        if optional:
+            return
+        fail(op, f"`{name}` is required, got None")
+    if not isinstance(t, torch.Tensor):
+        fail(op, f"`{name}` must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None:
+        dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
+        if t.dtype not in dtypes:
+            want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+            fail(op, f"`{name}` must have dtype {want}, got {str(t.dtype).replace('torch.', '')}")
+    if dim is not None and t.dim() != dim:
+        fail(op, f"`{name}` must be {dim}-D, got shape {tuple(t.shape)}")
+    if device_like is not None and t.device != device_like.device:
+        fail(op, f"`{name}` is on {t.device}, expected {device_like.device} (same device as the first input)")
+
+
+def check_shape(op, name, t, shape):
+    """Check a tensor's shape; None in `shape` matches any size."""
+    if t.dim() != len(shape) or any(w is not None and s != w for s, w in zip(t.shape, shape)):
+        want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
+        fail(op, f"`{name}` must have shape {want}, got {list(t.shape)}")
+
+
+def check_int(op, name, v, *, lo=None, hi=None, pow2=False):
+    if isinstance(v, bool) or not isinstance(v, (int, torch.SymInt)):
+        fail(op, f"`{name}` must be an int, got {type(v).__name__}")
+    if lo is not None and v < lo:
+        fail(op, f"`{name}` must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        fail(op, f"`{name}` must be <= {hi}, got {v}")
+    if pow2 and (v <= 0 or (v & (v - 1)) != 0):
+        fail(op, f"`{name}` must be a power of two, got {v}")
+
+
+def check_unit_last_stride(op, name, t):
+    if t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        fail(op, f"`{name}` must have unit stride in its last dimension, got strides {t.stride()}")
+
+
+def check_out(op, name, out, shape, dtype, like):
+    """An `out=` buffer must match exactly: nothing is resized or cast silently."""
+    check_tensor(op, name, out, dtypes=dtype, device_like=like)
+    check_shape(op, name, out, shape)
+    check_unit_last_stride(op, name, out)

@@ -1,0 +1,145 @@
+"""Provider registry and device dispatch.
+
+A provider is one backend's implementation of one op: ``Provider(op, backend, fn, supports, available)``.
+For tensors on a GPU (the CUDA dispatch key, which ROCm builds of torch use too) the first provider in
+``AUTO_ORDER`` that is available on the machine and supports the call serves it. CPU tensors always run
+the exact reference. ``DSA_OPS_BACKEND=cuda|hip|triton|reference`` (read once, at import) or
+``dsa_ops.use_backend(name)`` forces one backend; a forced backend that cannot serve raises, it never
+falls back silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+BACKENDS = ("cuda", "hip", "triton", "reference")
+# The reference is not in the automatic order: on a GPU a missing kernel is an error, not a slow path.
+AUTO_ORDER = ("cuda", "hip", "triton")
+ENV_VAR = "DSA_OPS_BACKEND"
+
+
+class DispatchError(RuntimeError):
+    """No provider could serve a call; the message lists each one tried and why it declined."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    op: str
+    backend: str
+    # Implements the op's kernel form: the `.out` overload where the op has one (writes `out`,
+    # returns None), the functional schema otherwise.
+    fn: Callable
+    # supports(*args) -> None when it serves these arguments, else a short reason.
+    supports: Callable[..., Optional[str]]
+    # available(device) -> None when usable on this machine and device, else a short reason.
+    available: Callable[[torch.device], Optional[str]]
+
+
+_providers: dict[str, dict[str, Provider]] = {}
+_available_cache: dict[tuple[str, str, str], Optional[str]] = {}
+_forced: Optional[str] = None
+
+
+def _parse_backend(value: Optional[str]) -> Optional[str]:
+    if value in (None, "", "auto"):
+        return None
+    if value not in BACKENDS:
+        raise DispatchError(f"{ENV_VAR}={value!r} is not one of {', '.join(BACKENDS)} (or 'auto')")
+    return value
+
+
+_forced = _parse_backend(os.environ.get(ENV_VAR))
+
+
+def register_provider(p: Provider) -> None:
+    if p.backend not in BACKENDS:
+        raise ValueError(f"unknown backend {p.backend!r}")
+    _providers.setdefault(p.op, {})[p.backend] = p
+
+
+def providers(op: str) -> dict[str, Provider]:
+    return _providers.get(op, {})
+
+
+def forced_backend() -> Optional[str]:
+    return _forced
+
+
+@contextlib.contextmanager
+def use_backend(name: Optional[str]):
+    """Force one backend inside a `with` block (None or "auto" restores automatic choice)."""
+    global _forced
+    previous, _forced = _forced, _parse_backend(name)
+    try:
+        yield
+    finally:
+        _forced = previous
+
+
+def availability(p: Provider, device: torch.device) -> Optional[str]:
+    """Why `p` cannot run on `device` (None when it can); computed once per device."""
+    key = (p.op, p.backend, str(device))
+    if key not in _available_cache:
+        try:
+            _available_cache[key] = p.available(device)
+        except Exception as e:  # a probe that breaks is a reason, not a crash
+            _available_cache[key] = f"availability probe failed: {e}"
+    return _available_cache[key]
+
+
+def _device_of(args) -> torch.device:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device
+    raise DispatchError("no tensor argument")
+
+
+def select(op: str, args: tuple) -> Provider:
+    """The provider that serves `op` for these arguments, or DispatchError listing why none did."""
+    device = _device_of(args)
+    table = providers(op)
+    order = (_forced,) if _forced is not None else AUTO_ORDER
+    tried = []
+    for backend in order:
+        p = table.get(backend)
+        if p is None:
+            tried.append(f"{backend}: no {backend} kernel for this op")
+            continue
+        why = availability(p, device) or p.supports(*args)
+        if why is None:
+            return p
+        tried.append(f"{backend}: {why}")
+    how = f"forced by {ENV_VAR}/use_backend" if _forced else "automatic order " + " > ".join(AUTO_ORDER)
+    raise DispatchError(
+        f"dsa.{op}: no provider serves this call on {device} ({how}):\n  "
+        + "\n  ".join(tried)
+        + f"\n(the exact reference runs on any device with {ENV_VAR}=reference)"
+    )
+
+
+def describe(device: Optional[torch.device] = None) -> list[tuple[str, str, str]]:
+    """(op, chosen backend or '-', per-backend reasons) rows for `python -m dsa_ops info`."""
+    rows = []
+    for op in sorted(_providers):
+        table = _providers[op]
+        reasons, chosen = [], "-"
+        order = (_forced,) if _forced else AUTO_ORDER
+        for backend in BACKENDS:
+            p = table.get(backend)
+            if p is None:
+                reasons.append(f"{backend}: missing")
+                continue
+            if device is None:
+                why = "no GPU device"
+            else:
+                why = availability(p, device)
+            if why is None and chosen == "-" and backend in order:
+                chosen = backend
+            reasons.append(f"{backend}: {'ok' if why is None else why}")
+        rows.append((op, chosen, "; ".join(reasons)))
+    return rows
