@@ -12,3 +12,10 @@ from ._checks import DsaArgumentError  # noqa: F401
 from . import _backends  # noqa: F401,E402  (registers device providers)
 
 __version__ = "0.1.0"
+
+try:  # the Inductor fusion pass (dsa_ops.inductor); a failure to install it must not break the ops
+    from .inductor import install as _install_inductor
+except ImportError:
+    _install_inductor = None
+if _install_inductor is not None:
+    _install_inductor()

@@ -1,0 +1,122 @@
+"""dsa.sparse_attention: grouped-query attention of each query row over its selected tokens only.
+
+q [T, Hq, D] bf16; k_cache, v_cache [num_blocks, P, Hkv, D / Dv] fp8 e4m3 or bf16; indices [T, topk]
+request-relative positions (-1 padded); block_table [num_requests, max_pages]; token_to_req [T] (-1
+marks a padding row of a captured graph: its output is zeros). Query head h reads kv head
+h // (Hq / Hkv). Scores softmax_scale * q . (k * k_scale), softmax in fp32, values v * v_scale.
+Invalid tokens (negative, page slot outside the table, page id outside the cache) are skipped; a row
+with no valid token gives 0. Duplicate indices count once each.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_out, check_shape, check_tensor, check_unit_last_stride, fail
+from .._define import OutForm, define_op
+
+NAME = "sparse_attention"
+_ARGS = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table, Tensor token_to_req, "
+         "*, float softmax_scale, float k_scale=1.0, float v_scale=1.0")
+CACHE_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
+_CHUNK = 32  # query rows per reference step
+
+
+def validate(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale):
+    check_tensor(NAME, "q", q, dtypes=torch.bfloat16, dim=3)
+    t, hq, d = q.shape
+    check_tensor(NAME, "k_cache", k_cache, dtypes=CACHE_DTYPES, dim=4, device_like=q)
+    check_tensor(NAME, "v_cache", v_cache, dtypes=k_cache.dtype, dim=4, device_like=q)
+    nb, p, hkv, _ = k_cache.shape
+    check_shape(NAME, "k_cache", k_cache, (None, None, None, d))
+    check_shape(NAME, "v_cache", v_cache, (nb, p, hkv, None))
+    check_unit_last_stride(NAME, "k_cache", k_cache)
+    check_unit_last_stride(NAME, "v_cache", v_cache)
+    if hkv == 0 or hq % hkv != 0:
+        fail(NAME, f"query heads ({hq}) must be a multiple of kv heads ({hkv})")
+    check_tensor(NAME, "indices", indices, dtypes=torch.int32, dim=2, device_like=q)
+    check_shape(NAME, "indices", indices, (t, None))
+    check_tensor(NAME, "block_table", block_table, dtypes=torch.int32, dim=2, device_like=q)
+    check_tensor(NAME, "token_to_req", token_to_req, dtypes=torch.int32, dim=1, device_like=q)
+    check_shape(NAME, "token_to_req", token_to_req, (t,))
+
+
+def reference(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale):
+    t, hq, d = q.shape
+    nb, p, hkv, dv = v_cache.shape
+    nreq, max_pages = block_table.shape
+    out = torch.zeros((t, hq, dv), dtype=torch.bfloat16, device=q.device)
+    if t == 0 or indices.shape[1] == 0 or nb == 0 or nreq == 0 or max_pages == 0:
+        return out
+    g = hq // hkv
+    for r0 in range(0, t, _CHUNK):
+        r1 = min(t, r0 + _CHUNK)
+        req = token_to_req[r0:r1].long()
+        req_ok = (req >= 0) & (req < nreq)
+        pos = indices[r0:r1].long()
+        slot = torch.div(pos, p, rounding_mode="floor")
+        ok = req_ok[:, None] & (pos >= 0) & (slot < max_pages)
+        page = block_table[req.clamp(0, nreq - 1)[:, None], slot.clamp(0, max_pages - 1)].long()
+        ok &= (page >= 0) & (page < nb)
+        pg, off = page.clamp(0, nb - 1), torch.remainder(pos, p)
+        k = k_cache[pg, off].float() * k_scale  # [t, topk, hkv, d]
+        v = v_cache[pg, off].float() * v_scale
+        qg = q[r0:r1].float().view(r1 - r0, hkv, g, d)
+        s = torch.einsum("tkgd,tnkd->tkgn", qg, k) * softmax_scale
+        s = torch.where(ok[:, None, None, :], s, torch.full_like(s, float("-inf")))
+        m = s.amax(dim=-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        e = torch.exp(s - m)
+        l = e.sum(dim=-1, keepdim=True)
+        o = torch.einsum("tkgn,tnkd->tkgd", e, v) / torch.where(l > 0, l, torch.ones_like(l))
+        out[r0:r1] = o.reshape(r1 - r0, hq, dv).to(torch.bfloat16)
+    return out
+
+
+def fake(q, k_cache, v_cache, *_):
+    return q.new_empty((q.shape[0], q.shape[1], v_cache.shape[3]), dtype=torch.bfloat16)
+
+
+def _alloc(q, k_cache, v_cache, *_):
+    return (torch.empty((q.shape[0], q.shape[1], v_cache.shape[3]), dtype=torch.bfloat16, device=q.device),)
+
+
+def _check_outs(*a):
+    q, v_cache, out = a[0], a[2], a[-1]
+    check_out(NAME, "out", out, (q.shape[0], q.shape[1], v_cache.shape[3]), torch.bfloat16, q)
+
+
+def _reference_out(*a):
+    a[-1].copy_(reference(*a[:-1]))
+
+
+OP = define_op(
+    NAME,
+    _ARGS + ") -> Tensor",
+    validate=validate,
+    reference=reference,
+    fake=fake,
+    out=OutForm(_ARGS + ", Tensor(a!) out) -> ()", 1, _alloc, _reference_out, _check_outs),
+)
+
+
+def sparse_attention(q, k_cache, v_cache, indices, block_table, token_to_req, *, softmax_scale: float,
+                     k_scale: float = 1.0, v_scale: float = 1.0, out=None) -> torch.Tensor:
+    """Sparse grouped-query attention over the tokens each query row selected.
+
+    Args:
+        q: bfloat16 [T, Hq, D]. k_cache / v_cache: [num_blocks, P, Hkv, D / Dv], fp8 e4m3 or bf16.
+        indices: int32 [T, topk] request-relative token positions, -1 padded.
+        block_table: int32 [num_requests, max_pages]. token_to_req: int32 [T] (-1: padding row).
+        softmax_scale, k_scale, v_scale: score scale and cache dequantisation scales.
+        out: optional bfloat16 [T, Hq, Dv] buffer.
+
+    Returns:
+        bfloat16 [T, Hq, Dv]; zeros for rows with no valid token or token_to_req -1.
+    """
+    args = (q, k_cache, v_cache, indices, block_table, token_to_req)
+    kw = dict(softmax_scale=softmax_scale, k_scale=k_scale, v_scale=v_scale)
+    if out is None:
+        return torch.ops.dsa.sparse_attention(*args, **kw)
+    torch.ops.dsa.sparse_attention.out(*args, **kw, out=out)
+    return out

@@ -1,0 +1,68 @@
+"""dsa.topk: exact top-k of a window of each row.
+
+Ranking: larger score first; equal scores: smaller index first; NaN below every number; +0.0 equals
+-0.0. Row r's window is [row_starts[r], row_starts[r] + lengths[r]) clipped to [0, W); indices are
+relative to row_starts[r]. A window of n <= k keys returns 0..n-1 then -1s (with starts inside the row).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import SCORE_DTYPES, check_int, check_shape, check_tensor, check_unit_last_stride
+from .._define import define_op
+from ._common import window_topk
+
+NAME = "topk"
+SCHEMA = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, bool deterministic=False) -> Tensor"
+
+
+def check_scores_and_windows(op, scores, k, lengths, row_starts):
+    """Shared by every op of the top-k family."""
+    check_tensor(op, "scores", scores, dtypes=SCORE_DTYPES, dim=2)
+    check_unit_last_stride(op, "scores", scores)
+    check_int(op, "k", k, lo=1)
+    for name, t in (("lengths", lengths), ("row_starts", row_starts)):
+        check_tensor(op, name, t, dtypes=torch.int32, dim=1, device_like=scores, optional=True)
+        if t is not None:
+            check_shape(op, name, t, (scores.shape[0],))
+
+
+def validate(scores, k, lengths, row_starts, deterministic):
+    check_scores_and_windows(NAME, scores, k, lengths, row_starts)
+
+
+def reference(scores, k, lengths, row_starts, deterministic):
+    # Ascending indices satisfy both deterministic=True and the unspecified order of False.
+    return window_topk(scores, k, lengths, row_starts)
+
+
+def fake(scores, k, lengths, row_starts, deterministic):
+    return scores.new_empty((scores.shape[0], k), dtype=torch.int32)
+
+
+OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+
+
+def topk(
+    scores: torch.Tensor,
+    k: int,
+    *,
+    lengths: torch.Tensor | None = None,
+    row_starts: torch.Tensor | None = None,
+    deterministic: bool = False,
+) -> torch.Tensor:
+    """Exact top-k indices of each row's window.
+
+    Args:
+        scores: [R, W] float32, bfloat16 or float16; unit last stride, any row stride.
+        k: number of indices per row (>= 1).
+        lengths: int32 [R], window lengths (default: to the row end); negative means empty.
+        row_starts: int32 [R], window starts (default 0); indices are relative to them.
+        deterministic: return each row's indices in ascending order (bitwise reproducible).
+
+    Returns:
+        int32 [R, k]: the true top-k under the ranking (larger first, ties to the smaller index,
+        NaN last, +0.0 == -0.0), -1 where the window holds fewer than k keys.
+    """
+    return torch.ops.dsa.topk(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)

@@ -1,0 +1,119 @@
+"""dsa.topk_page_table_transform: top-k of each window mapped through a page table in one op.
+
+    out[r, j] = page_table[b, ps + i // P] * P + i % P
+
+with i the relative top-k index, b = row_to_batch[r] (or r), ps = page_table_row_starts[r] (or 0); -1
+stays -1 and an out-of-range page slot or negative page entry gives -1. `out_raw` receives i.
+FlashInfer's top_k_page_table_transform contract.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_int, check_out, check_shape, check_tensor, check_unit_last_stride
+from .._define import OutForm, define_op
+from ._common import map_through_page_table, window_topk
+from .topk import check_scores_and_windows
+
+NAME = "topk_page_table_transform"
+_ARGS = (
+    "(Tensor scores, Tensor page_table, Tensor lengths, int k, *, Tensor? row_starts=None, "
+    "Tensor? page_table_row_starts=None, Tensor? row_to_batch=None, int page_size=64, bool deterministic=False"
+)
+
+
+def validate(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
+             deterministic):
+    check_scores_and_windows(NAME, scores, k, lengths, row_starts)
+    check_tensor(NAME, "lengths", lengths)
+    check_tensor(NAME, "page_table", page_table, dtypes=torch.int32, dim=2, device_like=scores)
+    check_unit_last_stride(NAME, "page_table", page_table)
+    for name, t in (("page_table_row_starts", page_table_row_starts), ("row_to_batch", row_to_batch)):
+        check_tensor(NAME, name, t, dtypes=torch.int32, dim=1, device_like=scores, optional=True)
+        if t is not None:
+            check_shape(NAME, name, t, (scores.shape[0],))
+    check_int(NAME, "page_size", page_size, lo=1, pow2=True)
+
+
+def _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size):
+    raw = window_topk(scores, k, lengths, row_starts)
+    return map_through_page_table(raw, page_table, row_to_batch, page_table_row_starts, page_size), raw
+
+
+def reference(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
+              deterministic):
+    return _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size)[0]
+
+
+def fake(scores, page_table, lengths, k, *_):
+    return scores.new_empty((scores.shape[0], k), dtype=torch.int32)
+
+
+def _alloc(scores, page_table, lengths, k, *_):
+    return (torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device), None)
+
+
+def _check_outs(*a):
+    scores, k, out, out_raw = a[0], a[3], a[-2], a[-1]
+    check_out(NAME, "out", out, (scores.shape[0], k), torch.int32, scores)
+    if out_raw is not None:
+        check_out(NAME, "out_raw", out_raw, (scores.shape[0], k), torch.int32, scores)
+
+
+def _reference_out(*a):
+    out, out_raw = a[-2], a[-1]
+    mapped, raw = _both(*a[:8])
+    out.copy_(mapped)
+    if out_raw is not None:
+        out_raw.copy_(raw)
+
+
+OP = define_op(
+    NAME,
+    _ARGS + ") -> Tensor",
+    validate=validate,
+    reference=reference,
+    fake=fake,
+    out=OutForm(_ARGS + ", Tensor(a!) out, Tensor(b!)? out_raw=None) -> ()", 2, _alloc, _reference_out,
+                _check_outs),
+)
+
+
+def topk_page_table_transform(
+    scores: torch.Tensor,
+    page_table: torch.Tensor,
+    lengths: torch.Tensor,
+    k: int,
+    *,
+    row_starts: torch.Tensor | None = None,
+    page_table_row_starts: torch.Tensor | None = None,
+    row_to_batch: torch.Tensor | None = None,
+    page_size: int = 64,
+    deterministic: bool = False,
+    out: torch.Tensor | None = None,
+    out_raw: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Exact top-k of each row's window, mapped to physical KV slots through a page table.
+
+    Args:
+        scores: [R, W] float32, bfloat16 or float16, unit last stride.
+        page_table: int32 [B, max_pages]; lengths: int32 [R] window lengths.
+        k: indices per row. row_starts: int32 [R] window starts (default 0).
+        page_table_row_starts: int32 [R] first page-table column per row (default 0).
+        row_to_batch: int32 [R] page-table row per score row (default r).
+        page_size: a power of two (default 64). deterministic: ascending relative indices.
+        out, out_raw: optional int32 [R, k] buffers; `out_raw` receives the relative indices.
+
+    Returns:
+        int32 [R, k] physical slots, -1 for missing tokens or unmapped pages.
+    """
+    args = (scores, page_table, lengths, k)
+    kw = dict(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch,
+              page_size=page_size, deterministic=deterministic)
+    if out is None and out_raw is None:
+        return torch.ops.dsa.topk_page_table_transform(*args, **kw)
+    if out is None:
+        out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
+    torch.ops.dsa.topk_page_table_transform.out(*args, **kw, out=out, out_raw=out_raw)
+    return out

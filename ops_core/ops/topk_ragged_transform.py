@@ -1,0 +1,59 @@
+"""dsa.topk_ragged_transform: top-k of each window, shifted by a per-row offset: `i + offsets[r]`.
+
+-1 stays -1; a shifted index that does not fit in int32 gives -1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_shape, check_tensor
+from .._define import define_op
+from ._common import INT32_MAX, window_topk
+from .topk import check_scores_and_windows
+
+NAME = "topk_ragged_transform"
+SCHEMA = "(Tensor scores, Tensor offsets, Tensor lengths, int k, *, Tensor? row_starts=None) -> Tensor"
+
+
+def validate(scores, offsets, lengths, k, row_starts):
+    check_scores_and_windows(NAME, scores, k, lengths, row_starts)
+    check_tensor(NAME, "offsets", offsets, dtypes=torch.int32, dim=1, device_like=scores)
+    check_shape(NAME, "offsets", offsets, (scores.shape[0],))
+    check_tensor(NAME, "lengths", lengths)
+
+
+def reference(scores, offsets, lengths, k, row_starts):
+    rel = window_topk(scores, k, lengths, row_starts).long()
+    shifted = rel + offsets.long()[:, None]
+    ok = (rel >= 0) & (shifted >= 0) & (shifted <= INT32_MAX)
+    return torch.where(ok, shifted, torch.full_like(shifted, -1)).to(torch.int32)
+
+
+def fake(scores, offsets, lengths, k, row_starts):
+    return scores.new_empty((scores.shape[0], k), dtype=torch.int32)
+
+
+OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+
+
+def topk_ragged_transform(
+    scores: torch.Tensor,
+    offsets: torch.Tensor,
+    lengths: torch.Tensor,
+    k: int,
+    *,
+    row_starts: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Top-k of each row's window (as :func:`dsa_ops.topk`), returned as ``i + offsets[r]``.
+
+    Args:
+        scores: [R, W] float32, bfloat16 or float16, unit last stride.
+        offsets: int32 [R], added to each selected relative index (e.g. a request's start in a
+            ragged KV buffer).
+        lengths: int32 [R] window lengths; row_starts: int32 [R] window starts (default 0).
+
+    Returns:
+        int32 [R, k]; -1 where the window holds fewer than k keys (or the sum leaves int32).
+    """
+    return torch.ops.dsa.topk_ragged_transform(scores, offsets, lengths, k, row_starts=row_starts)
