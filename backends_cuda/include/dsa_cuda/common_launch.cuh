@@ -1,0 +1,82 @@
+// Launch plumbing shared by every dsa_ops CUDA kernel. Torch-free: kernels/*.cu build with plain nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+// Return the error of a failing CUDA runtime call to the caller (launchers return cudaError_t;
+// the torch binding turns a non-success into an exception).
+#define DSA_CUDA_CHECK(expr)              \
+  do {                                    \
+    const cudaError_t dsa_err_ = (expr);  \
+    if (dsa_err_ != cudaSuccess) {        \
+      return dsa_err_;                    \
+    }                                     \
+  } while (0)
+
+namespace dsa_cuda {
+
+// Programmatic dependent launch (SM90+). A kernel launched with programmatic stream serialization
+// may start while the previous kernel in the stream is still running: it must wait before its
+// first read of anything that kernel wrote. Both are no-ops below SM90 and without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Let the next kernel in the stream start its prologue now. Safe anywhere: its pdl_wait() still
+// waits for this whole grid to finish and flush its memory.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Compute capability major of the current device, cached per device (the query is on every launch).
+inline cudaError_t current_arch_major(int* major) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 0 && device < kMaxDevices) {
+    const int hit = cache[device].load(std::memory_order_relaxed);
+    if (hit != 0) {
+      *major = hit;
+      return cudaSuccess;
+    }
+  }
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
+  if (device >= 0 && device < kMaxDevices) {
+    cache[device].store(*major, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
+}
+
+// Launch `kernel` on `stream`, with programmatic stream serialization on SM90+ so it overlaps the
+// tail of the kernel before it (the kernel must call pdl_wait() before reading its inputs).
+// Works under CUDA graph capture.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                       cudaStream_t stream, Args&&... args) {
+  int major = 0;
+  DSA_CUDA_CHECK(current_arch_major(&major));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[1];
+  if (major >= 9) {
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attrs;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace dsa_cuda

@@ -1,0 +1,75 @@
+"""Bad inputs raise DsaArgumentError naming the op and the argument; nothing is coerced silently."""
+
+import pytest
+import torch
+from op_samples import samples
+
+import dsa_ops
+from dsa_ops import DsaArgumentError
+
+S = samples()
+
+
+def call(name, **changes):
+    op, args, kwargs = S[name]
+    names = [a.name for a in op._schema.arguments]
+    args = list(args)
+    for k, v in changes.items():
+        i = names.index(k)
+        if i < len(args):
+            args[i] = v
+        else:
+            kwargs = {**kwargs, k: v}
+    return op(*args, **kwargs)
+
+
+BAD = [
+    ("topk", {"scores": torch.randn(4, 50).double()}, "`scores` must have dtype float32 or bfloat16 or float16"),
+    ("topk", {"scores": torch.randn(4, 50, 2)}, "`scores` must be 2-D"),
+    ("topk", {"scores": torch.randn(50, 4).t()}, "`scores` must have unit stride in its last dimension"),
+    ("topk", {"k": 0}, "`k` must be >= 1"),
+    ("topk", {"lengths": torch.tensor([1, 2, 3, 4])}, "`lengths` must have dtype int32"),
+    ("topk", {"row_starts": torch.zeros(3, dtype=torch.int32)}, "`row_starts` must have shape [4]"),
+    ("page_table_transform", {"indices": torch.zeros(4, 6, dtype=torch.int64)}, "`indices` must have dtype int32"),
+    ("page_table_transform", {"indices": torch.zeros(6, 4, dtype=torch.int32).t()}, "`indices` must be contiguous"),
+    ("page_table_transform", {"page_size": 48}, "`page_size` must be a power of two"),
+    ("page_table_transform.out", {"out": torch.empty(4, 5, dtype=torch.int32)}, "`out` must have shape [4, 6]"),
+    ("page_table_transform.out", {"out": torch.empty(4, 6, dtype=torch.int64)}, "`out` must have dtype int32"),
+    ("topk_page_table_transform", {"page_table": torch.zeros(2, 4)}, "`page_table` must have dtype int32"),
+    ("topk_page_table_transform.out", {"out_raw": torch.empty(4, 4, dtype=torch.int32)}, "`out_raw` must have shape"),
+    ("topk_ragged_transform", {"offsets": torch.zeros(4)}, "`offsets` must have dtype int32"),
+    ("indexer_logits", {"kv": torch.zeros(40, 8, dtype=torch.bfloat16)}, "`kv` must have shape [*, 16]"),
+    ("indexer_logits", {"kv_scale": torch.ones(40)}, "`kv_scale` must be None for bfloat16"),
+    ("indexer_logits", {"weights": torch.ones(3, 5)}, "`weights` must have shape [3, 2]"),
+    ("indexer_logits", {"ks": torch.zeros(3, dtype=torch.int64)}, "`ks` must have dtype int32"),
+    ("paged_indexer_logits", {"kv_cache": torch.zeros(3, 32, 1, 20, dtype=torch.uint8)}, "`kv_cache` must have shape [*, 64, 1, 20]"),
+    ("indexer_topk", {"page_size": 3}, "`page_size` must be a power of two"),
+    ("dequant_k_cache_paged", {"layout": "v5"}, "`layout` must be one of"),
+    ("dequant_k_cache_paged", {"kv_cache": torch.zeros(3, 4, 1, 584, dtype=torch.uint8)}, "[num_blocks, P, 1, 656]"),
+    ("dequant_k_cache_paged", {"slots": torch.zeros(3, dtype=torch.int64)}, "`slots` must have dtype int32"),
+    ("sparse_attention", {"q": torch.zeros(2, 3, 16, dtype=torch.bfloat16)}, "query heads (3) must be a multiple"),
+    ("sparse_attention", {"q": torch.zeros(2, 2, 16)}, "`q` must have dtype bfloat16"),
+    ("sparse_mla_decode", {"q": torch.zeros(1, 1, 2, 512, dtype=torch.bfloat16)}, "head dim must be 576"),
+    ("sparse_mla_decode", {"attn_sink": torch.zeros(3)}, "`attn_sink` must have shape [2]"),
+]
+
+
+@pytest.mark.parametrize("name,change,message", BAD, ids=[f"{b[0]}-{next(iter(b[1]))}" for b in BAD])
+def test_bad_input_names_the_argument(name, change, message):
+    with pytest.raises(DsaArgumentError) as e:
+        call(name, **change)
+    text = str(e.value)
+    assert message in text and f"dsa.{name.split('.')[0]}" in text
+
+
+def test_device_mismatch_is_named():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a second device type")
+    with pytest.raises(DsaArgumentError, match="`lengths` is on"):
+        dsa_ops.topk(torch.randn(2, 8, device="cuda"), 2, lengths=torch.ones(2, dtype=torch.int32))
+
+
+def test_every_bad_case_targets_a_real_op():
+    from dsa_ops._define import OPS
+
+    assert {b[0].split(".")[0] for b in BAD} == set(OPS)
