@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call: build, test, sanitize and time everything on the GPU machine, logs under $OUT.
+#   bash benchmarks/device_run.sh [stages...]     stages: build test bench sanitize (default: all)
+# The built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to skip the build.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/dsa_out}; mkdir -p "$OUT"
+stages=${*:-build test bench sanitize}
+has() { [[ " $stages " == *" $1 "* ]]; }
+log() { echo "== $(date +%T) $*"; }
+
+log "setup"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "root' user" | tail -3
+python3 -m dsa_ops info 2>&1 | tee "$OUT/info.txt"
+
+if has build; then
+  log "build (ninja, 16 cores)"
+  MAX_JOBS=16 python3 - <<'PY' 2>&1 | tee "$OUT/build.log"
+import os, shutil, time, dsa_ops
+for name in ("cuda", "rocm"):
+    mod = getattr(__import__("dsa_ops.backends", fromlist=[name]), name)
+    if not hasattr(mod, "build"):
+        continue
+    t = time.time()
+    path = mod.build(verbose=True)
+    print(f"built {name}: {path} in {time.time() - t:.1f} s")
+    shutil.copy(path, os.path.join(os.environ["OUT"], os.path.basename(path)))
+PY
+fi
+
+rc=0
+if has test; then
+  log "GPU tests"
+  python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -60
+  rc=${PIPESTATUS[0]}
+fi
+
+if has bench; then
+  log "benchmarks"
+  python3 -m pytest benchmarks/bench_*.py -m gpu -q -s -p no:cacheprovider --dsa-results "$OUT/h200.json" \
+    --benchmark-json "$OUT/pytest_benchmark.json" 2>&1 | tee "$OUT/bench.log" | grep -E "^  |passed|failed|error" | tail -80
+fi
+
+if has sanitize; then
+  log "compute-sanitizer"
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_small.py > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool exit $?: $(tail -2 "$OUT/sanitizer_$tool.log" | tr '\n' ' ')"
+  done
+fi
+log "done (tests rc=$rc)"
+exit $rc

@@ -1,0 +1,105 @@
+"""GPU timing for the benchmarks: CUDA events, warm-up, median, cold L2, ceilings measured in-run.
+
+Every figure a benchmark records carries the ratios DESIGN.md asks for: to plain torch, to the memory
+floor (bytes over the device-copy bandwidth measured in the same run) and to peers where installed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+_L2_FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
+
+
+class Timer:
+    def __init__(self, device="cuda"):
+        self.device = torch.device(device)
+        self._flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
+
+    def median_us(self, fn: Callable, *, warmup: int = 5, iters: int = 30, cold_l2: bool = True) -> float:
+        """Median device time of fn() over `iters` runs, each after an L2 flush (not timed)."""
+        for _ in range(warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for s, e in zip(starts, ends):
+            if cold_l2:
+                self._flush.zero_()
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+
+    def graph_median_us(self, fn: Callable, *, iters: int = 50, replays_per_sample: int = 20) -> float:
+        """Median time of fn() by CUDA-graph replay: launch and Python costs do not hide the kernel."""
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(replays_per_sample):
+                fn()
+        g.replay()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(iters):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            samples.append(a.elapsed_time(b) * 1e3 / replays_per_sample)
+        return statistics.median(samples)
+
+
+def host_overhead_us(fn: Callable, calls: int = 2000) -> float:
+    """Per-call host time of fn() on a tiny input: wall time of back-to-back calls, no sync inside."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def copy_bandwidth_gbps(timer: Timer, nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=timer.device).random_(0, 255)
+    dst = torch.empty_like(src)
+    us = timer.median_us(lambda: dst.copy_(src), iters=20)
+    return 2 * src.numel() / (us * 1e-6) / 1e9
+
+
+def matmul_tflops(timer: Timer, dtype: torch.dtype, n: int = 8192) -> float:
+    """Dense matmul throughput on random data: bf16 via torch.matmul, fp8 via torch._scaled_mm."""
+    a = torch.randn(n, n, device=timer.device)
+    b = torch.randn(n, n, device=timer.device)
+    if dtype == torch.float8_e4m3fn:
+        a8, b8 = a.to(dtype), b.to(dtype).t().contiguous().t()
+        one = torch.ones((), device=timer.device)
+        fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+    else:
+        a, b = a.to(dtype), b.to(dtype)
+        fn = lambda: a @ b  # noqa: E731
+    us = timer.median_us(fn, iters=10, cold_l2=False)
+    return 2 * n**3 / (us * 1e-6) / 1e12
+
+
+def record(op, provider, case, median_us, *, floor_us=None, floor_kind=None, baselines=None, **extra):
+    """One result row in the DESIGN.md format."""
+    row = {"op": op, "provider": provider, "case": case, "median_us": round(median_us, 3),
+           "floor_us": None if floor_us is None else round(floor_us, 3), "floor_kind": floor_kind,
+           "baselines": {k: round(v, 3) for k, v in (baselines or {}).items()}}
+    row.update(extra)
+    return row
