@@ -1,0 +1,113 @@
+"""dsa_ops.backends.cuda: CUDA C++ kernels for NVIDIA Hopper (sm_90a) and newer, one op per file.
+
+Layout (see README.md): include/dsa_cuda/ torch-free kernel headers, kernels/ torch-free launchers
+(what the compile gates build), csrc/ thin stable-ABI bindings registering ``torch.ops.dsa_cuda.*``,
+and one Python module per op that registers its provider. Every kernels/*.cu and csrc/*.cpp goes into
+one library per GPU arch, built on first use (see ``_jit``) or loaded prebuilt:
+
+    python -c "from dsa_ops.backends import cuda; print(cuda.build())"   # build now, print the .so
+    DSA_OPS_CUDA_LIB=/path/dsa_ops_cuda_sm90a.so python ...               # use a prebuilt one
+    cp <that .so> backends_cuda/prebuilt/                                 # or ship it beside the code
+
+Importing this module compiles nothing and does not touch the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ._jit import TORCH_TARGET_VERSION_FLAG, BuildSpec, Library, cuda_arch_name, find_cuda_home, nvcc_gencode
+
+HERE = Path(__file__).resolve().parent
+LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB")
+
+# One module per op; each has register().
+_OP_MODULES = ("page_table_transform",)
+
+
+def lib_name(arch: str) -> str:
+    return f"dsa_ops_cuda_{arch.replace('sm_', 'sm')}"
+
+
+def build_spec(arch: str) -> BuildSpec:
+    """Sources and flags of the library for `arch` (e.g. "sm_90a")."""
+    cuda_flags = [
+        "-O3",
+        nvcc_gencode(arch),
+        "-Xptxas=--warn-on-spills,--warn-on-local-memory-usage",
+        TORCH_TARGET_VERSION_FLAG,
+    ]
+    return BuildSpec(
+        name=lib_name(arch),
+        what=f"CUDA kernels for {arch}",
+        sources=sorted(HERE.glob("kernels/*.cu")) + sorted(HERE.glob("csrc/*.cpp")),
+        depends=sorted(p for p in (HERE / "include").rglob("*") if p.is_file()),
+        include_dirs=[HERE / "include"],
+        # USE_CUDA: declares torch's current-CUDA-stream shim in the bindings.
+        cflags=["-O3", "-DUSE_CUDA", TORCH_TARGET_VERSION_FLAG],
+        cuda_cflags=cuda_flags,
+    )
+
+
+def _device_arch(device: Optional[torch.device] = None) -> str:
+    index = torch.cuda.current_device() if device is None or device.index is None else device.index
+    return cuda_arch_name(torch.cuda.get_device_capability(index))
+
+
+def _toolchain_missing() -> Optional[str]:
+    from torch.utils import cpp_extension
+
+    if find_cuda_home() is None:
+        return ("no CUDA toolkit found for the first-use build (set CUDA_HOME to the nvcc install) and no "
+                "prebuilt library (DSA_OPS_CUDA_LIB or backends_cuda/prebuilt/)")
+    if not cpp_extension.is_ninja_available():
+        return "ninja is not installed (pip install ninja): it builds the CUDA kernels on first use"
+    return None
+
+
+def available(device: torch.device) -> Optional[str]:
+    if device.type != "cuda":
+        return f"CUDA kernels run on CUDA tensors, got a {device.type} tensor"
+    if torch.version.hip is not None:
+        return "ROCm build of torch: the CUDA C++ kernels need an NVIDIA GPU (native HIP is the hip backend)"
+    if not torch.cuda.is_available():
+        return "torch.cuda is not available"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return (f"compute capability {major}.{minor} < 9.0: the CUDA C++ kernels target sm_90a and newer "
+                "(the triton backend serves older GPUs)")
+    arch = _device_arch(device)
+    return LIB.why_not(arch, lib_name(arch), _toolchain_missing)
+
+
+def load(device: Optional[torch.device] = None) -> str:
+    """Load (building on first use) the library for `device`'s arch; return its path."""
+    arch = _device_arch(device)
+    return LIB.load(build_spec(arch), arch)
+
+
+def op(name: str, device: Optional[torch.device] = None):
+    """torch.ops.dsa_cuda.<name>.default, loading the library first if needed."""
+    if LIB.path is None:
+        load(device)
+    return LIB.op(name)
+
+
+def build(verbose: bool = True, build_root: Optional[os.PathLike] = None, arch: Optional[str] = None) -> str:
+    """Compile the library now (or reuse the cache), load it, and return the .so's path.
+
+    Ignores DSA_OPS_CUDA_LIB and prebuilt/ (it is how those files are made). `arch` defaults to the
+    current device's (e.g. "sm_90a"); `build_root` overrides the cache root.
+    """
+    arch = arch or _device_arch()
+    return LIB.load(build_spec(arch), arch, force_build=True, build_root=build_root, verbose=verbose)
+
+
+def register() -> None:
+    for m in _OP_MODULES:
+        importlib.import_module(f"{__name__}.{m}").register()

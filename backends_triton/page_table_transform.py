@@ -72,7 +72,7 @@ def launch(indices, page_table, row_to_batch, page_table_row_starts, page_size, 
     numel = indices.numel()
     if numel == 0:
         return
-    rows, k = indices.shape
+    k = indices.shape[1]
     nb, max_pages = page_table.shape
     kernel = page_table_transform_kernel if wrap is None else wrap(page_table_transform_kernel)
     grid = (triton.cdiv(numel, BLOCK),)
@@ -87,7 +87,7 @@ def launch(indices, page_table, row_to_batch, page_table_row_starts, page_size, 
         nb,
         max_pages,
         page_table.stride(0),
-        page_size.bit_length() - 1,  # page_size is a power of two (checked by the op)
+        int(page_size).bit_length() - 1,  # a power of two (checked by the op); int() pins a SymInt
         HAS_ROW_TO_BATCH=row_to_batch is not None,
         HAS_ROW_STARTS=page_table_row_starts is not None,
         INDEX_64=numel > INT32_MAX - BLOCK,
@@ -114,6 +114,9 @@ def supports(indices, page_table, row_to_batch, page_table_row_starts, page_size
 
 
 # For the compile gates (ops_core/gates.py): the kernel as the provider launches it most often.
+# (name, jit_fn, signature, constexprs[, int args divisible by 16]): pointers are taken as 16-byte
+# aligned, and the listed ints as multiples of 16, as Triton specializes them at launch (R*k usually
+# is), so the gate sees the 16-byte vector loads and stores of the common case.
 GATE_KERNELS = [
     (
         "page_table_transform",
@@ -126,5 +129,6 @@ GATE_KERNELS = [
             "BLOCK": "constexpr",
         },
         {"HAS_ROW_TO_BATCH": True, "HAS_ROW_STARTS": True, "INDEX_64": False, "BLOCK": BLOCK},
+        ["numel"],
     ),
 ]

@@ -1,0 +1,102 @@
+// Torch binding of the native HIP dsa.page_table_transform: torch.ops.dsa_hip.page_table_transform_out.
+// Built by hipcc on ROCm torch, and on NVIDIA by the host compiler with -DDSA_HIP_ON_CUDA (the kernel
+// then comes from nvcc through dsa_hip/hip_compat.h). The CUDA dispatch key serves both: ROCm torch
+// uses it for its GPUs too.
+// Stable ABI only (build with -DUSE_CUDA for the stream shim, which ROCm torch exports under the same
+// name, and -DTORCH_TARGET_VERSION for the oldest torch to load under), so one binary loads under
+// torch 2.11 through 2.14.
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "dsa_hip/page_table_transform.h"
+
+#ifndef USE_CUDA
+#error "build with -DUSE_CUDA: the current-stream shim (aoti_torch_get_current_cuda_stream) needs it"
+#endif
+
+namespace {
+
+using torch::stable::Tensor;
+
+constexpr const char* kOp = "dsa_hip.page_table_transform_out";
+
+bool is_int32(const Tensor& t) { return t.scalar_type() == torch::headeronly::ScalarType::Int; }
+
+// The Python op validated everything; these checks only keep a direct call of this internal
+// entry point from touching memory outside its tensors.
+void check_row_vector(const std::optional<Tensor>& t, const char* name, const Tensor& indices) {
+  if (!t.has_value()) {
+    return;
+  }
+  STD_TORCH_CHECK(t->dim() == 1 && t->size(0) == indices.size(0) && is_int32(*t) && t->is_cuda() &&
+                      t->get_device_index() == indices.get_device_index(),
+                  kOp, ": `", name, "` must be an int32 [rows] tensor on the device of `indices`");
+}
+
+const int32_t* ptr_or_null(const std::optional<Tensor>& t) {
+  return t.has_value() ? static_cast<const int32_t*>(t->data_ptr()) : nullptr;
+}
+
+int64_t stride_or_zero(const std::optional<Tensor>& t) { return t.has_value() ? t->stride(0) : 0; }
+
+void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<Tensor> row_to_batch,
+                              std::optional<Tensor> page_table_row_starts, int64_t page_size, Tensor out) {
+  STD_TORCH_CHECK(indices.dim() == 2 && is_int32(indices) && indices.is_cuda() && indices.is_contiguous(), kOp,
+                  ": `indices` must be a contiguous int32 [rows, k] GPU tensor");
+  const int32_t device = indices.get_device_index();
+  STD_TORCH_CHECK(out.dim() == 2 && out.size(0) == indices.size(0) && out.size(1) == indices.size(1) &&
+                      is_int32(out) && out.is_cuda() && out.get_device_index() == device && out.is_contiguous(),
+                  kOp, ": `out` must be a contiguous int32 tensor shaped like `indices`, on its device");
+  STD_TORCH_CHECK(page_table.dim() == 2 && is_int32(page_table) && page_table.is_cuda() &&
+                      page_table.get_device_index() == device &&
+                      (page_table.size(1) <= 1 || page_table.stride(1) == 1),
+                  kOp, ": `page_table` must be an int32 [batches, max_pages] tensor with unit last stride");
+  check_row_vector(row_to_batch, "row_to_batch", indices);
+  check_row_vector(page_table_row_starts, "page_table_row_starts", indices);
+  STD_TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, kOp,
+                  ": `page_size` must be a power of two, got ", page_size);
+
+  dsa_hip::PageTableTransformParams p;
+  p.indices = static_cast<const int32_t*>(indices.data_ptr());
+  p.out = static_cast<int32_t*>(out.data_ptr());
+  p.page_table = static_cast<const int32_t*>(page_table.data_ptr());
+  p.row_to_batch = ptr_or_null(row_to_batch);
+  p.page_table_row_starts = ptr_or_null(page_table_row_starts);
+  p.row_to_batch_stride = stride_or_zero(row_to_batch);
+  p.page_table_row_starts_stride = stride_or_zero(page_table_row_starts);
+  p.rows = indices.size(0);
+  p.k = indices.size(1);
+  p.batches = page_table.size(0);
+  p.max_pages = page_table.size(1);
+  p.page_table_stride = page_table.stride(0);
+  p.page_size = page_size;
+
+  // The launcher queries the current device and torch's stream belongs to the tensors' device.
+  torch::stable::accelerator::DeviceGuard guard(device);
+  void* stream = nullptr;
+  STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(device, &stream) == AOTI_TORCH_SUCCESS, kOp,
+                  ": could not get the current stream");
+  const hipError_t err = dsa_hip::launch_page_table_transform(p, static_cast<hipStream_t>(stream));
+  STD_TORCH_CHECK(err == hipSuccess, kOp, ": kernel launch failed: ", hipGetErrorString(err));
+}
+
+}  // namespace
+
+// A fragment, not STABLE_TORCH_LIBRARY: every op's binding file adds its own schema to the one
+// dsa_hip namespace, and torch allows only one non-fragment definition block per namespace.
+STABLE_TORCH_LIBRARY_FRAGMENT(dsa_hip, m) {
+  m.def(
+      "page_table_transform_out(Tensor indices, Tensor page_table, Tensor? row_to_batch, "
+      "Tensor? page_table_row_starts, int page_size, Tensor(a!) out) -> ()");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(dsa_hip, CUDA, m) {
+  m.impl("page_table_transform_out", TORCH_BOX(&page_table_transform_out));
+}

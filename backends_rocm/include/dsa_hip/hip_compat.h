@@ -1,0 +1,70 @@
+// The HIP runtime names our .hip kernels use, on either vendor.
+//
+// AMD (hipcc / clang -x hip): the real HIP runtime, wave64 (gfx950).
+// NVIDIA (nvcc, or host code of the compat build defining DSA_HIP_ON_CUDA): each name maps to its
+// CUDA twin, warp size 32. That build runs the same kernel source on the H200 as a correctness
+// check of the algorithm; it is not the CUDA backend.
+//
+// Kernels take the warp size as a template parameter and are instantiated with DSA_WARP_SIZE, so
+// nothing assumes 32 or 64.
+#pragma once
+
+#include <cstdint>
+
+#if defined(DSA_HIP_ON_CUDA) || (defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__))
+
+#ifndef DSA_HIP_ON_CUDA
+#define DSA_HIP_ON_CUDA 1
+#endif
+#include <cuda_runtime.h>
+
+#define DSA_WARP_SIZE 32
+
+using hipStream_t = cudaStream_t;
+using hipError_t = cudaError_t;
+#define hipSuccess cudaSuccess
+#define hipGetLastError cudaGetLastError
+#define hipGetErrorString cudaGetErrorString
+// HIP's launch macro; `kernel` may be a function pointer.
+#define hipLaunchKernelGGL(kernel, grid, block, smem_bytes, stream, ...) \
+  (kernel)<<<(grid), (block), (smem_bytes), (stream)>>>(__VA_ARGS__)
+
+#else
+
+#include <hip/hip_runtime.h>
+
+#define DSA_WARP_SIZE 64
+
+#endif
+
+namespace dsa_hip {
+
+#if defined(__CUDACC__) || defined(__HIP__)
+// Block and thread index along x. On AMD through the compiler builtins: HIP's blockIdx/threadIdx go
+// through device-library calls (__ockl_*) that stay unresolved, with a call stack and scratch, when
+// the gfx950 ISA is built with -nogpulib as the compile gates do. Kernels take their grid stride
+// from the host instead of reading gridDim.
+__device__ __forceinline__ uint32_t block_id_x() {
+#if defined(DSA_HIP_ON_CUDA)
+  return blockIdx.x;
+#else
+  return __builtin_amdgcn_workgroup_id_x();
+#endif
+}
+
+__device__ __forceinline__ uint32_t thread_id_x() {
+#if defined(DSA_HIP_ON_CUDA)
+  return threadIdx.x;
+#else
+  return __builtin_amdgcn_workitem_id_x();
+#endif
+}
+#endif  // device compilers
+
+// 16-byte vector of four int32: one global_load_dwordx4 on AMD, one LDG.128 on NVIDIA, when the
+// address is 16-byte aligned. Our own type, so the kernels need neither vendor's int4.
+struct alignas(16) Int4 {
+  int32_t x, y, z, w;
+};
+
+}  // namespace dsa_hip
