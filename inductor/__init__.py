@@ -1,10 +1,26 @@
-"""dsa_ops.inductor: post-grad fusion pass (work in progress)."""
+"""dsa_ops.inductor: the post-grad pass that turns unfused DSA indexer code into dsa ops.
 
+``import dsa_ops`` calls :func:`install` once: Inductor's ``post_grad_custom_post_pass`` becomes a
+:class:`DsaFusionPass` that first runs whatever pass was there before, then rewrites
 
-def install():
-    """Placeholder; the real pass lands shortly."""
-    return None
+1. ``dsa.topk(dsa.indexer_logits(...), k, row_starts=ks, lengths=ke - ks)`` [+ page mapping]
+   -> ``dsa.indexer_topk``;
+2. ``dsa.topk(...)`` + page mapping -> ``dsa.topk_page_table_transform`` (and
+   ``torch.topk(scores, k, sorted=False).indices`` + mapping, only with
+   ``config.rewrite_torch_topk = True``: torch.topk ranks NaN first, dsa ranks it last);
+3. the page-table arithmetic ``where(idx < 0, -1, page_table.gather(1, idx // P) * P + idx % P)`` (and
+   its ``page_table[b, idx // P]`` form) on int32 indices -> ``dsa.page_table_transform``.
 
+Turn it off with ``dsa_ops.inductor.uninstall()`` or ``dsa_ops.inductor.config.enabled = False``.
+``counters`` counts the rewrites done in this process (a warm FX graph cache skips the pass, so it
+counts nothing then). See inductor/README.md for the exact conditions of each rewrite.
+"""
 
-def uninstall():
-    return None
+from collections import Counter
+
+# Rewrites done in this process, by "<fused op>/<source form>" and by fused op.
+counters: Counter = Counter()
+
+from ._pass import Config, DsaFusionPass, config, install, installed, uninstall  # noqa: E402
+
+__all__ = ["Config", "DsaFusionPass", "config", "counters", "install", "installed", "uninstall"]

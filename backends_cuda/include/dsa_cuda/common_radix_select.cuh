@@ -1,0 +1,223 @@
+// Block-wide building blocks of the exact radix select used by the top-k kernels. Torch-free.
+//
+// Keys: every score becomes a uint32 whose unsigned order is the ranking order (DESIGN.md):
+// larger score -> larger key, -0.0 and +0.0 -> the same key, every NaN -> key 0, below -inf's key
+// (0x007FFFFF). Ties are then broken by the smaller index, which the callers do by index order.
+//
+// The select runs up to three levels on the key bits 31..21, 20..10 and 9..0: each level
+// histograms (2048 shared-memory bins) the keys whose already-fixed high bits equal the prefix
+// found so far, and a block scan over the bins finds the bin that holds the k-th largest key.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsa_cuda {
+namespace radix {
+
+constexpr int kBins = 2048;  // 11 bits per level; the last level (10 bits) uses half of them
+constexpr int kLevels = 3;
+
+// Bits of the key fixed after level l, and the shift of level l's digit ((key >> shift) & 0x7FF:
+// the last level's digit also holds bit 10, which the prefix has already fixed, so the scan
+// still finds the right bin).
+__device__ __forceinline__ int level_shift(int level) { return level == 0 ? 21 : (level == 1 ? 10 : 0); }
+__device__ __forceinline__ uint32_t level_mask(int level) {
+  return level == 0 ? 0xFFE00000u : (level == 1 ? 0xFFFFFC00u : 0xFFFFFFFFu);
+}
+
+__device__ __forceinline__ uint32_t float_key(float x) {
+  if (x != x) {
+    return 0u;  // every NaN: below -inf (key 0x007FFFFF)
+  }
+  uint32_t b = __float_as_uint(x);
+  if (x == 0.0f) {
+    b = 0u;  // -0.0 -> +0.0
+  }
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Raw 16-byte vectors of T -> keys. kItems = 16 / sizeof(T).
+template <typename T>
+struct KeyOf;
+
+template <>
+struct KeyOf<float> {
+  static constexpr int kItems = 4;
+  __device__ __forceinline__ static uint32_t one(const float* p) { return float_key(__ldg(p)); }
+  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[4]) {
+    k[0] = float_key(__uint_as_float(v.x));
+    k[1] = float_key(__uint_as_float(v.y));
+    k[2] = float_key(__uint_as_float(v.z));
+    k[3] = float_key(__uint_as_float(v.w));
+  }
+};
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float fp16_bits_to_float(uint32_t bits16) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+}
+
+template <>
+struct KeyOf<__nv_bfloat16> {
+  static constexpr int kItems = 8;
+  __device__ __forceinline__ static uint32_t one(const __nv_bfloat16* p) {
+    return float_key(bf16_bits_to_float(__ldg(reinterpret_cast<const unsigned short*>(p))));
+  }
+  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      k[2 * j] = float_key(bf16_bits_to_float(w[j] & 0xFFFFu));
+      k[2 * j + 1] = float_key(bf16_bits_to_float(w[j] >> 16));
+    }
+  }
+};
+
+template <>
+struct KeyOf<__half> {
+  static constexpr int kItems = 8;
+  __device__ __forceinline__ static uint32_t one(const __half* p) {
+    return float_key(fp16_bits_to_float(__ldg(reinterpret_cast<const unsigned short*>(p))));
+  }
+  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      k[2 * j] = float_key(fp16_bits_to_float(w[j] & 0xFFFFu));
+      k[2 * j + 1] = float_key(fp16_bits_to_float(w[j] >> 16));
+    }
+  }
+};
+
+// Inclusive prefix sum over the block in thread order; `total` gets the block's sum. blockDim.x
+// is a multiple of 32, at most 1024. `buf` is 32 words of shared memory. Two barriers inside;
+// callers alternate between two buffers (or put a barrier between calls) so a fast warp of the
+// next call never overwrites a buffer a slow warp still reads.
+__device__ __forceinline__ uint32_t block_inclusive_scan(uint32_t v, uint32_t* buf, uint32_t& total) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, v, o);
+    if (lane >= o) {
+      v += t;
+    }
+  }
+  if (lane == 31) {
+    buf[warp] = v;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t w = lane < warps ? buf[lane] : 0u;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, w, o);
+      if (lane >= o) {
+        w += t;
+      }
+    }
+    buf[lane] = w;
+  }
+  __syncthreads();
+  total = buf[warps - 1];
+  return v + (warp > 0 ? buf[warp - 1] : 0u);
+}
+
+// Shared state of one select, in static shared memory.
+struct SelectShared {
+  uint32_t scan[2][32];
+  uint32_t bin;    // the bin holding the k-th largest of the candidates
+  uint32_t above;  // candidates in higher bins
+  uint32_t count;  // candidates in that bin
+  uint32_t part_gt;  // split rows: this CTA's keys above the prefix, then equal to it
+  uint32_t part_eq;
+};
+
+// Thread-block clusters (SM90+): a row split over the CTAs of one cluster merges its histograms
+// through distributed shared memory. Only called with a cluster of more than one CTA.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+
+// Barrier over every thread of every CTA of the cluster, with release/acquire semantics for
+// shared memory (it is also a CTA-wide barrier).
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+
+// Read the word at `p` (an address in this CTA's shared memory) in the shared memory of cluster
+// CTA `rank`, where the same variable sits at the same offset.
+__device__ __forceinline__ uint32_t cluster_load(const uint32_t* p, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  uint32_t remote;
+  uint32_t v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  (void)rank;
+  return *p;
+#endif
+}
+
+// Where the select stands: keys with (key & mask) > prefix are taken, keys with (key & mask) ==
+// prefix are candidates of which `krem` (>= 1, <= their count) are still to be taken.
+struct SelectState {
+  uint32_t prefix;
+  uint32_t mask;
+  uint32_t krem;
+  uint32_t count;  // candidates (keys equal to the prefix under the mask)
+};
+
+__device__ __forceinline__ void clear_hist(uint32_t* hist) {
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+    hist[b] = 0u;
+  }
+}
+
+// After a level's histogram is complete (and a barrier): find the bin of the krem-th largest
+// candidate and narrow the state to it. Ends with a barrier; `hist` may be cleared right after.
+// blockDim.x must divide kBins (a power of two from 64 to 1024).
+__device__ __forceinline__ void refine(const uint32_t* hist, int level, SelectState& st, SelectShared& sh) {
+  const int per = kBins / blockDim.x;
+  const int first = threadIdx.x * per;
+  uint32_t local = 0;
+  for (int b = 0; b < per; ++b) {
+    local += hist[first + b];
+  }
+  uint32_t total;
+  const uint32_t incl = block_inclusive_scan(local, sh.scan[0], total);
+  uint32_t acc = total - incl;  // candidates in bins above this thread's bins
+  for (int b = per - 1; b >= 0; --b) {
+    const uint32_t h = hist[first + b];
+    if (acc < st.krem && acc + h >= st.krem) {  // exactly one bin in the block satisfies this
+      sh.bin = uint32_t(first + b);
+      sh.above = acc;
+      sh.count = h;
+    }
+    acc += h;
+  }
+  __syncthreads();
+  const int shift = level_shift(level);
+  st.prefix |= sh.bin << shift;
+  st.mask = level_mask(level);
+  st.krem -= sh.above;
+  st.count = sh.count;
+}
+
+}  // namespace radix
+}  // namespace dsa_cuda

@@ -1,0 +1,66 @@
+// Host-side launch choices of the top-k kernels (kernels/topk.cu), in one place. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+
+namespace dsa_cuda {
+namespace topk_heuristics {
+
+// A row is split over at most this many CTAs (a portable thread-block cluster size).
+constexpr int kMaxCluster = 8;
+// Each CTA of a split row gets at least this many keys.
+constexpr int64_t kMinPart = 8192;
+
+// CTAs per row. Few long rows (decode: 1 to 64 rows of 64K to 1M keys) would leave most SMs idle
+// with one CTA per row, so each row is split over a cluster whose CTAs merge their histograms
+// through distributed shared memory; enough rows to fill the GPU keep one CTA per row.
+// DSA_OPS_TOPK_CLUSTER=1..8 forces the size (1 turns splitting off; tests use it to reach both
+// paths on any shape).
+inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
+  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
+    const int forced = std::atoi(env);
+    if (forced >= 1 && forced <= kMaxCluster) {
+      return forced;
+    }
+  }
+  if (rows <= 0 || sms <= 0 || width <= k) {
+    return 1;
+  }
+  int64_t c = int64_t(sms) / rows;
+  c = c < kMaxCluster ? c : kMaxCluster;
+  c = c < width / kMinPart ? c : width / kMinPart;
+  return c < 2 ? 1 : int(c);
+}
+
+// Whether a row too long for shared memory (one CTA per row) first tries the sampled-threshold
+// filter: one read of the row when it works, one extra read when it does not (ties, plateaus).
+// DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to reach the plain stream path).
+inline bool sampled_filter(int cluster) {
+  if (const char* env = std::getenv("DSA_OPS_TOPK_SAMPLE")) {
+    if (env[0] == '0') {
+      return false;
+    }
+  }
+  return cluster == 1;
+}
+
+// Threads per CTA: a power of two from 128 to 1024 (it must divide the 2048 histogram bins), about
+// 16 keys per thread at least. At up to 64 registers a thread an SM holds one 1024-thread CTA or two
+// of 512: take 512 where shared memory lets two CTAs share an SM (one CTA's barrier-bound phases
+// then overlap the other's loads). Split rows run one CTA per SM: 1024.
+inline int threads(int64_t width, int cluster, int ctas_by_smem) {
+  if (cluster > 1) {
+    return 1024;
+  }
+  if (width <= 2048) {
+    return 128;
+  }
+  if (width <= 4096) {
+    return 256;
+  }
+  return ctas_by_smem >= 2 ? 512 : 1024;
+}
+
+}  // namespace topk_heuristics
+}  // namespace dsa_cuda

@@ -1,0 +1,782 @@
+// Exact top-k of a window of each row: dsa.topk, dsa.topk_page_table_transform and
+// dsa.topk_ragged_transform (include/dsa_cuda/topk.cuh). Torch-free: the compile gates build this
+// file alone with nvcc.
+//
+// One CTA per row (rows on the flat grid.x). Every score becomes an order-preserving uint32 key
+// (common_radix_select.cuh) and a radix select finds the k-th largest key T exactly, plus how many
+// of the keys equal to T are taken (`need`, the tie rule takes the smallest indices). The output is
+// written by an ordered compaction over the window in index order (a block scan per chunk), which
+// takes every key > T and the first `need` keys == T: each output row is therefore ascending, and
+// bitwise reproducible, whatever `deterministic` says.
+//
+// Paths, per row, with n the window length:
+//   n <= k      the window's indices 0..n-1 (relative), then -1.
+//   n fits      ("list" path) the window is read once from device memory into shared memory as keys,
+//               with the first level's histogram; the other levels and the write run from shared
+//               memory.
+//   otherwise   ("stream" path) levels run over device memory. As soon as the keys that can still be
+//               taken (those at or above the current bin) fit in shared memory, one more pass copies
+//               them, in index order, with their indices, and the select finishes there. Otherwise
+//               all three levels and the write read the row (4 reads): exact on any input.
+#include "dsa_cuda/common_launch.cuh"
+#include "dsa_cuda/common_radix_select.cuh"
+#include "dsa_cuda/sm90_topk_heuristics.cuh"
+#include "dsa_cuda/topk.cuh"
+
+#include <algorithm>
+#include <atomic>
+
+namespace dsa_cuda {
+namespace topk_detail {
+
+using radix::SelectShared;
+using radix::SelectState;
+
+constexpr int kMaxThreads = 1024;
+constexpr int kHistBytes = radix::kBins * 4;
+// Shared memory kept free of the dynamic allocation for the static SelectShared and the runtime.
+constexpr int kStaticReserve = 1024;
+// The stream path's candidate buffer: at most this many (key, index) pairs, so two 1024-thread
+// CTAs fit on an SM.
+constexpr int kMaxCandidates = 12288;
+// Single keys sampled from a long row to estimate its threshold.
+constexpr int kSamples = 1024;
+
+struct KernelArgs {
+  const void* scores;
+  int64_t width;
+  int64_t row_stride;
+  int32_t k;
+  int32_t mode;
+  const int32_t* lengths;
+  int64_t lengths_stride;
+  const int32_t* row_starts;
+  int64_t row_starts_stride;
+  int32_t* out;
+  int64_t out_stride;
+  int32_t* out_raw;
+  int64_t out_raw_stride;
+  const int32_t* page_table;
+  int64_t batches;
+  int64_t max_pages;
+  int64_t page_table_stride;
+  const int32_t* row_to_batch;
+  int64_t row_to_batch_stride;
+  const int32_t* pt_row_starts;
+  int64_t pt_row_starts_stride;
+  const int32_t* offsets;
+  int64_t offsets_stride;
+  int32_t log2_page;
+  // uint32 words of dynamic shared memory after the histogram(s) (a multiple of 4): a window (part)
+  // of up to this many keys takes the list path; the stream path's candidates use half for keys,
+  // half for indices.
+  int32_t list_words;
+  // CTAs per row: 1, or the size of the thread-block cluster that splits each row (then the
+  // dynamic shared memory holds a second histogram, the cluster's sum).
+  int32_t cluster;
+  // Rows read from device memory (one CTA per row) first try the sampled-threshold filter.
+  int32_t sample;
+};
+
+// Where one row's results go, with the mapping of its mode.
+struct RowOut {
+  int32_t* out;
+  int32_t* out_raw;
+  int64_t start;
+  int32_t mode;
+  int32_t log2_page;
+  const int32_t* table_row;
+  int64_t first_slot;
+  int64_t slots;  // 0 when the row's batch is outside the table: every index maps to -1
+  int64_t offset;
+
+  __device__ __forceinline__ int32_t map(int32_t rel) const {
+    if (mode == int32_t(TopkMode::kPlain)) {
+      return rel;
+    }
+    if (rel < 0) {
+      return -1;
+    }
+    if (mode == int32_t(TopkMode::kRagged)) {
+      const int64_t s = int64_t(rel) + offset;
+      return (s < 0 || s > int64_t(INT32_MAX)) ? -1 : int32_t(s);
+    }
+    const int64_t slot = first_slot + (rel >> log2_page);
+    if (uint64_t(slot) >= uint64_t(slots)) {  // unsigned: a negative slot fails too
+      return -1;
+    }
+    const int32_t page = __ldg(table_row + slot);
+    if (page < 0) {
+      return -1;
+    }
+    const uint32_t offset_mask = (1u << log2_page) - 1u;
+    const int64_t phys = (int64_t(page) << log2_page) + int64_t(uint32_t(rel) & offset_mask);
+    return phys > int64_t(INT32_MAX) ? -1 : int32_t(phys);
+  }
+
+  // Output slot `pos` gets absolute column `col` (relative index col - start, wrapped to int32 as
+  // the reference's cast does).
+  __device__ __forceinline__ void put(uint32_t pos, int64_t col) const {
+    const int32_t rel = int32_t(col - start);
+    if (out_raw != nullptr) {
+      out_raw[pos] = rel;
+    }
+    out[pos] = map(rel);
+  }
+  __device__ __forceinline__ void put_none(uint32_t pos) const {
+    if (out_raw != nullptr) {
+      out_raw[pos] = -1;
+    }
+    out[pos] = -1;
+  }
+};
+
+// The window [lo, hi) of one row in device memory, as 16-byte vectors: vector v covers columns
+// [a0 + v * kItems, + kItems) with a0 <= lo the column of the 16-byte boundary at or before lo.
+// Vectors wholly inside the window load with one 16-byte load; the (at most two) partial ones load
+// their in-window elements one by one, so nothing outside the window is read.
+template <typename T>
+struct GlobalSrc {
+  static constexpr int kItems = radix::KeyOf<T>::kItems;
+  const T* row;
+  int64_t lo;
+  int64_t hi;
+  int64_t a0;
+  int32_t vecs;
+
+  __device__ __forceinline__ void init(const T* row_, int64_t lo_, int64_t hi_) {
+    row = row_;
+    lo = lo_;
+    hi = hi_;
+    a0 = lo - int64_t((reinterpret_cast<uintptr_t>(row + lo) & 15u) / sizeof(T));
+    vecs = int32_t((hi - a0 + kItems - 1) / kItems);
+  }
+  // Keys of vector v (v < vecs); returns the mask of the items inside the window.
+  __device__ __forceinline__ uint32_t load(int32_t v, uint32_t (&key)[kItems]) const {
+    const int64_t i0 = a0 + int64_t(v) * kItems;
+    if (i0 >= lo && i0 + kItems <= hi) {
+      radix::KeyOf<T>::vec(__ldg(reinterpret_cast<const uint4*>(row + i0)), key);
+      return (1u << kItems) - 1u;
+    }
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int64_t i = i0 + j;
+      key[j] = 0u;
+      if (i >= lo && i < hi) {
+        key[j] = radix::KeyOf<T>::one(row + i);
+        m |= 1u << j;
+      }
+    }
+    return m;
+  }
+  __device__ __forceinline__ int64_t col(int32_t v, int j) const { return a0 + int64_t(v) * kItems + j; }
+};
+
+// Keys in shared memory in index order: `count` keys, with their columns in `idx` (or, when idx is
+// null, the columns lo, lo + 1, ...). The key array is readable up to count rounded up to 4.
+struct ListSrc {
+  static constexpr int kItems = 4;
+  const uint32_t* keys;
+  const int32_t* idx;
+  int64_t lo;
+  int32_t count;
+  int32_t vecs;
+
+  __device__ __forceinline__ ListSrc(const uint32_t* keys_, const int32_t* idx_, int64_t lo_, int32_t count_)
+      : keys(keys_), idx(idx_), lo(lo_), count(count_), vecs((count_ + 3) / 4) {}
+  __device__ __forceinline__ uint32_t load(int32_t v, uint32_t (&key)[4]) const {
+    const uint4 x = *reinterpret_cast<const uint4*>(keys + 4 * v);
+    key[0] = x.x;
+    key[1] = x.y;
+    key[2] = x.z;
+    key[3] = x.w;
+    const int32_t left = count - 4 * v;
+    return left >= 4 ? 0xFu : (1u << left) - 1u;
+  }
+  __device__ __forceinline__ int64_t col(int32_t v, int j) const {
+    return idx != nullptr ? int64_t(idx[4 * v + j]) : lo + 4 * int64_t(v) + j;
+  }
+};
+
+// Count `digit` in the histogram for every lane with `take`. The lanes that share the digit of the
+// first taking lane add once, together (plateaus, all-equal rows and narrow ranges would otherwise
+// serialise a warp on one bin); the others add one by one. The warp must be converged.
+__device__ __forceinline__ void hist_add(uint32_t* hist, bool take, uint32_t digit) {
+  const uint32_t active = __ballot_sync(0xFFFFFFFFu, take);
+  if (active == 0u) {
+    return;
+  }
+  const int leader = __ffs(active) - 1;
+  const uint32_t lead_digit = __shfl_sync(0xFFFFFFFFu, digit, leader);
+  const bool with_leader = take && digit == lead_digit;
+  const uint32_t group = __ballot_sync(0xFFFFFFFFu, with_leader);
+  if (with_leader) {
+    if (int(threadIdx.x & 31) == leader) {
+      atomicAdd(hist + lead_digit, uint32_t(__popc(group)));
+    }
+  } else if (take) {
+    atomicAdd(hist + digit, 1u);
+  }
+}
+
+// Loop trip counts below are uniform over the block (bounds from per-row values only), so warps
+// stay converged for the warp votes and every thread reaches every barrier.
+template <class Src>
+__device__ __forceinline__ int32_t vec_rounds(const Src& src, int per_round) {
+  return (src.vecs + per_round - 1) / per_round;
+}
+
+// One level's histogram over the candidates (keys equal to the prefix under the mask).
+template <class Src>
+__device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st, int shift, uint32_t* hist) {
+  constexpr int I = Src::kItems;
+  constexpr int U = 16 / I;  // 16 keys per thread per round: several loads in flight
+  const int per_round = U * int(blockDim.x);
+  const int32_t rounds = vec_rounds(src, per_round);
+  for (int32_t r = 0; r < rounds; ++r) {
+    uint32_t key[U][I];
+    uint32_t m[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
+      m[u] = 0u;
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        key[u][j] = 0u;
+      }
+      if (v < src.vecs) {
+        m[u] = src.load(v, key[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        const bool take = ((m[u] >> j) & 1u) && (key[u][j] & st.mask) == st.prefix;
+        hist_add(hist, take, (key[u][j] >> shift) & 0x7FFu);
+      }
+    }
+  }
+}
+
+// The list path's first pass: the window's keys into shared memory (at column - lo) and the first
+// level's histogram.
+template <typename T>
+__device__ __forceinline__ void fill_list(const GlobalSrc<T>& src, uint32_t* keys, uint32_t* hist) {
+  constexpr int I = GlobalSrc<T>::kItems;
+  constexpr int U = 16 / I;
+  const int per_round = U * int(blockDim.x);
+  const int32_t rounds = vec_rounds(src, per_round);
+  const int32_t shift_cols = int32_t(src.lo - src.a0);
+  for (int32_t r = 0; r < rounds; ++r) {
+    uint32_t key[U][I];
+    uint32_t m[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
+      m[u] = 0u;
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        key[u][j] = 0u;
+      }
+      if (v < src.vecs) {
+        m[u] = src.load(v, key[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        const bool in = (m[u] >> j) & 1u;
+        if (in) {
+          keys[v * I + j - shift_cols] = key[u][j];
+        }
+        hist_add(hist, in, key[u][j] >> 21);
+      }
+    }
+  }
+}
+
+// Ordered compaction over the source in index order: every key above the prefix (under the mask)
+// and the first `need` keys equal to it go to sink.put(position, key, column). Positions count in
+// index order from the keys before this source (run_gt above the prefix, run_eq equal to it: the
+// other CTAs of a split row). Stops once `target` keys are placed; returns the count placed
+// (including the keys before). Ends with a barrier.
+template <class Src, class Sink>
+__device__ __forceinline__ uint32_t ordered_select(const Src& src, const SelectState& st, uint32_t need,
+                                                   uint32_t target, const Sink& sink, SelectShared& sh,
+                                                   uint32_t run_gt = 0, uint32_t run_eq = 0) {
+  constexpr int I = Src::kItems;
+  // Per chunk at most 1024 * 8 keys: both counts fit in 16 bits of one packed word.
+  const int32_t rounds = run_gt + min(run_eq, need) >= target ? 0 : vec_rounds(src, int(blockDim.x));
+  for (int32_t r = 0; r < rounds; ++r) {
+    const int32_t v = r * int(blockDim.x) + int(threadIdx.x);
+    uint32_t key[I] = {};
+    const uint32_t m = v < src.vecs ? src.load(v, key) : 0u;
+    uint32_t gt = 0;
+    uint32_t eq = 0;
+#pragma unroll
+    for (int j = 0; j < I; ++j) {
+      if ((m >> j) & 1u) {
+        const uint32_t mk = key[j] & st.mask;
+        gt |= uint32_t(mk > st.prefix) << j;
+        eq |= uint32_t(mk == st.prefix) << j;
+      }
+    }
+    const uint32_t packed = (uint32_t(__popc(gt)) << 16) | uint32_t(__popc(eq));
+    uint32_t total;
+    const uint32_t excl = radix::block_inclusive_scan(packed, sh.scan[r & 1], total) - packed;
+    uint32_t gb = run_gt + (excl >> 16);
+    uint32_t eb = run_eq + (excl & 0xFFFFu);
+    if (gt | eq) {
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        if ((gt >> j) & 1u) {
+          sink.put(gb + min(eb, need), key[j], src.col(v, j));
+          ++gb;
+        } else if ((eq >> j) & 1u) {
+          if (eb < need) {
+            sink.put(gb + eb, key[j], src.col(v, j));
+          }
+          ++eb;
+        }
+      }
+    }
+    run_gt += total >> 16;
+    run_eq += total & 0xFFFFu;
+    if (run_gt + min(run_eq, need) >= target) {
+      break;
+    }
+  }
+  __syncthreads();
+  return run_gt + min(run_eq, need);  // keys placed (all of them when the source ran to its end)
+}
+
+struct OutSink {
+  const RowOut& o;
+  __device__ __forceinline__ void put(uint32_t pos, uint32_t, int64_t col) const { o.put(pos, col); }
+};
+
+struct ListSink {
+  uint32_t* keys;
+  int32_t* idx;
+  uint32_t cap;  // positions at or past it are counted by the caller but not stored
+  __device__ __forceinline__ void put(uint32_t pos, uint32_t key, int64_t col) const {
+    if (pos < cap) {
+      keys[pos] = key;
+      idx[pos] = int32_t(col);
+    }
+  }
+};
+
+// The sampled-threshold filter of a long row (one CTA per row): the key E such that about
+// `want` keys of the part are >= E, estimated from kSamples evenly spaced single keys (the
+// j-th largest sample), then one ordered pass over device memory copies every key >= E with its
+// column into the candidate buffer. Returns how many keys are >= E (all stored when <= cap). The
+// caller finishes exactly on the candidates when k <= count <= cap (they then hold the top k) and
+// rescans the part otherwise.
+template <typename T>
+__device__ __forceinline__ uint32_t sample_filter(const GlobalSrc<T>& g, uint32_t want, uint32_t* cand_keys,
+                                                  int32_t* cand_idx, uint32_t cap, uint32_t* hist,
+                                                  SelectShared& sh) {
+  const int64_t pn = g.hi - g.lo;  // > kSamples
+  for (int i = threadIdx.x; i < kSamples; i += blockDim.x) {
+    const int64_t pos = g.lo + (int64_t(i) * pn + pn / 2) / kSamples;
+    cand_keys[i] = radix::KeyOf<T>::one(g.row + pos);
+  }
+  const ListSrc samples(cand_keys, nullptr, 0, kSamples);
+  uint64_t j = (uint64_t(kSamples) * want) / uint64_t(pn);
+  j = j < 1 ? 1 : (j > uint64_t(kSamples) ? uint64_t(kSamples) : j);
+  SelectState ss{0u, 0u, uint32_t(j), uint32_t(kSamples)};
+  for (int level = 0; level < radix::kLevels && ss.count != ss.krem; ++level) {
+    radix::clear_hist(hist);
+    __syncthreads();  // (the first one also publishes the samples)
+    hist_pass(samples, ss, radix::level_shift(level), hist);
+    __syncthreads();
+    radix::refine(hist, level, ss, sh);  // ends with a barrier: the samples are dead after it
+  }
+  // Keys >= E: above E, or equal to it, under the full mask.
+  const SelectState filter{ss.prefix, 0xFFFFFFFFu, 0u, 0u};
+  return ordered_select(g, filter, 0xFFFFFFFFu, 0xFFFFFFFFu, ListSink{cand_keys, cand_idx, cap}, sh);
+}
+
+// After a level's histogram is complete in `hist` (and a barrier): narrow the select to the bin of
+// the krem-th largest candidate. A split row (csize > 1 CTAs in a cluster) first sums the CTAs'
+// histograms into `total` through distributed shared memory, so every CTA takes the same decision.
+// `part_gt` / `part_eq` follow this CTA's own keys above / equal to the prefix. Ends with a barrier
+// after which `hist` may be cleared.
+__device__ __forceinline__ void level_refine(const uint32_t* hist, uint32_t* total, int level, SelectState& st,
+                                             uint32_t& part_gt, uint32_t& part_eq, uint32_t csize,
+                                             SelectShared& sh) {
+  if (csize == 1) {
+    radix::refine(hist, level, st, sh);
+    part_gt += sh.above;
+    part_eq = sh.count;
+    return;
+  }
+  radix::cluster_sync();  // every CTA's histogram of this level is complete
+  for (int b = threadIdx.x; b < radix::kBins; b += blockDim.x) {
+    uint32_t sum = 0;
+    for (uint32_t c = 0; c < csize; ++c) {
+      sum += radix::cluster_load(hist + b, c);
+    }
+    total[b] = sum;
+  }
+  __syncthreads();
+  radix::refine(total, level, st, sh);
+  // This CTA's keys in the bins above the chosen one, and in it.
+  const uint32_t bin = sh.bin;
+  const int per = radix::kBins / blockDim.x;
+  const int first = threadIdx.x * per;
+  uint32_t above = 0;
+  for (int b = 0; b < per; ++b) {
+    above += uint32_t(first + b) > bin ? hist[first + b] : 0u;
+  }
+  uint32_t above_all;
+  radix::block_inclusive_scan(above, sh.scan[1], above_all);
+  part_gt += above_all;
+  part_eq = hist[bin];
+  radix::cluster_sync();  // no CTA clears its histogram while another still reads it
+}
+
+__device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_t start) {
+  RowOut o;
+  o.out = a.out + r * a.out_stride;
+  o.out_raw = a.out_raw != nullptr ? a.out_raw + r * a.out_raw_stride : nullptr;
+  o.start = start;
+  o.mode = a.mode;
+  o.log2_page = a.log2_page;
+  o.table_row = a.page_table;
+  o.first_slot = 0;
+  o.slots = 0;
+  o.offset = 0;
+  if (a.mode == int32_t(TopkMode::kPageTable)) {
+    const int64_t b = a.row_to_batch != nullptr ? int64_t(__ldg(a.row_to_batch + r * a.row_to_batch_stride)) : r;
+    const bool ok = b >= 0 && b < a.batches;
+    o.table_row = a.page_table + (ok ? b : 0) * a.page_table_stride;
+    o.slots = ok ? a.max_pages : 0;
+    o.first_slot = a.pt_row_starts != nullptr ? int64_t(__ldg(a.pt_row_starts + r * a.pt_row_starts_stride)) : 0;
+  } else if (a.mode == int32_t(TopkMode::kRagged)) {
+    o.offset = int64_t(__ldg(a.offsets + r * a.offsets_stride));
+  }
+  return o;
+}
+
+// One row per CTA, or per cluster of a.cluster CTAs (each takes a contiguous part of the window).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant__ KernelArgs a) {
+  __shared__ SelectShared sh;
+  extern __shared__ uint4 dyn_smem[];
+  const uint32_t csize = uint32_t(a.cluster);
+  uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
+  uint32_t* total = csize > 1 ? hist + radix::kBins : hist;  // merged histogram of a split row
+  uint32_t* list = total + radix::kBins;
+
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int64_t r = blockIdx.x / csize;
+  const uint32_t rank = csize > 1 ? radix::cluster_rank() : 0u;
+  const int64_t width = a.width;
+  const int64_t start = a.row_starts != nullptr ? int64_t(__ldg(a.row_starts + r * a.row_starts_stride)) : 0;
+  int64_t len = a.lengths != nullptr ? int64_t(__ldg(a.lengths + r * a.lengths_stride)) : width - start;
+  len = len < 0 ? 0 : len;
+  const int64_t lo = start < 0 ? 0 : (start > width ? width : start);
+  int64_t hi = start + len;
+  hi = hi < lo ? lo : (hi > width ? width : hi);
+  const int32_t n = int32_t(hi - lo);  // width < 2^31
+
+  if (n <= a.k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
+    const RowOut o = row_out(a, r, start);
+    for (int64_t j = int64_t(rank) * blockDim.x + threadIdx.x; j < a.k; j += int64_t(csize) * blockDim.x) {
+      if (j < n) {
+        o.put(uint32_t(j), lo + j);
+      } else {
+        o.put_none(uint32_t(j));
+      }
+    }
+    return;
+  }
+
+  // This CTA's part [p_lo, p_hi) of the window: parts of a multiple of 16 keys, in rank order.
+  const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
+  const int64_t p_lo = lo + part * rank < hi ? lo + part * rank : hi;
+  const int64_t p_hi = p_lo + part < hi ? p_lo + part : hi;
+  const int32_t pn = int32_t(p_hi - p_lo);
+
+  const uint32_t k = uint32_t(a.k);
+  GlobalSrc<T> g;
+  g.init(static_cast<const T*>(a.scores) + r * a.row_stride, p_lo, p_hi);
+  SelectState st{0u, 0u, k, uint32_t(n)};
+  uint32_t part_gt = 0;  // this CTA's keys above the prefix (all taken)
+  uint32_t part_eq = 0;  // this CTA's keys equal to the prefix (candidates)
+  // The keys still in play live in device memory (g) until they fit in shared memory (list).
+  bool in_list = pn <= a.list_words;
+  ListSrc lst(list, nullptr, p_lo, pn);  // list path: the part's keys at column - p_lo
+  const int32_t cap = (a.list_words / 2) & ~3;  // stream path: candidate keys, then their columns
+  uint32_t* cand_keys = list;
+  int32_t* cand_idx = reinterpret_cast<int32_t*>(list + cap);
+
+  bool from_global = !in_list;
+  if (!in_list && a.sample != 0 && csize == 1 && 2 * k <= uint32_t(cap) && pn > kSamples) {
+    // One read instead of two or more, when the sampled threshold leaves between k and cap keys.
+    const uint32_t want = min(uint32_t(cap) / 2, 3 * k);
+    const uint32_t count = sample_filter(g, want, cand_keys, cand_idx, uint32_t(cap), hist, sh);
+    if (count >= k && count <= uint32_t(cap)) {
+      lst = ListSrc(cand_keys, cand_idx, p_lo, int32_t(count));
+      in_list = true;
+      from_global = false;
+    }
+  }
+  radix::clear_hist(hist);
+  __syncthreads();
+  if (!from_global && lst.idx == nullptr) {
+    fill_list(g, list, hist);  // the only read of the part from device memory
+  } else if (in_list) {
+    hist_pass(lst, st, radix::level_shift(0), hist);  // the sampled candidates
+  } else {
+    hist_pass(g, st, radix::level_shift(0), hist);
+  }
+  __syncthreads();
+  for (int level = 0;; ++level) {
+    level_refine(hist, total, level, st, part_gt, part_eq, csize, sh);
+    if (st.count == st.krem || level + 1 == radix::kLevels) {
+      break;  // every candidate left is taken, or the k-th key is known exactly
+    }
+    if (!in_list && part_gt + part_eq <= uint32_t(cap)) {
+      // This CTA's keys at or above the bin fit: copy them, in index order, with their columns.
+      ordered_select(g, st, 0xFFFFFFFFu, part_gt + part_eq, ListSink{cand_keys, cand_idx, uint32_t(cap)}, sh);
+      lst = ListSrc(cand_keys, cand_idx, p_lo, int32_t(part_gt + part_eq));
+      in_list = true;
+    }
+    radix::clear_hist(hist);
+    __syncthreads();
+    if (in_list) {
+      hist_pass(lst, st, radix::level_shift(level + 1), hist);
+    } else {
+      hist_pass(g, st, radix::level_shift(level + 1), hist);
+    }
+    __syncthreads();
+  }
+
+  // The keys before this CTA's part: the parts of the lower ranks.
+  uint32_t base_gt = 0;
+  uint32_t base_eq = 0;
+  if (csize > 1) {
+    if (threadIdx.x == 0) {
+      sh.part_gt = part_gt;
+      sh.part_eq = part_eq;
+    }
+    radix::cluster_sync();
+    for (uint32_t c = 0; c < rank; ++c) {
+      base_gt += radix::cluster_load(&sh.part_gt, c);
+      base_eq += radix::cluster_load(&sh.part_eq, c);
+    }
+    radix::cluster_sync();  // no CTA leaves while another still reads its shared memory
+  }
+  const RowOut o = row_out(a, r, start);  // built late: fewer registers live during the select
+  if (in_list) {
+    ordered_select(lst, st, st.krem, k, OutSink{o}, sh, base_gt, base_eq);
+  } else {
+    ordered_select(g, st, st.krem, k, OutSink{o}, sh, base_gt, base_eq);
+  }
+}
+
+using Kernel = void (*)(KernelArgs);
+
+Kernel kernel_for(TopkDtype dtype) {
+  switch (dtype) {
+    case TopkDtype::kFloat32:
+      return topk_kernel<float>;
+    case TopkDtype::kBFloat16:
+      return topk_kernel<__nv_bfloat16>;
+    case TopkDtype::kFloat16:
+      return topk_kernel<__half>;
+  }
+  return nullptr;
+}
+
+constexpr int kMaxDevices = 64;
+
+// A device attribute, cached per device (the launcher asks on every call).
+template <cudaDeviceAttr kAttr>
+cudaError_t device_attr(int device, int* value) {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    const int hit = cache[device].load(std::memory_order_relaxed);
+    if (hit != 0) {
+      *value = hit;
+      return cudaSuccess;
+    }
+  }
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(value, kAttr, device));
+  if (device >= 0 && device < kMaxDevices) {
+    cache[device].store(*value, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
+}
+
+// Allow the kernel `max_dyn` bytes of dynamic shared memory on this device (once per device).
+cudaError_t allow_smem(Kernel kernel, int which, int device, int max_dyn) {
+  static std::atomic<int> done[3][kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices && done[which][device].load(std::memory_order_relaxed) == max_dyn) {
+    return cudaSuccess;
+  }
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_dyn));
+  if (device >= 0 && device < kMaxDevices) {
+    done[which][device].store(max_dyn, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
+}
+
+// Whether the largest cluster we launch (kMaxCluster CTAs of 1024 threads with all the shared
+// memory) can be scheduled on this device: asked once per device and kernel.
+cudaError_t clusters_fit(Kernel kernel, int which, int device, int max_dyn, bool* fit) {
+  static std::atomic<int> cache[3][kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    const int hit = cache[which][device].load(std::memory_order_relaxed);
+    if (hit != 0) {
+      *fit = hit == 1;
+      return cudaSuccess;
+    }
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(topk_heuristics::kMaxCluster);
+  config.blockDim = dim3(kMaxThreads);
+  config.dynamicSmemBytes = size_t(max_dyn);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = topk_heuristics::kMaxCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // a device or driver without clusters: one CTA per row
+    clusters = 0;
+  }
+  *fit = clusters >= 1;
+  if (cached) {
+    cache[which][device].store(*fit ? 1 : 2, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace topk_detail
+
+cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
+  namespace d = topk_detail;
+  namespace h = topk_heuristics;
+  if (p.rows <= 0 || p.k <= 0) {
+    return cudaSuccess;
+  }
+  if (p.rows > INT32_MAX || p.k > INT32_MAX || p.width < 0 || p.width > INT32_MAX - 16) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.mode == TopkMode::kRagged && p.offsets == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const d::Kernel kernel = d::kernel_for(p.dtype);
+  if (kernel == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const int which = int(p.dtype);
+
+  d::KernelArgs a = {};
+  a.scores = p.scores;
+  a.width = p.width;
+  a.row_stride = p.row_stride;
+  a.k = int32_t(p.k);
+  a.mode = int32_t(p.mode);
+  a.lengths = p.lengths;
+  a.lengths_stride = p.lengths_stride;
+  a.row_starts = p.row_starts;
+  a.row_starts_stride = p.row_starts_stride;
+  a.out = p.out;
+  a.out_stride = p.out_stride;
+  a.out_raw = p.mode == TopkMode::kPageTable ? p.out_raw : nullptr;
+  a.out_raw_stride = p.out_raw_stride;
+  a.page_table = p.page_table;
+  a.batches = p.batches;
+  a.max_pages = p.max_pages;
+  a.page_table_stride = p.page_table_stride;
+  a.row_to_batch = p.row_to_batch;
+  a.row_to_batch_stride = p.row_to_batch_stride;
+  a.pt_row_starts = p.page_table_row_starts;
+  a.pt_row_starts_stride = p.page_table_row_starts_stride;
+  a.offsets = p.offsets;
+  a.offsets_stride = p.offsets_stride;
+  // page_size >= 2^31 behaves as 2^31: every valid index is in page slot 0, and only page 0 keeps
+  // the slot id inside int32.
+  int log2_page = 0;
+  while (log2_page < 31 && (int64_t{1} << log2_page) < p.page_size) {
+    ++log2_page;
+  }
+  a.log2_page = log2_page;
+
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  int major = 0;
+  int optin = 0;
+  int per_sm = 0;
+  int sms = 0;
+  DSA_CUDA_CHECK(current_arch_major(&major));
+  DSA_CUDA_CHECK(d::device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, &optin));
+  DSA_CUDA_CHECK(d::device_attr<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device, &per_sm));
+  DSA_CUDA_CHECK(d::device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
+  const int max_dyn = optin - d::kStaticReserve;
+  DSA_CUDA_CHECK(d::allow_smem(kernel, which, device, max_dyn));
+
+  int cluster = major >= 9 ? h::cluster_size(p.rows, p.width, p.k, sms) : 1;
+  if (cluster > 1) {
+    bool fit = false;
+    DSA_CUDA_CHECK(d::clusters_fit(kernel, which, device, max_dyn, &fit));
+    cluster = fit ? cluster : 1;
+  }
+  if (p.rows * cluster > INT32_MAX) {
+    cluster = 1;
+  }
+  a.cluster = cluster;
+  a.sample = h::sampled_filter(cluster) ? 1 : 0;
+
+  // Shared memory: the histogram (two for a split row), then the list: a part that fits takes the
+  // list path; otherwise the stream path's candidate buffer.
+  const int hist_bytes = d::kHistBytes * (cluster > 1 ? 2 : 1);
+  const int64_t max_words = int64_t((max_dyn - hist_bytes) / 4) & ~int64_t{3};
+  const int64_t part = ((p.width + cluster - 1) / cluster + 15) & ~int64_t{15};
+  const int64_t part4 = (part + 3) & ~int64_t{3};
+  const int64_t list_words = part4 <= max_words ? part4 : std::min<int64_t>(max_words, 2 * d::kMaxCandidates);
+  a.list_words = int32_t(list_words);
+  const int smem = hist_bytes + int(list_words) * 4;
+  const int ctas_by_smem = per_sm / (smem + int(sizeof(radix::SelectShared)) + d::kStaticReserve);
+  const int threads = h::threads(p.width, cluster, ctas_by_smem);
+
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(p.rows * cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = size_t(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  int n_attrs = 0;
+  if (major >= 9) {  // programmatic dependent launch (the kernel waits before its first read)
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
+  if (cluster > 1) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
+    attrs[n_attrs].val.clusterDim.y = 1;
+    attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  config.attrs = attrs;
+  config.numAttrs = unsigned(n_attrs);
+  return cudaLaunchKernelEx(&config, kernel, a);
+}
+
+}  // namespace dsa_cuda

@@ -1,0 +1,79 @@
+"""The top-k family's benchmark cases (issue 3), for benchmarks/bench_topk.py.
+
+Each case: rows x keys of fp32 scores (unless `dtype` says otherwise), k = 2048, the distribution of
+the scores, the goal as the issue states it, and how to time it (decode shapes, 1 to 64 rows, by
+CUDA-graph replay, with the per-call host overhead outside a graph reported beside them).
+`floor` goals are ratios to rows * keys * bytes / copy bandwidth measured in the same run; `us` goals
+are absolute medians.
+"""
+
+from __future__ import annotations
+
+import torch
+
+K = 2048
+
+# (rows, keys, goal_kind, goal): goal_kind "floor" (at most goal x the memory floor) or "us".
+MAIN_CASES = [
+    (4096, 32768, "floor", 1.5),
+    (4096, 131072, "floor", 1.5),
+    (16384, 65536, "floor", 1.5),
+    (256, 131072, "floor", 1.5),
+    (1, 131072, "us", 10.0),
+    (20, 134868, "us", 15.0),
+    (64, 1048576, "floor", 2.0),
+]
+
+# Reported in the results table too (no goal): bf16 and the adversarial distributions.
+DISTRIBUTIONS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf"]
+EXTRA_CASES = (
+    [dict(rows=r, keys=n, k=K, dtype="bfloat16", distribution="normal") for r, n, *_ in MAIN_CASES]
+    + [dict(rows=4096, keys=32768, k=K, dtype="float32", distribution=d) for d in DISTRIBUTIONS[1:]]
+    + [dict(rows=64, keys=131072, k=K, dtype="float32", distribution=d) for d in DISTRIBUTIONS[1:]]
+)
+
+# topk_page_table_transform must cost at most 1.05x topk on the same shape (page_size 64).
+PAGE_TABLE_RATIO_GOAL = 1.05
+HOST_OVERHEAD_GOAL_US = 10.0
+
+
+def graph_timed(rows: int) -> bool:
+    """Decode shapes (1 to 64 rows) are timed by CUDA-graph replay."""
+    return rows <= 64
+
+
+def cases():
+    """Every case as a dict with the DESIGN.md case keys (rows, keys, k, dtype, distribution)."""
+    out = [dict(rows=r, keys=n, k=K, dtype="float32", distribution="normal", goal_kind=gk, goal=g)
+           for r, n, gk, g in MAIN_CASES]
+    return out + [dict(c) for c in EXTRA_CASES]
+
+
+def make_scores(rows: int, keys: int, dtype: str = "float32", distribution: str = "normal",
+                device: str = "cuda", seed: int = 0) -> torch.Tensor:
+    """Scores of one case (same generators as tests/test_gpu_topk.py)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    shape = (rows, keys)
+    if distribution == "normal":
+        x = torch.randn(shape, device=device, generator=g)
+    elif distribution == "equal":
+        x = torch.full(shape, 0.6875, device=device)
+    elif distribution == "zeros":
+        x = torch.zeros(shape, device=device)
+    elif distribution == "mostly_zero":
+        x = torch.relu(torch.randn(shape, device=device, generator=g) - 2.5)
+    elif distribution == "ties":
+        x = torch.randint(0, 8, shape, device=device, generator=g).float()
+    elif distribution == "narrow":
+        x = 1.0 + 0.245 * torch.rand(shape, device=device, generator=g)
+    elif distribution == "big":
+        x = torch.randn(shape, device=device, generator=g) * 1e6
+    elif distribution == "nan_inf":
+        x = torch.randn(shape, device=device, generator=g)
+        u = torch.rand(shape, device=device, generator=g)
+        x = torch.where(u < 0.1, torch.full_like(x, float("nan")), x)
+        x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
+        x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
+    else:
+        raise ValueError(f"unknown distribution {distribution!r}")
+    return x.to(getattr(torch, dtype))

@@ -1,0 +1,302 @@
+"""GPU tests of the CUDA top-k family (backends_cuda/kernels/topk.cu) against the exact reference.
+
+The reference (dsa_ops.ops._common.window_topk, map_through_page_table) runs on the GPU tensors
+themselves. Order inside a row is unspecified unless deterministic=True, so the plain calls are compared
+as sets (each row sorted) and deterministic=True exactly; the CUDA kernel returns ascending rows always.
+Run on the H200: `pytest -m gpu tests/test_gpu_topk.py`.
+
+Few long rows are split over a thread-block cluster by default, and long rows with one CTA each try
+a sampled threshold first (sm90_topk_heuristics.cuh). DSA_OPS_TOPK_CLUSTER forces the CTAs per row
+and DSA_OPS_TOPK_SAMPLE=0 turns sampling off, so the `cluster` fixtures below reach every path on the
+same inputs: the heuristics' choice, one CTA per row with and without sampling, tiny split parts.
+"""
+
+from __future__ import annotations
+
+import dsa_ops
+import pytest
+import torch
+from dsa_ops.ops._common import INT32_MAX, map_through_page_table, window_topk
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+POISON = 0x7AAAAAAA
+CLUSTER_ENV = "DSA_OPS_TOPK_CLUSTER"
+SAMPLE_ENV = "DSA_OPS_TOPK_SAMPLE"
+
+
+def _mode(monkeypatch, mode):
+    """auto: the heuristics; "1": one CTA per row (long rows try the sampled threshold first);
+    "1-nosample": one CTA per row, plain stream path; "8": rows split over 8-CTA clusters."""
+    monkeypatch.delenv(CLUSTER_ENV, raising=False)
+    monkeypatch.delenv(SAMPLE_ENV, raising=False)
+    if mode != "auto":
+        monkeypatch.setenv(CLUSTER_ENV, mode.split("-")[0])
+    if mode.endswith("nosample"):
+        monkeypatch.setenv(SAMPLE_ENV, "0")
+    return mode
+
+
+@pytest.fixture(params=["auto", "1", "1-nosample"])
+def cluster(request, monkeypatch):
+    return _mode(monkeypatch, request.param)
+
+
+@pytest.fixture(params=["auto", "1", "1-nosample", "8"])
+def cluster3(request, monkeypatch):
+    return _mode(monkeypatch, request.param)
+
+
+def as_sets(x: torch.Tensor) -> torch.Tensor:
+    """Each row's entries sorted, -1s last: equal for two outputs that hold the same multiset per row."""
+    big = torch.where(x == -1, torch.full_like(x, INT32_MAX, dtype=torch.int64), x.long())
+    s, _ = torch.sort(big, dim=1)
+    return s
+
+
+def cuda_topk(scores, k, lengths=None, row_starts=None, deterministic=False):
+    with dsa_ops.use_backend("cuda"):
+        return dsa_ops.topk(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)
+
+
+def check_topk(scores, k, lengths=None, row_starts=None, what=""):
+    ref = window_topk(scores, k, lengths, row_starts)
+    got = cuda_topk(scores, k, lengths, row_starts)
+    assert got.shape == ref.shape and got.dtype == torch.int32
+    bad = (as_sets(got) != as_sets(ref)).any(dim=1)
+    assert not bad.any(), f"{what}: rows {bad.nonzero().flatten()[:8].tolist()} differ (as sets)"
+    got_d = cuda_topk(scores, k, lengths, row_starts, deterministic=True)
+    bad = (got_d != ref).any(dim=1)
+    assert not bad.any(), f"{what}: rows {bad.nonzero().flatten()[:8].tolist()} differ (deterministic)"
+
+
+def gen_rows(dist: str, rows: int, width: int, dtype, g: torch.Generator) -> torch.Tensor:
+    def rnd(*shape):
+        return torch.randn(*shape, device=DEV, generator=g)
+
+    def uni(*shape):
+        return torch.rand(*shape, device=DEV, generator=g)
+
+    if dist == "normal":
+        x = rnd(rows, width)
+    elif dist == "equal":
+        x = torch.full((rows, width), 0.6875, device=DEV)
+    elif dist == "zeros":
+        x = torch.zeros(rows, width, device=DEV)
+    elif dist == "mostly_zero":  # relu plateau: a few winners
+        x = torch.relu(rnd(rows, width) - 2.5)
+    elif dist == "ties":  # heavy ties at the k-th value
+        x = torch.randint(0, 8, (rows, width), device=DEV, generator=g).float()
+    elif dist == "narrow":
+        x = 1.0 + 0.245 * uni(rows, width)
+    elif dist == "big":  # beyond the fp16 range
+        x = rnd(rows, width) * 1e6
+    elif dist == "nan_inf":
+        x = rnd(rows, width)
+        u = uni(rows, width)
+        x = torch.where(u < 0.1, torch.full_like(x, float("nan")), x)
+        x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
+        x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
+        x = torch.where((u >= 0.2) & (u < 0.25), -torch.full_like(x, float("nan")), x)
+    elif dist == "signed_zero":
+        u = uni(rows, width)
+        x = torch.where(u < 0.5, torch.full_like(u, -0.0), torch.zeros_like(u))
+        x = torch.where(u > 0.995, u, x)
+        x = torch.where(u < 0.003, -u, x)
+    else:
+        raise ValueError(dist)
+    return x.to(dtype)
+
+
+DISTS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf", "signed_zero"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# Widths: the shared-memory list path (3000, 40000); the stream path (70000: rows wider than the
+# shared memory; its candidate buffer or the full rescan, depending on the data).
+SHAPES = [(8, 3000), (3, 40000), (3, 70000)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dist", DISTS)
+def test_distributions(dist, dtype, shape, cluster):
+    g = torch.Generator(device=DEV).manual_seed(100 * DISTS.index(dist) + SHAPES.index(shape))
+    x = gen_rows(dist, *shape, dtype, g)
+    for k in (1, 7, 64, 2048):
+        check_topk(x, k, what=f"{dist} {dtype} {shape} k={k}")
+
+
+def test_k_4096_and_widths_across_the_smem_threshold(cluster):
+    g = torch.Generator(device=DEV).manual_seed(3)
+    for width in (2047, 2048, 2049, 4100, 8193, 24576, 24577, 50000, 55808, 55809, 57000, 100003):
+        x = torch.randn(2, width, device=DEV, generator=g)
+        for k in (64, 2048, 4096):
+            check_topk(x, k, what=f"width={width} k={k}")
+
+
+def test_windows(cluster3):
+    g = torch.Generator(device=DEV).manual_seed(4)
+    for width in (5000, 70000):
+        rows = 64
+        x = torch.randint(0, 50, (rows, width), device=DEV, generator=g).float()
+        starts = torch.randint(-width // 2, width + 100, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        lengths = torch.randint(-100, width + 100, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        # edges: empty, negative length, past the end, negative start, int32 extremes, exactly k, k + 1
+        starts[:12] = torch.tensor([0, 0, 10, -5, width - 3, width, width + 7, -2**31, 2**31 - 1, -7, 0, 0])
+        lengths[:12] = torch.tensor([0, -9, 64, 100, 100, 5, 5, 2**31 - 1, 2**31 - 1, 2**31 - 1, 2048, 2049])
+        for k in (1, 64, 2048):
+            check_topk(x, k, lengths, starts, what=f"width={width} k={k}")
+            check_topk(x, k, None, starts, what=f"width={width} k={k} no lengths")
+            check_topk(x, k, lengths, None, what=f"width={width} k={k} no starts")
+
+
+def test_empty_shapes():
+    for rows, width in ((0, 100), (5, 0), (0, 0)):
+        x = torch.randn(rows, width, device=DEV)
+        check_topk(x, 8, what=f"{rows}x{width}")
+
+
+def test_million_key_rows(cluster):
+    g = torch.Generator(device=DEV).manual_seed(5)
+    w = 1 << 20
+    x = torch.randn(4, w, device=DEV, generator=g)
+    x[1] = torch.rand(w, device=DEV, generator=g)  # uniform: a wide top bin
+    x[2] = torch.randint(0, 3, (w,), device=DEV, generator=g).float()  # ties: the full rescan path
+    x[3] = 1.0 + 0.245 * torch.rand(w, device=DEV, generator=g)
+    for k in (2048, 4096):
+        check_topk(x, k, what=f"1M fp32 k={k}")
+    check_topk(x.bfloat16(), 2048, what="1M bf16")
+    lengths = torch.tensor([w, 700000, 5000, 1], device=DEV, dtype=torch.int32)
+    starts = torch.tensor([0, 300000, w - 2000, 17], device=DEV, dtype=torch.int32)
+    check_topk(x, 2048, lengths, starts, what="1M windows")
+
+
+def test_many_short_rows():
+    g = torch.Generator(device=DEV).manual_seed(6)
+    rows = 150000
+    x = torch.randn(rows, 300, device=DEV, generator=g)
+    lengths = torch.randint(0, 300, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    check_topk(x, 16, what="150000 rows")
+    check_topk(x, 16, lengths, what="150000 rows, lengths")
+    check_topk(x, 2048, what="150000 rows, k > width")
+
+
+def test_non_contiguous_rows(cluster3):
+    g = torch.Generator(device=DEV).manual_seed(7)
+    for dtype in DTYPES:
+        for width, pad, off in ((3000, 17, 1), (70000, 5, 3), (40000, 1, 0)):
+            base = torch.randn(5, width + pad, device=DEV, generator=g).to(dtype)
+            x = base[:, off:off + width]  # row stride width + pad, unaligned row starts
+            assert not x.is_contiguous()
+            check_topk(x, 64, what=f"strided {dtype} {width}")
+            check_topk(x, 2048, what=f"strided {dtype} {width}")
+
+
+def test_outputs_poisoned_before_the_call(cluster3):
+    g = torch.Generator(device=DEV).manual_seed(8)
+    for rows, width, k in ((37, 5000, 64), (5, 70000, 2048), (9, 100, 2048)):
+        x = torch.randn(rows, width, device=DEV, generator=g)
+        lengths = torch.randint(-5, width + 5, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        pt = torch.randint(0, 1000, (rows, width // 64 + 1), device=DEV, dtype=torch.int32, generator=g)
+        out = torch.full((rows, k), POISON, device=DEV, dtype=torch.int32)
+        out_raw = torch.full((rows, k), POISON, device=DEV, dtype=torch.int32)
+        with dsa_ops.use_backend("cuda"):
+            dsa_ops.topk_page_table_transform(x, pt, lengths, k, out=out, out_raw=out_raw)
+        raw = window_topk(x, k, lengths)
+        assert torch.equal(out_raw, raw)
+        assert torch.equal(out, map_through_page_table(raw, pt, None, None, 64))
+        # the functional form: its output lands in the just-freed poisoned block
+        del out, out_raw
+        junk = torch.full((rows * k,), POISON, device=DEV, dtype=torch.int32)
+        del junk
+        check_topk(x, k, lengths, what="poisoned functional")
+
+
+def _page_case(g, rows, width, k, page_size, nb=5):
+    x = torch.randint(0, 20, (rows, width), device=DEV, generator=g).float()
+    lengths = torch.randint(-3, width + 3, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    starts = torch.randint(-10, 50, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    max_pages = width // min(page_size, 1 << 12) + 3
+    hi = min(2**31 // page_size + 5, INT32_MAX)
+    pt = torch.randint(-2, hi, (nb, max_pages), device=DEV, dtype=torch.int32, generator=g)
+    rtb = torch.randint(-1, nb + 1, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    ptrs = torch.randint(-2, 3, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    return x, lengths, starts, pt, rtb, ptrs
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64, 2**31])
+def test_page_table_transform(page_size, cluster):
+    g = torch.Generator(device=DEV).manual_seed(9)
+    for rows, width, k in ((40, 5000, 64), (6, 70000, 2048), (10, 300, 2048)):
+        x, lengths, starts, pt, rtb, ptrs = _page_case(g, rows, width, k, page_size)
+        for kw in (dict(), dict(row_starts=starts, row_to_batch=rtb, page_table_row_starts=ptrs)):
+            raw = window_topk(x, k, lengths, kw.get("row_starts"))
+            want = map_through_page_table(raw, pt, kw.get("row_to_batch"), kw.get("page_table_row_starts"),
+                                          page_size)
+            # outputs with a row stride wider than k
+            out = torch.full((rows, k + 3), POISON, device=DEV, dtype=torch.int32)[:, :k]
+            out_raw = torch.full((rows, k + 5), POISON, device=DEV, dtype=torch.int32)[:, 2:k + 2]
+            with dsa_ops.use_backend("cuda"):
+                got = dsa_ops.topk_page_table_transform(x, pt, lengths, k, page_size=page_size,
+                                                        deterministic=True, out=out, out_raw=out_raw, **kw)
+                functional = dsa_ops.topk_page_table_transform(x, pt, lengths, k, page_size=page_size, **kw)
+            assert got is out
+            assert torch.equal(out_raw, raw), (rows, width, k, kw.keys())
+            assert torch.equal(out, want), (rows, width, k, kw.keys())
+            # order unspecified without deterministic: compare the (raw, mapped) pairs per row
+            assert torch.equal(as_sets(functional), as_sets(want))
+
+
+def test_ragged_transform(cluster):
+    g = torch.Generator(device=DEV).manual_seed(10)
+    for rows, width, k in ((40, 5000, 64), (6, 70000, 2048), (10, 300, 2048)):
+        x = torch.randn(rows, width, device=DEV, generator=g)
+        lengths = torch.randint(-3, width + 3, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        starts = torch.randint(-10, 50, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        offsets = torch.randint(-1000, 1 << 20, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        offsets[0], offsets[1] = INT32_MAX - 10, -(2**31)
+        for st in (None, starts):
+            rel = window_topk(x, k, lengths, st).long()
+            s = rel + offsets.long()[:, None]
+            want = torch.where((rel >= 0) & (s >= 0) & (s <= INT32_MAX), s, -1).to(torch.int32)
+            with dsa_ops.use_backend("cuda"):
+                got = dsa_ops.topk_ragged_transform(x, offsets, lengths, k, row_starts=st)
+            assert torch.equal(as_sets(got), as_sets(want))
+            assert torch.equal(got, want)  # ascending relative indices, so ascending here too
+
+
+def test_repeatable_bits(cluster):
+    g = torch.Generator(device=DEV).manual_seed(11)
+    x = torch.randint(0, 4, (64, 40000), device=DEV, generator=g).float()
+    y = torch.randint(0, 4, (4, 200000), device=DEV, generator=g).float()
+    first_x = cuda_topk(x, 2048, deterministic=True)
+    first_y = cuda_topk(y, 2048, deterministic=True)
+    for _ in range(100):
+        assert torch.equal(cuda_topk(x, 2048, deterministic=True), first_x)
+        assert torch.equal(cuda_topk(y, 2048, deterministic=True), first_y)
+    assert torch.equal(first_x, window_topk(x, 2048))
+    assert torch.equal(first_y, window_topk(y, 2048))
+
+
+def test_cuda_graph_and_side_stream(cluster):
+    g = torch.Generator(device=DEV).manual_seed(12)
+    x = torch.randn(16, 70000, device=DEV, generator=g)
+    lengths = torch.randint(0, 70000, (16,), device=DEV, dtype=torch.int32, generator=g)
+    out = torch.empty(16, 2048, device=DEV, dtype=torch.int32)
+    pt = torch.arange(16 * 1100, device=DEV, dtype=torch.int32).view(16, 1100)
+    with dsa_ops.use_backend("cuda"):
+        dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, out=out)  # warm-up (build, attributes)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=s):
+                dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, out=out)
+        torch.cuda.current_stream().wait_stream(s)
+    for _ in range(2):
+        x.copy_(torch.randn(16, 70000, device=DEV, generator=g))
+        lengths.copy_(torch.randint(0, 70000, (16,), device=DEV, dtype=torch.int32, generator=g))
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        raw = window_topk(x, 2048, lengths)
+        assert torch.equal(out, map_through_page_table(raw, pt, None, None, 64))
