@@ -10,9 +10,9 @@ stages=${*:-build test bench sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 log() { echo "== $(date +%T) $*"; }
 
-log "setup"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+log "setup"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | cat
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "root' user" | tail -3
-python3 -m dsa_ops info 2>&1 | tee "$OUT/info.txt"
+python3 -m dsa_ops info 2>&1
 
 if has build; then
   log "build (ninja, 16 cores)"
@@ -32,21 +32,27 @@ fi
 rc=0
 if has test; then
   log "GPU tests"
-  python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -60
+  python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -60
   rc=${PIPESTATUS[0]}
 fi
 
 if has bench; then
   log "benchmarks"
   python3 -m pytest benchmarks/bench_*.py -m gpu -q -s -p no:cacheprovider --dsa-results "$OUT/h200.json" \
-    --benchmark-json "$OUT/pytest_benchmark.json" 2>&1 | tee "$OUT/bench.log" | grep -E "^  |passed|failed|error" | tail -80
+    --benchmark-json /tmp/pytest_benchmark.json 2>&1 | tee "$OUT/bench.log" | grep -E "^  |passed|failed|error" | tail -80
 fi
 
 if has sanitize; then
   log "compute-sanitizer"
-  for tool in memcheck racecheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_small.py > "$OUT/sanitizer_$tool.log" 2>&1
-    echo "compute-sanitizer $tool exit $?: $(tail -2 "$OUT/sanitizer_$tool.log" | tr '\n' ' ')"
+  # Every top-k path: default (shared-memory, cluster split, short windows), one CTA per row
+  # (sampled threshold), and no sampling (streamed radix passes, candidate copy, 4-read rescan).
+  for mode in "" "DSA_OPS_TOPK_CLUSTER=1" "DSA_OPS_TOPK_CLUSTER=1 DSA_OPS_TOPK_SAMPLE=0"; do
+    for tool in memcheck racecheck; do
+      f="$OUT/sanitizer.log"
+      echo "--- $tool ${mode:-default}" >> "$f"
+      env $mode timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_small.py >> "$f" 2>&1
+      echo "compute-sanitizer $tool [${mode:-default}] exit $?: $(tail -2 "$f" | tr '\n' ' ')"
+    done
   done
 fi
 log "done (tests rc=$rc)"

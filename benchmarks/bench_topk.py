@@ -1,0 +1,55 @@
+"""The top-k family (issue 3): topk against torch.topk and the memory floor (rows * keys * bytes).
+
+Decode shapes (<= 64 rows) are timed by CUDA-graph replay, with the per-call host overhead outside a
+graph beside them; larger ones by CUDA events with a cold L2. topk_page_table_transform is timed on the
+main shapes as a ratio to topk.
+"""
+
+import pytest
+import torch
+from harness import host_overhead_us, record
+from topk_cases import cases, graph_timed, make_scores
+
+import dsa_ops
+from dsa_ops import registry
+
+pytestmark = pytest.mark.gpu
+CASES = cases()
+
+
+def _time(bench, rows, fn):
+    return bench.timer.graph_median_us(fn) if graph_timed(rows) else bench.timer.median_us(fn)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['rows']}x{c['keys']}-{c['dtype']}-{c['distribution']}" for c in CASES])
+def test_topk(bench, benchmark, case):
+    rows, keys, k = case["rows"], case["keys"], case["k"]
+    scores = make_scores(rows, keys, case["dtype"], case["distribution"])
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    with registry.use_backend("cuda"):
+        fn = lambda: torch.ops.dsa.topk(scores, k)  # noqa: E731
+        got = fn()
+        ref = dsa_ops.ops._common.window_topk(scores, k)
+        exact = bool(torch.equal(got, ref))  # the kernel's rows come back ascending, like the reference
+        us = _time(bench, rows, fn)
+        extra = {"exact": exact, "timing": "cuda-graph replay" if graph_timed(rows) else "cuda events, cold L2"}
+        if graph_timed(rows):
+            extra["host_overhead_us"] = round(host_overhead_us(fn, calls=500), 2)
+        benchmark.pedantic(lambda: (fn(), torch.cuda.synchronize()), rounds=5, warmup_rounds=1)
+        baselines = {}
+        main = case["dtype"] == "float32" and case["distribution"] == "normal"
+        if main:
+            pt = torch.arange(rows * ((keys + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
+            lengths = torch.full((rows,), keys, dtype=torch.int32, device="cuda")
+            ptt = lambda: dsa_ops.topk_page_table_transform(scores, pt, lengths, k, page_size=64, out=out)  # noqa: E731
+            extra["page_table_transform_us"] = round(_time(bench, rows, ptt), 3)
+            extra["page_table_transform_ratio"] = round(extra["page_table_transform_us"] / us, 3)
+    if case["distribution"] in ("normal", "ties", "narrow"):  # torch.topk is too slow to time on every case
+        baselines["torch"] = _time(bench, rows, lambda: torch.topk(scores, k, dim=1, sorted=False))
+    if "goal" in case:
+        extra["goal"] = f"<= {case['goal']}{'x floor' if case['goal_kind'] == 'floor' else ' us'}"
+    c = {k2: case[k2] for k2 in ("rows", "keys", "k", "dtype", "distribution")}
+    nbytes = rows * keys * scores.element_size() + rows * k * 4
+    bench.add(record("topk", "cuda", c, us, floor_us=bench.floor_us(nbytes),
+                     floor_kind="memory (read scores once + write indices)", baselines=baselines, **extra))
+    assert exact
