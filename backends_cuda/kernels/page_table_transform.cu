@@ -33,6 +33,7 @@ cudaError_t launch_page_table_transform(const PageTableTransformParams& p, cudaS
   a.log2_page = log2_page;
   a.offset_mask = int32_t((uint32_t{1} << log2_page) - 1u);
   a.max_page = int32_t(INT32_MAX >> log2_page);
+  a.table_empty = p.batches <= 0 || p.max_pages <= 0;
 
   const uint64_t quads = (a.numel + 3) / 4;
   const uint64_t per_block = uint64_t(d::kThreads) * d::kQuadsPerThread;

@@ -67,7 +67,11 @@ struct KernelArgs {
   int32_t log2_page;
   int32_t offset_mask;  // page_size - 1 (clamped to 2^31 - 1)
   int32_t max_page;     // largest page with page * page_size + offset <= INT32_MAX for every offset
+  bool table_empty;     // no batches or no page slots: every gather reads kNoPage instead
 };
+
+// What an empty table's rows point at, so the unconditional gather always has a valid address.
+__device__ const int32_t kNoPage = -1;
 
 // One index row's window into the page table. slots == 0 when the batch row is out of range, so
 // every index of the row maps to -1 and the table is never touched.
@@ -82,48 +86,46 @@ __device__ __forceinline__ RowView row_view(const KernelArgs& a, uint64_t row) {
       a.row_to_batch != nullptr ? int64_t{__ldg(a.row_to_batch + int64_t(row) * a.row_to_batch_stride)} : int64_t(row);
   const bool ok = b >= 0 && b < a.batches;
   RowView v;
-  v.table_row = a.page_table + (ok ? b : 0) * a.table_stride;
+  v.table_row = a.table_empty ? &kNoPage : a.page_table + (ok ? b : 0) * a.table_stride;
   v.first_slot = a.row_starts != nullptr ? int64_t{__ldg(a.row_starts + int64_t(row) * a.row_starts_stride)} : 0;
   v.slots = ok ? uint64_t(a.max_pages) : 0;
   return v;
 }
 
 __device__ __forceinline__ int32_t map_index(const KernelArgs& a, const RowView& v, int32_t i) {
-  if (i < 0) {
-    return -1;
-  }
+  // Branch-free: the gather always reads a valid table entry (slot 0 of the row when the index is
+  // invalid), so the compiler can issue all of a thread's gathers back to back instead of one
+  // dependent load after another. An empty table reads kNoPage.
   // 64-bit: a huge row start plus a huge page number must not wrap into range.
   const int64_t slot = v.first_slot + (i >> a.log2_page);
-  if (uint64_t(slot) >= v.slots) {  // unsigned: negative slots fail too
-    return -1;
-  }
-  const int32_t page = __ldg(v.table_row + slot);
-  if (uint32_t(page) > uint32_t(a.max_page)) {  // negative pages wrap to huge and fail too
-    return -1;
-  }
-  return (page << a.log2_page) | (i & a.offset_mask);
+  const bool in_table = i >= 0 && uint64_t(slot) < v.slots;  // unsigned: negative slots fail too
+  const int32_t page = __ldg(v.table_row + (in_table ? slot : 0));
+  // Negative pages wrap to huge and fail too.
+  const bool ok = in_table && uint32_t(page) <= uint32_t(a.max_page);
+  return ok ? (page << a.log2_page) | (i & a.offset_mask) : -1;
 }
 
-// Map the (up to) 4 elements starting at flat index e0. The row is computed per element, so quads
-// that cross row boundaries (k % 4 != 0, or k < 4) are handled; one division per quad.
+// Map the (up to) 4 elements starting at flat index e0 (elements past n hold -1 and stay -1). The
+// row is computed per element only when the quad crosses a row boundary (k % 4 != 0, or k < 4).
 template <typename Index>
 __device__ __forceinline__ void map_quad(const KernelArgs& a, Index e0, Index n, int32_t (&v)[4]) {
   const Index k = Index(a.k);
-  Index row = e0 / k;
-  Index col = e0 - row * k;
-  RowView view = row_view(a, row);
-  v[0] = map_index(a, view, v[0]);
+  const Index row = e0 / k;
+  const Index col = e0 - row * k;
+  if (col + 3 < k) {
+    const RowView view = row_view(a, row);
 #pragma unroll
-  for (int j = 1; j < 4; ++j) {
-    if (e0 + Index(j) >= n) {
-      break;
+    for (int j = 0; j < 4; ++j) {
+      v[j] = map_index(a, view, v[j]);
     }
-    if (++col == k) {
-      col = 0;
-      ++row;
-      view = row_view(a, row);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const Index r = (e0 + Index(j)) / k;
+    if (e0 + Index(j) < n) {
+      v[j] = map_index(a, row_view(a, r), v[j]);
     }
-    v[j] = map_index(a, view, v[j]);
   }
 }
 
@@ -179,11 +181,19 @@ __global__ void __launch_bounds__(kThreads) page_table_transform_kernel(const __
         load_quad<Index, kVec>(a, q * 4, n, v[u]);
       }
     }
+    // All gathers before any store: a store may alias the table as far as the compiler knows, so
+    // mapping after a store would serialise the second quad's gathers behind the first's.
 #pragma unroll
     for (int u = 0; u < kQuadsPerThread; ++u) {
       const Index q = base + Index(u) * kThreads;
       if (q < quads) {
         map_quad<Index>(a, q * 4, n, v[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kQuadsPerThread; ++u) {
+      const Index q = base + Index(u) * kThreads;
+      if (q < quads) {
         store_quad<Index, kVec>(a, q * 4, n, v[u]);
       }
     }
