@@ -13,7 +13,7 @@
 
 Turn it off with ``dsa_ops.inductor.uninstall()`` or ``dsa_ops.inductor.config.enabled = False``.
 ``counters`` counts the rewrites done in this process (a warm FX graph cache skips the pass, so it
-counts nothing then). See inductor/README.md for the exact conditions of each rewrite.
+counts nothing then). See the README section "torch.compile" for the exact conditions of each rewrite.
 """
 
 from collections import Counter
