@@ -30,7 +30,8 @@ def test_topk(bench, benchmark, case):
         fn = lambda: torch.ops.dsa.topk(scores, k)  # noqa: E731
         got = fn()
         ref = dsa_ops.ops._common.window_topk(scores, k)
-        exact = bool(torch.equal(got, ref))  # the kernel's rows come back ascending, like the reference
+        # order inside a row is unspecified without deterministic=True: compare each row as a set
+        exact = bool(torch.equal(torch.sort(got, dim=1).values, torch.sort(ref, dim=1).values))
         us = _time(bench, rows, fn)
         extra = {"exact": exact, "timing": "cuda-graph replay" if graph_timed(rows) else "cuda events, cold L2"}
         if graph_timed(rows):

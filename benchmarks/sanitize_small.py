@@ -23,8 +23,10 @@ for backend in ("cuda", "hip", "triton"):
         assert torch.equal(got, want), backend
         ran.append(f"page_table_transform[{backend}]")
 
-# Top-k: one shape per path (single CTA from shared memory, long rows from global memory, short windows).
-for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 70000, 300)):
+# Top-k: one shape per path (single CTA from shared memory, long rows from global memory, short windows,
+# the list path with its compacted candidates).
+# (3, 40000, 2048): the list path whose first-level candidates are compacted after the list.
+for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 70000, 300), (3, 40000, 2048)):
     s = torch.randn(rows, width, device=dev, generator=g)
     if rows == 1:  # all-equal row: the candidates never fit, so the exact 4-read rescan runs
         s.fill_(0.5)

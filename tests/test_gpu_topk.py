@@ -110,8 +110,11 @@ def gen_rows(dist: str, rows: int, width: int, dtype, g: torch.Generator) -> tor
 
 DISTS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf", "signed_zero"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# Widths: the shared-memory list path (3000, 40000); the stream path (70000: rows wider than the
-# shared memory; its candidate buffer or the full rescan, depending on the data).
+# Widths: the shared-memory list path (3000, 40000; after the first level the keys at or above the
+# threshold bin are compacted into a candidate area after the list when they fit: k=2048 at 40000
+# normally does, k=2048 at 3000 and the tie-heavy distributions fall back to full-list levels); the
+# stream path (70000: rows wider than the shared memory; its candidate buffer or the full rescan,
+# depending on the data).
 SHAPES = [(8, 3000), (3, 40000), (3, 70000)]
 
 
@@ -123,6 +126,20 @@ def test_distributions(dist, dtype, shape, cluster):
     x = gen_rows(dist, *shape, dtype, g)
     for k in (1, 7, 64, 2048):
         check_topk(x, k, what=f"{dist} {dtype} {shape} k={k}")
+
+
+def test_list_candidates_compacted_or_not(cluster3):
+    # 4096x32768-like rows (the main benchmark shape, list path with compaction) with the
+    # distributions that overflow the candidate area (plateaus, ties) or barely fit it.
+    g = torch.Generator(device=DEV).manual_seed(13)
+    for dist in ("normal", "equal", "mostly_zero", "ties", "narrow", "nan_inf", "signed_zero"):
+        x = gen_rows(dist, 6, 32768, torch.float32, g)
+        x[5] = torch.randn(32768, device=DEV, generator=g)
+        x[5, ::4] = 1.5  # a heavy tie inside the threshold bin
+        for k in (1, 2048, 4096, 7000):
+            check_topk(x, k, what=f"{dist} 32768 k={k}")
+    x = gen_rows("normal", 4, 32768, torch.bfloat16, g)
+    check_topk(x, 2048, what="bf16 32768")
 
 
 def test_k_4096_and_widths_across_the_smem_threshold(cluster):

@@ -153,7 +153,7 @@ def sample_filter(keys_row, g, k, cap, threads, samples):
 
 
 def model_row(keys_row, k, start, length, width, *, list_words, cap, threads, items, mis, csize=1,
-              sample=0):
+              sample=0, lcap=0):
     """One row as the kernel computes it, with csize CTAs (a cluster) splitting the window."""
     out = [None] * k
     len_ = width - start if length is None else length
@@ -177,13 +177,16 @@ def model_row(keys_row, k, start, length, width, *, list_words, cap, threads, it
         p_hi = min(p_lo + part, hi)
         pn = p_hi - p_lo
         g = Row(keys_row, p_lo, p_hi, items, (mis + rank) % items)
-        c = dict(g=g, src=g, gt=0, eq=0, in_list=pn <= list_words)
+        c = dict(g=g, src=g, gt=0, eq=0, in_list=pn <= list_words, compacted=False)
+        # where the keys at or above the bin are compacted: after the list (list path), or the
+        # list area itself (stream path)
+        c["ccap"] = lcap if c["in_list"] else cap
         if c["in_list"]:
             c["src"] = Row(keys_row, p_lo, p_hi, 4, 0)  # the part's keys at column - p_lo
         elif sample and csize == 1 and 2 * k <= cap and pn > sample:
             count, lst = sample_filter(keys_row, g, k, cap, threads, sample)
             if k <= count <= cap:
-                c["src"], c["in_list"], c["sampled"] = lst, True, True
+                c["src"], c["in_list"], c["sampled"], c["compacted"] = lst, True, True, True
         ctas.append(c)
     st = dict(prefix=0, mask=0, krem=k, count=n)
     for c in ctas:  # level 0 reads device memory, or the sampled candidates
@@ -200,7 +203,7 @@ def model_row(keys_row, k, start, length, width, *, list_words, cap, threads, it
             break
         for c in ctas:
             mine = c["gt"] + c["eq"]
-            if not c["in_list"] and mine <= cap:
+            if not c["compacted"] and c["ccap"] > 0 and mine <= c["ccap"]:
                 ck = np.zeros(mine, dtype=np.uint32)
                 cc = np.zeros(mine, dtype=np.int64)
                 seen = set()
@@ -211,11 +214,11 @@ def model_row(keys_row, k, start, length, width, *, list_words, cap, threads, it
                     ck[pos] = key
                     cc[pos] = col
 
-                ordered_select(c["g"], st, 0xFFFFFFFF, mine, lput, threads)
+                ordered_select(c["src"], st, 0xFFFFFFFF, mine, lput, threads)
                 assert len(seen) == mine
                 assert np.all(np.diff(cc) > 0)
                 c["src"] = Row(ck, 0, mine, 4, 0, cols=cc)
-                c["in_list"] = True
+                c["in_list"] = c["compacted"] = True
         level += 1
         for c in ctas:
             c["hist"] = hist_pass(c["src"], st, SHIFTS[level])
@@ -269,9 +272,12 @@ def _cases():
     yield "fp16", (torch.randn(2, W, generator=g) * 100).half()
 
 
-# list_words, cap, threads, items, mis, csize
+# list_words, cap, threads, items, mis, csize, sample, lcap
 CONFIGS = [
-    (1 << 20, 0, 64, 4, 0, 1),  # list path
+    (1 << 20, 0, 64, 4, 0, 1),  # list path, no room for candidates: every level over the list
+    (1 << 20, 0, 64, 4, 0, 1, 0, 400),  # list path, the keys at or above the first bin compacted
+    (1 << 20, 0, 64, 4, 0, 1, 0, 60),  # list path, small candidate area (compacts at a later level)
+    (1 << 20, 0, 64, 4, 0, 3, 0, 40),  # split rows, list parts with candidates (per-CTA choice)
     (16, 400, 64, 4, 3, 1),  # stream path, candidates always fit
     (16, 64, 64, 8, 5, 1),  # stream path, small candidate buffer (falls back at some levels)
     (16, 0, 64, 4, 1, 1),  # stream path, no candidate buffer: 4 reads
@@ -280,8 +286,9 @@ CONFIGS = [
     (16, 0, 64, 8, 1, 2),  # split rows: stream, no candidate buffer
     (16, 600, 64, 4, 3, 1, 32),  # sampled threshold (falls back on ties and plateaus)
     (16, 100, 64, 8, 1, 1, 16),  # sampled threshold, small buffer: more fallbacks
+    (40, 30, 64, 4, 2, 8, 0, 24),  # split rows: mixed list (with candidates) / stream parts
 ]
-NAMES = ("list_words", "cap", "threads", "items", "mis", "csize", "sample")
+NAMES = ("list_words", "cap", "threads", "items", "mis", "csize", "sample", "lcap")
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)

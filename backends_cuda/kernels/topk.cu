@@ -13,7 +13,11 @@
 //   n <= k      the window's indices 0..n-1 (relative), then -1.
 //   n fits      ("list" path) the window is read once from device memory into shared memory as keys,
 //               with the first level's histogram; the other levels and the write run from shared
-//               memory.
+//               memory. When the keys at or above the threshold bin of a level fit the candidate
+//               area after the list (sized on the host so the CTAs per SM do not drop; usually after
+//               the first level: k plus the bin's few hundred keys), one ordered pass copies them
+//               with their columns and the remaining levels and the write run on those only.
+//               Plateaus and heavy ties overflow it and keep every level over the whole list.
 //   otherwise   ("stream" path) levels run over device memory. As soon as the keys that can still be
 //               taken (those at or above the current bin) fit in shared memory, one more pass copies
 //               them, in index order, with their indices, and the select finishes there. Otherwise
@@ -39,6 +43,8 @@ constexpr int kStaticReserve = 1024;
 // The stream path's candidate buffer: at most this many (key, index) pairs, so two 1024-thread
 // CTAs fit on an SM.
 constexpr int kMaxCandidates = 12288;
+// The list path's candidates after the first level: at most this many (key, index) pairs.
+constexpr int kListCandidates = 8192;
 // Single keys sampled from a long row to estimate its threshold.
 constexpr int kSamples = 1024;
 
@@ -71,6 +77,9 @@ struct KernelArgs {
   // of up to this many keys takes the list path; the stream path's candidates use half for keys,
   // half for indices.
   int32_t list_words;
+  // List path only: uint32 words after the list (a multiple of 8, possibly 0) for the candidates
+  // left after the first level (half keys, half indices).
+  int32_t cand_words;
   // CTAs per row: 1, or the size of the thread-block cluster that splits each row (then the
   // dynamic shared memory holds a second histogram, the cluster's sum).
   int32_t cluster;
@@ -287,13 +296,24 @@ __device__ __forceinline__ void fill_list(const GlobalSrc<T>& src, uint32_t* key
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
+      if (m[u] == (1u << I) - 1u && (shift_cols & 3) == 0) {
+        // A whole vector at a 16-byte boundary of the list: vector stores, no bank conflicts.
+        uint4* dst = reinterpret_cast<uint4*>(keys + (v * I - shift_cols));
+#pragma unroll
+        for (int q = 0; q < I / 4; ++q) {
+          dst[q] = make_uint4(key[u][4 * q], key[u][4 * q + 1], key[u][4 * q + 2], key[u][4 * q + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < I; ++j) {
+          if ((m[u] >> j) & 1u) {
+            keys[v * I + j - shift_cols] = key[u][j];
+          }
+        }
+      }
 #pragma unroll
       for (int j = 0; j < I; ++j) {
-        const bool in = (m[u] >> j) & 1u;
-        if (in) {
-          keys[v * I + j - shift_cols] = key[u][j];
-        }
-        hist_add(hist, in, key[u][j] >> 21);
+        hist_add(hist, (m[u] >> j) & 1u, key[u][j] >> 21);
       }
     }
   }
@@ -518,8 +538,14 @@ __global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant
   const int32_t cap = (a.list_words / 2) & ~3;  // stream path: candidate keys, then their columns
   uint32_t* cand_keys = list;
   int32_t* cand_idx = reinterpret_cast<int32_t*>(list + cap);
+  // Where the keys at or above the bin go once they fit (compaction, at most once): the stream path
+  // reuses the list area; the list path has its own area after the list (ccap 0: none).
+  const int32_t ccap = in_list ? (a.cand_words / 2) & ~3 : cap;
+  uint32_t* comp_keys = in_list ? list + a.list_words : cand_keys;
+  int32_t* comp_idx = reinterpret_cast<int32_t*>(comp_keys + ccap);
 
   bool from_global = !in_list;
+  bool compacted = false;  // the keys in play are a compacted candidate list (lst.idx != nullptr)
   if (!in_list && a.sample != 0 && csize == 1 && 2 * k <= uint32_t(cap) && pn > kSamples) {
     // One read instead of two or more, when the sampled threshold leaves between k and cap keys.
     const uint32_t want = min(uint32_t(cap) / 2, 3 * k);
@@ -528,6 +554,7 @@ __global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant
       lst = ListSrc(cand_keys, cand_idx, p_lo, int32_t(count));
       in_list = true;
       from_global = false;
+      compacted = true;
     }
   }
   radix::clear_hist(hist);
@@ -545,11 +572,18 @@ __global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant
     if (st.count == st.krem || level + 1 == radix::kLevels) {
       break;  // every candidate left is taken, or the k-th key is known exactly
     }
-    if (!in_list && part_gt + part_eq <= uint32_t(cap)) {
-      // This CTA's keys at or above the bin fit: copy them, in index order, with their columns.
-      ordered_select(g, st, 0xFFFFFFFFu, part_gt + part_eq, ListSink{cand_keys, cand_idx, uint32_t(cap)}, sh);
-      lst = ListSrc(cand_keys, cand_idx, p_lo, int32_t(part_gt + part_eq));
+    if (!compacted && ccap > 0 && part_gt + part_eq <= uint32_t(ccap)) {
+      // This CTA's keys at or above the bin fit: copy them, in index order, with their columns, and
+      // run the remaining levels and the write on them only (from the list or device memory).
+      const ListSink sink{comp_keys, comp_idx, uint32_t(ccap)};
+      if (in_list) {
+        ordered_select(lst, st, 0xFFFFFFFFu, part_gt + part_eq, sink, sh);
+      } else {
+        ordered_select(g, st, 0xFFFFFFFFu, part_gt + part_eq, sink, sh);
+      }
+      lst = ListSrc(comp_keys, comp_idx, p_lo, int32_t(part_gt + part_eq));
       in_list = true;
+      compacted = true;
     }
     radix::clear_hist(hist);
     __syncthreads();
@@ -751,9 +785,23 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   const int64_t part4 = (part + 3) & ~int64_t{3};
   const int64_t list_words = part4 <= max_words ? part4 : std::min<int64_t>(max_words, 2 * d::kMaxCandidates);
   a.list_words = int32_t(list_words);
-  const int smem = hist_bytes + int(list_words) * 4;
-  const int ctas_by_smem = per_sm / (smem + int(sizeof(radix::SelectShared)) + d::kStaticReserve);
+  const int smem0 = hist_bytes + int(list_words) * 4;
+  const int per_cta_extra = int(sizeof(radix::SelectShared)) + d::kStaticReserve;
+  const int ctas_by_smem = per_sm / (smem0 + per_cta_extra);
   const int threads = h::threads(p.width, cluster, ctas_by_smem);
+  // List path: room for the candidates compacted after the first level, taken from what the CTAs
+  // resident on an SM (by shared memory and by threads) leave free, so occupancy does not drop.
+  int64_t cand_words = 0;
+  if (part4 <= max_words && ctas_by_smem >= 1) {
+    int resident = std::min(ctas_by_smem, std::max(1, 2048 / threads));
+    resident = std::min(resident, 32);
+    const int64_t by_sm = int64_t(per_sm / resident - per_cta_extra - smem0) / 4;
+    const int64_t by_cta = int64_t(max_dyn - smem0) / 4;
+    cand_words = std::min<int64_t>({by_sm, by_cta, 2 * int64_t(d::kListCandidates)});
+    cand_words = cand_words < 16 ? 0 : (cand_words & ~int64_t{7});
+  }
+  a.cand_words = int32_t(cand_words);
+  const int smem = smem0 + int(cand_words) * 4;
 
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(p.rows * cluster));

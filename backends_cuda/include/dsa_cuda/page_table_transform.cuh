@@ -46,7 +46,7 @@ namespace page_table_transform_detail {
 constexpr int kThreads = 256;
 // Two 16-byte loads in flight per thread before the first dependent gather: more bytes in flight
 // per SM than one quad per thread gives, which is what a streaming kernel is bound by.
-constexpr int kQuadsPerThread = 2;
+constexpr int kQuadsPerThread = 4;
 // Grid-stride loop past this many blocks, so any size works with a 1-D grid.
 constexpr uint64_t kMaxBlocks = uint64_t{1} << 20;
 
