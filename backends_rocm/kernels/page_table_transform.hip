@@ -41,7 +41,11 @@ struct KernelArgs {
   int32_t log2_page;
   int32_t offset_mask;  // page_size - 1 (clamped to 2^31 - 1)
   int32_t max_page;     // largest page with page * page_size + offset <= INT32_MAX for every offset
+  bool table_empty;     // no batches or no page slots: every gather reads kNoPage instead
 };
+
+// What an empty table's rows point at, so the unconditional gather always has a valid address.
+__device__ const int32_t kNoPage = -1;
 
 // One index row's window into the page table. slots == 0 when the batch row is out of range, so
 // every index of the row maps to -1 and the table is never touched.
@@ -56,48 +60,44 @@ __device__ __forceinline__ RowView row_view(const KernelArgs& a, uint64_t row) {
       a.row_to_batch != nullptr ? int64_t{a.row_to_batch[int64_t(row) * a.row_to_batch_stride]} : int64_t(row);
   const bool ok = b >= 0 && b < a.batches;
   RowView v;
-  v.table_row = a.page_table + (ok ? b : 0) * a.table_stride;
+  v.table_row = a.table_empty ? &kNoPage : a.page_table + (ok ? b : 0) * a.table_stride;
   v.first_slot = a.row_starts != nullptr ? int64_t{a.row_starts[int64_t(row) * a.row_starts_stride]} : 0;
   v.slots = ok ? uint64_t(a.max_pages) : 0;
   return v;
 }
 
 __device__ __forceinline__ int32_t map_index(const KernelArgs& a, const RowView& v, int32_t i) {
-  if (i < 0) {
-    return -1;
-  }
+  // Branch-free: the gather always reads a valid entry (slot 0 of the row for an invalid index, or
+  // kNoPage for an empty table), so a thread's gathers issue back to back, not one after another.
   // 64-bit: a huge row start plus a huge page number must not wrap into range.
   const int64_t slot = v.first_slot + (i >> a.log2_page);
-  if (uint64_t(slot) >= v.slots) {  // unsigned: negative slots fail too
-    return -1;
-  }
-  const int32_t page = v.table_row[slot];
-  if (uint32_t(page) > uint32_t(a.max_page)) {  // negative pages wrap to huge and fail too
-    return -1;
-  }
-  return (page << a.log2_page) | (i & a.offset_mask);
+  const bool in_table = i >= 0 && uint64_t(slot) < v.slots;  // unsigned: negative slots fail too
+  const int32_t page = v.table_row[in_table ? slot : 0];
+  // Negative pages wrap to huge and fail too.
+  const bool ok = in_table && uint32_t(page) <= uint32_t(a.max_page);
+  return ok ? (page << a.log2_page) | (i & a.offset_mask) : -1;
 }
 
-// Map the (up to) 4 elements starting at flat index e0. The row is tracked per element, so quads
-// that cross row boundaries (k % 4 != 0, or k < 4) are handled; one division per quad.
+// Map the (up to) 4 elements starting at flat index e0 (elements past n hold -1 and stay -1). The
+// row is computed per element only when the quad crosses a row boundary (k % 4 != 0, or k < 4).
 template <typename Index>
 __device__ __forceinline__ void map_quad(const KernelArgs& a, Index e0, Index n, int32_t (&v)[4]) {
   const Index k = Index(a.k);
-  Index row = e0 / k;
-  Index col = e0 - row * k;
-  RowView view = row_view(a, row);
-  v[0] = map_index(a, view, v[0]);
+  const Index row = e0 / k;
+  const Index col = e0 - row * k;
+  if (col + 3 < k) {
+    const RowView view = row_view(a, row);
 #pragma unroll
-  for (int j = 1; j < 4; ++j) {
-    if (e0 + Index(j) >= n) {
-      break;
+    for (int j = 0; j < 4; ++j) {
+      v[j] = map_index(a, view, v[j]);
     }
-    if (++col == k) {
-      col = 0;
-      ++row;
-      view = row_view(a, row);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (e0 + Index(j) < n) {
+      v[j] = map_index(a, row_view(a, (e0 + Index(j)) / k), v[j]);
     }
-    v[j] = map_index(a, view, v[j]);
   }
 }
 
@@ -154,11 +154,18 @@ __global__ void __launch_bounds__(Config<kWarpSize>::kThreads) page_table_transf
         load_quad<Index, kVec>(a, q * 4, n, v[u]);
       }
     }
+    // All gathers before any store: a store may alias the table as far as the compiler knows.
 #pragma unroll
     for (int u = 0; u < C::kQuadsPerThread; ++u) {
       const Index q = base + Index(u) * C::kThreads;
       if (q < quads) {
         map_quad<Index>(a, q * 4, n, v[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < C::kQuadsPerThread; ++u) {
+      const Index q = base + Index(u) * C::kThreads;
+      if (q < quads) {
         store_quad<Index, kVec>(a, q * 4, n, v[u]);
       }
     }
@@ -195,6 +202,7 @@ hipError_t launch_page_table_transform(const PageTableTransformParams& p, hipStr
   a.log2_page = log2_page;
   a.offset_mask = int32_t((uint32_t{1} << log2_page) - 1u);
   a.max_page = int32_t(INT32_MAX >> log2_page);
+  a.table_empty = p.batches <= 0 || p.max_pages <= 0;
 
   const uint64_t quads = (a.numel + 3) / 4;
   const uint64_t per_block = uint64_t(C::kThreads) * C::kQuadsPerThread;
