@@ -17,18 +17,18 @@ def fail(op: str, msg: str) -> None:
 
 
 def check_tensor(op, name, t, *, dtypes=None, dim=None, device_like=None, optional=False):
-    """Check one tensor argument's type, dtype, rank and device."""
+    """Check one tensor argument's type, dtype, rank and device (cheap when all is well: this runs on
+    every call of every op)."""
     if t is None:
-        if optional:
-            return
-        fail(op, f"`{name}` is required, got None")
+        if not optional:
+            fail(op, f"`{name}` is required, got None")
+        return
     if not isinstance(t, torch.Tensor):
         fail(op, f"`{name}` must be a torch.Tensor, got {type(t).__name__}")
-    if dtypes is not None:
+    if dtypes is not None and t.dtype is not dtypes and (isinstance(dtypes, torch.dtype) or t.dtype not in dtypes):
         dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
-        if t.dtype not in dtypes:
-            want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-            fail(op, f"`{name}` must have dtype {want}, got {str(t.dtype).replace('torch.', '')}")
+        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        fail(op, f"`{name}` must have dtype {want}, got {str(t.dtype).replace('torch.', '')}")
     if dim is not None and t.dim() != dim:
         fail(op, f"`{name}` must be {dim}-D, got shape {tuple(t.shape)}")
     if device_like is not None and t.device != device_like.device:
@@ -37,9 +37,15 @@ def check_tensor(op, name, t, *, dtypes=None, dim=None, device_like=None, option
 
 def check_shape(op, name, t, shape):
     """Check a tensor's shape; None in `shape` matches any size."""
-    if t.dim() != len(shape) or any(w is not None and s != w for s, w in zip(t.shape, shape)):
-        want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
-        fail(op, f"`{name}` must have shape {want}, got {list(t.shape)}")
+    sizes = t.shape
+    if len(sizes) == len(shape):
+        for s, w in zip(sizes, shape):
+            if w is not None and s != w:
+                break
+        else:
+            return
+    want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
+    fail(op, f"`{name}` must have shape {want}, got {list(sizes)}")
 
 
 def check_int(op, name, v, *, lo=None, hi=None, pow2=False):
@@ -54,7 +60,7 @@ def check_int(op, name, v, *, lo=None, hi=None, pow2=False):
 
 
 def check_unit_last_stride(op, name, t):
-    if t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+    if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
         fail(op, f"`{name}` must have unit stride in its last dimension, got strides {t.stride()}")
 
 

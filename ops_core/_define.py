@@ -56,14 +56,12 @@ def _normalize(op: str, names, defaults, args, kwargs) -> tuple:
     """Arguments in schema order with defaults filled in: providers see one calling convention."""
     if not kwargs and len(args) == len(names):
         return args
-    full = list(args) + [_NO_DEFAULT] * (len(names) - len(args))
+    full = list(args) + list(defaults[len(args):])
     for k, v in kwargs.items():
         full[names.index(k)] = v
     for i, v in enumerate(full):
         if v is _NO_DEFAULT:
-            if defaults[i] is _NO_DEFAULT:
-                raise TypeError(f"dsa.{op}: missing argument `{names[i]}`")
-            full[i] = defaults[i]
+            raise TypeError(f"dsa.{op}: missing argument `{names[i]}`")
     return tuple(full)
 
 

@@ -41,7 +41,7 @@ class Provider:
 
 
 _providers: dict[str, dict[str, Provider]] = {}
-_available_cache: dict[tuple[str, str, str], Optional[str]] = {}
+_available_cache: dict[tuple[str, str, torch.device], Optional[str]] = {}
 _forced: Optional[str] = None
 
 
@@ -83,7 +83,7 @@ def use_backend(name: Optional[str]):
 
 def availability(p: Provider, device: torch.device) -> Optional[str]:
     """Why `p` cannot run on `device` (None when it can); computed once per device."""
-    key = (p.op, p.backend, str(device))
+    key = (p.op, p.backend, device)
     if key not in _available_cache:
         try:
             _available_cache[key] = p.available(device)
