@@ -40,7 +40,7 @@ NVIDIA_NOT_FORCED = (
 )
 
 # One module per op; each has register().
-_OP_MODULES = ("page_table_transform",)
+_OP_MODULES = ("page_table_transform", "topk")
 
 
 def lib_name(arch: str) -> str:

@@ -39,5 +39,27 @@ for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 7000
                 continue
             assert torch.equal(got, window_topk(s, k, lengths)), (backend, rows, width, k)
             ran.append(f"topk[{backend}] {rows}x{width} k={k}")
+# Native HIP top-k: the row-split kernel sequence (forced through its one override) and the
+# single-workgroup tie-buffer overflow (an all-equal long row), with page-table outputs.
+try:
+    from dsa_ops.backends.rocm import topk_heuristics as hip_topk
+except ImportError:
+    hip_topk = None
+if hip_topk is not None:
+    s = torch.randn(3, 70000, device=dev, generator=g)
+    s[2] = 0.25
+    lengths = torch.tensor([70000, 5000, 69000], dtype=torch.int32, device=dev)
+    pt = torch.arange(3 * 1100, dtype=torch.int32, device=dev).view(3, 1100)
+    for force in (1, 4):
+        hip_topk.force = force
+        with registry.use_backend("hip"):
+            try:
+                got = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048, deterministic=True)
+            except registry.DispatchError:
+                break
+            want = map_through_page_table(window_topk(s, 2048, lengths), pt, None, None, 64)
+            assert torch.equal(got, want), force
+            ran.append(f"topk_page_table_transform[hip] split={force}")
+    hip_topk.force = None
 torch.cuda.synchronize()
 print("sanitize_small ran:", ", ".join(ran))

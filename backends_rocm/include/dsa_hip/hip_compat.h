@@ -59,6 +59,47 @@ __device__ __forceinline__ uint32_t thread_id_x() {
   return __builtin_amdgcn_workitem_id_x();
 #endif
 }
+// The bits of a float and back.
+__device__ __forceinline__ uint32_t float_bits(float x) {
+#if defined(DSA_HIP_ON_CUDA)
+  return __float_as_uint(x);
+#else
+  return __builtin_bit_cast(uint32_t, x);
+#endif
+}
+
+// Workgroup barrier with workgroup-scope release/acquire of LDS and global memory (HIP's
+// __syncthreads, without the device-library call).
+__device__ __forceinline__ void block_sync() {
+#if defined(DSA_HIP_ON_CUDA)
+  __syncthreads();
+#else
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+#endif
+}
+
+// Relaxed atomic add on a word of LDS (shared memory); returns the old value.
+__device__ __forceinline__ uint32_t lds_atomic_add(uint32_t* p, uint32_t v) {
+#if defined(DSA_HIP_ON_CUDA)
+  return atomicAdd(p, v);
+#else
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+#endif
+}
+
+// The value of lane `lane - d` of the wave (lane < d: its own value); every lane of the wave must
+// call it. `lane` is the caller's lane (thread_id_x() % wave size).
+__device__ __forceinline__ uint32_t wave_shfl_up(uint32_t v, uint32_t d, uint32_t lane) {
+#if defined(DSA_HIP_ON_CUDA)
+  (void)lane;
+  return __shfl_up_sync(0xFFFFFFFFu, v, d);
+#else
+  const uint32_t src = lane >= d ? lane - d : lane;
+  return uint32_t(__builtin_amdgcn_ds_bpermute(int(src << 2), int(v)));
+#endif
+}
 #endif  // device compilers
 
 // 16-byte vector of four int32: one global_load_dwordx4 on AMD, one LDG.128 on NVIDIA, when the
