@@ -13,13 +13,22 @@ import torch
 
 IMPORT_ERROR: Optional[str] = None
 try:
+    from . import indexer_logits as _indexer_logits
     from . import page_table_transform as _page_table_transform
+    from . import paged_indexer_logits as _paged_indexer_logits
 except ImportError as e:  # triton missing or broken
     IMPORT_ERROR = f"triton not importable: {e}"
-    _page_table_transform = None
+    _page_table_transform = _indexer_logits = _paged_indexer_logits = None
 
-# (name, jit_fn, signature, constexprs) of every kernel the compile gates build for each target.
-GATE_KERNELS: list = [] if _page_table_transform is None else list(_page_table_transform.GATE_KERNELS)
+# op name -> its kernel module (each has launch, supports and GATE_KERNELS)
+_MODULES = {
+    "page_table_transform": _page_table_transform,
+    "indexer_logits": _indexer_logits,
+    "paged_indexer_logits": _paged_indexer_logits,
+}
+
+# (name, jit_fn, signature, constexprs[, divisible ints]) of every kernel the compile gates build.
+GATE_KERNELS: list = [] if IMPORT_ERROR else [g for m in _MODULES.values() for g in m.GATE_KERNELS]
 
 
 def available(device: torch.device) -> Optional[str]:
@@ -37,13 +46,13 @@ def _unavailable(*args, **kwargs):
 def register() -> None:
     from dsa_ops import registry
 
-    m = _page_table_transform
-    registry.register_provider(
-        registry.Provider(
-            "page_table_transform",
-            "triton",
-            m.launch if m is not None else _unavailable,
-            m.supports if m is not None else (lambda *a: IMPORT_ERROR),
-            available,
+    for op, m in _MODULES.items():
+        registry.register_provider(
+            registry.Provider(
+                op,
+                "triton",
+                m.launch if m is not None else _unavailable,
+                m.supports if m is not None else (lambda *a: IMPORT_ERROR),
+                available,
+            )
         )
-    )

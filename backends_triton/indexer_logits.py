@@ -1,0 +1,259 @@
+"""indexer_logits in Triton: DSA indexer scores with tensor cores (DeepGEMM's fp8_mqa_logits contract).
+
+    out[t, j] = sum_h w[t, h] * relu(dot(q[t, h], kv[j]) * kv_scale[j])   for ks[t] <= j < ke[t]
+
+Design (q stationary, keys streamed; the head reduction stays inside each warp):
+- A program owns BLOCK_T query rows and one split of the key axis. Its q tile [BLOCK_T*H, D] and the
+  weights [BLOCK_T*H] are loaded once; the program then streams key tiles kv[BLOCK_N, D] through the
+  software pipeline and, per tile, computes ONE tensor-core dot
+      acc[BLOCK_N, BLOCK_T*H] = kv_tile @ q_tile^T          (fp8 or bf16 operands, fp32 accumulate)
+  with keys as the M dimension and (rows, heads) as the N dimension. The epilogue scales each key row
+  by kv_scale, applies relu, multiplies by the per-(row, head) weight, and reduces over heads with a
+  reshape to [BLOCK_N, BLOCK_T, H] + sum: on the MMA accumulator layout the N dimension lives inside a
+  thread and across the 4 lanes of a quad, so the head sum needs no shared-memory round trip (the
+  transposed layout, (rows*heads) as M, would reduce across warps).
+- Windows: the program computes only the key tiles that meet the hull of its rows' windows; every
+  other tile of its split is written -inf without any math (when `clean`). Inside computed tiles each
+  row's own window masks the result.
+- Grid: axis 0 = row tiles (unbounded, so 100k+ rows are fine), axis 1 = key splits (at most a few
+  hundred). Consecutive programs share the same key range, so the concurrently streamed kv stays in L2.
+- All row-dependent offsets are int64 (T * N passes 2**31 at 16k x 131k).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+# Config per head count: (BLOCK_T, BLOCK_N, num_warps, num_stages), BLOCK_T * H = the MMA N width.
+# H=64: 2 rows x 64 heads = N 128; BLOCK_N 128 keys = M over 2 warpgroups (8 warps): accumulator
+# 64 fp32 registers per thread; one 16 KB fp8 kv tile per stage.
+_CONFIGS = {
+    16: (8, 64, 4, 3),
+    32: (4, 64, 4, 3),
+    64: (2, 64, 4, 3),
+    128: (1, 64, 4, 3),
+}
+_ENV_CONFIG = "DSA_OPS_TRITON_INDEXER_CONFIG"  # "BLOCK_T,BLOCK_N,num_warps,num_stages" (benchmark sweeps)
+
+# fp8 operands: FP8_MMA=True feeds them to the fp8 tensor cores (2x the fp16 rate), whose accumulation
+# inside an MMA keeps only about 14 mantissa bits on Hopper (DeepGEMM's finding): errors near 1e-4 of
+# the largest product, which can exceed the contract's 1e-5 of the row norm on short windows.
+# FP8_MMA=False (default) widens fp8 to fp16 in registers (exact) and uses fp16 MMAs with true fp32
+# accumulation. DSA_OPS_TRITON_FP8_MMA=1 flips the default; launch(..., fp8_mma=) chooses per call.
+FP8_MMA = os.environ.get("DSA_OPS_TRITON_FP8_MMA", "0") == "1"
+
+
+@triton.jit
+def indexer_logits_kernel(
+    q_ptr,  # [T, H, D] fp8 e4m3 or bf16, unit last stride
+    kv_ptr,  # [N, D], unit last stride
+    scale_ptr,  # fp32 [N] (unused unless HAS_SCALE)
+    w_ptr,  # fp32 [T, H], any strides
+    ks_ptr,  # int32 [T]
+    ke_ptr,  # int32 [T]
+    out_ptr,  # fp32 [T, N] rows of stride stride_ot, unit last stride
+    T,
+    N,
+    stride_qt,
+    stride_qh,
+    stride_kn,
+    stride_s,
+    stride_wt,
+    stride_wh,
+    stride_ks,
+    stride_ke,
+    stride_ot,
+    tiles_per_split,  # key tiles of BLOCK_N per program along axis 1
+    H: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    CLEAN: tl.constexpr,
+    F16_MMA: tl.constexpr,  # fp8 operands widened (exactly) to fp16 before the MMA: see FP8_MMA
+):
+    pid_t = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    TH: tl.constexpr = BLOCK_T * H
+
+    # ---- the program's rows: windows, weights and the stationary q tile --------------------------
+    rows = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
+    row_ok = rows < T
+    ks = tl.load(ks_ptr + rows * stride_ks, mask=row_ok, other=0)
+    ke = tl.load(ke_ptr + rows * stride_ke, mask=row_ok, other=0)
+    lo = tl.minimum(tl.maximum(ks, 0), N)
+    hi = tl.maximum(tl.minimum(tl.maximum(ke, 0), N), lo)
+    hi = tl.where(row_ok, hi, lo)  # padding rows have empty windows
+    # Hull of the non-empty windows (empty windows do not widen it).
+    nonempty = hi > lo
+    lo_min = tl.min(tl.where(nonempty, lo, N), axis=0)
+    hi_max = tl.max(tl.where(nonempty, hi, 0), axis=0)
+
+    m = tl.arange(0, TH)  # (row, head) pairs, row-major: m = r * H + h
+    m_row = pid_t.to(tl.int64) * BLOCK_T + m // H
+    m_head = m % H
+    m_ok = m_row < T
+    w = tl.load(w_ptr + m_row * stride_wt + m_head * stride_wh, mask=m_ok, other=0.0)  # [TH] fp32
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + (m_row * stride_qt + m_head * stride_qh)[:, None] + d[None, :],
+                mask=m_ok[:, None], other=0.0)  # [TH, D]
+    if F16_MMA:
+        q = q.to(tl.float16)
+    qt = tl.trans(q)  # [D, TH]: K-major B operand
+
+    # ---- this split's key tiles: [ts, te); computed ones: [a, b) --------------------------------
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    ts = pid_s * tiles_per_split
+    te = tl.minimum(ts + tiles_per_split, n_tiles)
+    a = tl.minimum(tl.maximum(lo_min // BLOCK_N, ts), te)
+    b = tl.minimum(tl.maximum(tl.cdiv(hi_max, BLOCK_N), a), te)  # no window at all: b == a, all filled
+
+    out_rows = out_ptr + rows * stride_ot  # [BLOCK_T] row bases (int64 offsets)
+    nn = tl.arange(0, BLOCK_N)
+
+    for tile in tl.range(a, b):
+        n = tile * BLOCK_N + nn  # [BLOCK_N] int32 (N < 2**31)
+        n_ok = n < N
+        kv = tl.load(kv_ptr + n.to(tl.int64)[:, None] * stride_kn + d[None, :], mask=n_ok[:, None], other=0.0)
+        if F16_MMA:
+            kv = kv.to(tl.float16)
+        acc = tl.dot(kv, qt, out_dtype=tl.float32)  # [BLOCK_N, TH]
+        if HAS_SCALE:
+            s = tl.load(scale_ptr + n.to(tl.int64) * stride_s, mask=n_ok, other=0.0)
+            acc = acc * s[:, None]
+        acc = tl.maximum(acc, 0.0) * w[None, :]
+        score = tl.sum(tl.reshape(acc, (BLOCK_N, BLOCK_T, H)), axis=2)  # [BLOCK_N, BLOCK_T]
+        inside = (n[:, None] >= lo[None, :]) & (n[:, None] < hi[None, :])
+        score = tl.where(inside, score, float("-inf"))
+        tl.store(out_rows[None, :] + n[:, None], score, mask=n_ok[:, None] & row_ok[None, :])
+
+    if CLEAN:  # tiles of the split that no row's window meets: -inf, no math
+        ninf = tl.full((BLOCK_N, BLOCK_T), float("-inf"), tl.float32)
+        for tile in tl.range(ts, a):
+            n = tile * BLOCK_N + nn
+            tl.store(out_rows[None, :] + n[:, None], ninf, mask=(n < N)[:, None] & row_ok[None, :])
+        for tile in tl.range(b, te):
+            n = tile * BLOCK_N + nn
+            tl.store(out_rows[None, :] + n[:, None], ninf, mask=(n < N)[:, None] & row_ok[None, :])
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: Optional[int]) -> int:
+    try:
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(index if index is not None else 0).multi_processor_count
+    except Exception:  # noqa: BLE001  (no device: only the grid shape is affected)
+        pass
+    return 132
+
+
+def config(h: int) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_N, num_warps, num_stages) for h heads; the env var overrides (for sweeps)."""
+    env = os.environ.get(_ENV_CONFIG)
+    if env:
+        bt, bn, nw, ns = (int(x) for x in env.split(","))
+        return bt, bn, nw, ns
+    if h in _CONFIGS:
+        return _CONFIGS[h]
+    bt = max(1, 128 // triton.next_power_of_2(h))
+    return bt, 128, 8, 3
+
+
+def split_count(row_tiles: int, key_tiles: int, sms: int) -> int:
+    """Key splits so that the grid has about 2 programs per SM or more (1 when rows alone fill it)."""
+    want = 2 * sms
+    if row_tiles >= want:
+        return 1
+    return max(1, min(key_tiles, triton.cdiv(want, max(row_tiles, 1)), 65535))
+
+
+def launch(q, kv, kv_scale, weights, ks, ke, clean, *, out=None, wrap=None, fp8_mma=None):
+    """Functional kernel form of dsa::indexer_logits (arguments already validated by the op)."""
+    t, h, d = q.shape
+    n = kv.shape[0]
+    if out is None:
+        out = torch.empty((t, n), dtype=torch.float32, device=q.device)
+    if t == 0 or n == 0:
+        return out
+    bt, bn, nw, ns = config(h)
+    row_tiles = triton.cdiv(t, bt)
+    key_tiles = triton.cdiv(n, bn)
+    splits = split_count(row_tiles, key_tiles, _sm_count(q.device.index) if q.device.type == "cuda" else 132)
+    per_split = triton.cdiv(key_tiles, splits)
+    splits = triton.cdiv(key_tiles, per_split)
+    kernel = indexer_logits_kernel if wrap is None else wrap(indexer_logits_kernel)
+    has_scale = kv_scale is not None
+    kernel[(row_tiles, splits)](
+        q, kv, kv_scale if has_scale else weights, weights, ks, ke, out,
+        t, n,
+        q.stride(0), q.stride(1), kv.stride(0), kv_scale.stride(0) if has_scale else 0,
+        weights.stride(0), weights.stride(1), ks.stride(0), ke.stride(0), out.stride(0),
+        per_split,
+        H=h, D=d, BLOCK_T=bt, BLOCK_N=bn, HAS_SCALE=has_scale, CLEAN=bool(clean),
+        F16_MMA=q.dtype == torch.float8_e4m3fn and not (FP8_MMA if fp8_mma is None else fp8_mma),
+        num_warps=nw, num_stages=ns,
+    )
+    return out
+
+
+@torch.library.triton_op("dsa_triton::indexer_logits", mutates_args=())
+def indexer_logits(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    kv_scale: Optional[torch.Tensor],
+    weights: torch.Tensor,
+    ks: torch.Tensor,
+    ke: torch.Tensor,
+    clean: bool,
+) -> torch.Tensor:
+    return launch(q, kv, kv_scale, weights, ks, ke, clean, wrap=torch.library.wrap_triton)
+
+
+def supports(q, kv, kv_scale, weights, ks, ke, clean) -> Optional[str]:
+    h, d = q.shape[1], q.shape[2]
+    if d not in (64, 128):
+        return f"head dim {d} (the Triton kernel takes D 64 or 128)"
+    if h & (h - 1) or h > 128:
+        return f"{h} heads (the Triton kernel takes a power of two up to 128)"
+    if kv.shape[0] >= 2**31 - 2 * 128:
+        return "more than 2**31 keys"
+    return None
+
+
+_GATE_SIG = {
+    "q_ptr": "*fp8e4nv", "kv_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32",
+    "ke_ptr": "*i32", "out_ptr": "*fp32", "T": "i32", "N": "i32", "stride_qt": "i32", "stride_qh": "i32",
+    "stride_kn": "i32", "stride_s": "i32", "stride_wt": "i32", "stride_wh": "i32", "stride_ks": "i32",
+    "stride_ke": "i32", "stride_ot": "i32", "tiles_per_split": "i32",
+    "H": "constexpr", "D": "constexpr", "BLOCK_T": "constexpr", "BLOCK_N": "constexpr",
+    "HAS_SCALE": "constexpr", "CLEAN": "constexpr", "F16_MMA": "constexpr",
+}
+_STRIDES = ["N", "stride_qt", "stride_qh", "stride_kn", "stride_ot"]
+
+
+def _gate(name, dtype, h, f16_mma=False):
+    bt, bn, _, _ = _CONFIGS[h]
+    sig = dict(_GATE_SIG)
+    if dtype == "bf16":
+        sig["q_ptr"] = sig["kv_ptr"] = "*bf16"
+    return (name, indexer_logits_kernel, sig,
+            {"H": h, "D": 128, "BLOCK_T": bt, "BLOCK_N": bn, "HAS_SCALE": dtype == "fp8", "CLEAN": True,
+             "F16_MMA": f16_mma},
+            _STRIDES)
+
+
+# For the compile gates: fp8 (fp16 MMA and fp8 MMA) and bf16, H=64 and H=32, D=128 (the provider's
+# configs, default
+# num_warps/num_stages of triton.compile).
+GATE_KERNELS = [
+    _gate("indexer_logits_fp8_h64", "fp8", 64, f16_mma=True),
+    _gate("indexer_logits_fp8_h32", "fp8", 32, f16_mma=True),
+    _gate("indexer_logits_fp8mma_h64", "fp8", 64),
+    _gate("indexer_logits_bf16_h64", "bf16", 64),
+]

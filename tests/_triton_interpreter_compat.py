@@ -1,0 +1,42 @@
+"""Test-only fixes for two Triton 3.6 interpreter (TRITON_INTERPRET=1) bugs; GPU code is unaffected.
+
+1. Under numpy >= 2.3 a runtime scalar used as a loop bound (``tl.range(a, b)`` with a, b computed in
+   the kernel) fails: the interpreter keeps scalars as 1-element arrays and its ``__index__`` calls
+   ``int()`` on them, which numpy now rejects. Fixed by taking the single element.
+2. ``tl.dot`` on bfloat16 operands multiplies the raw uint16 bit patterns (the interpreter stores bf16
+   as uint16 and only converts 8-bit floats before the matmul). Fixed by widening bf16 to fp32 first
+   (exact), which is what the hardware's fp32-accumulating bf16 MMA computes.
+
+Import this module after setting TRITON_INTERPRET=1 and before launching kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton.language as tl
+import triton.runtime.interpreter as _ti
+
+_orig_patch = _ti._patch_lang_tensor
+
+
+def _patch_lang_tensor(tensor, scope):
+    _orig_patch(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+
+_ti._patch_lang_tensor = _patch_lang_tensor
+
+_orig_dot = _ti.InterpreterBuilder.create_dot
+
+
+def _widen_bf16(x):
+    if x.dtype == tl.bfloat16:
+        return _ti.TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+    return x
+
+
+def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    return _orig_dot(self, _widen_bf16(a), _widen_bf16(b), d, input_precision, max_num_imprecise_acc)
+
+
+_ti.InterpreterBuilder.create_dot = _create_dot
