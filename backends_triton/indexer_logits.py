@@ -23,7 +23,6 @@ Design (q stationary, keys streamed; the head reduction stays inside each warp):
 from __future__ import annotations
 
 import functools
-import os
 from typing import Optional
 
 import torch
@@ -39,14 +38,16 @@ _CONFIGS = {
     64: (2, 64, 4, 3),
     128: (1, 64, 4, 3),
 }
-_ENV_CONFIG = "DSA_OPS_TRITON_INDEXER_CONFIG"  # "BLOCK_T,BLOCK_N,num_warps,num_stages" (benchmark sweeps)
+# (BLOCK_T, BLOCK_N, num_warps, num_stages) for every head count when set: for benchmark sweeps.
+CONFIG_OVERRIDE: Optional[tuple[int, int, int, int]] = None
 
 # fp8 operands: FP8_MMA=True feeds them to the fp8 tensor cores (2x the fp16 rate), whose accumulation
 # inside an MMA keeps only about 14 mantissa bits on Hopper (DeepGEMM's finding): errors near 1e-4 of
 # the largest product, which can exceed the contract's 1e-5 of the row norm on short windows.
 # FP8_MMA=False (default) widens fp8 to fp16 in registers (exact) and uses fp16 MMAs with true fp32
-# accumulation. DSA_OPS_TRITON_FP8_MMA=1 flips the default; launch(..., fp8_mma=) chooses per call.
-FP8_MMA = os.environ.get("DSA_OPS_TRITON_FP8_MMA", "0") == "1"
+# accumulation. Set this module's FP8_MMA = True to flip the default; launch(..., fp8_mma=) chooses
+# per call. (Module attributes, not environment variables: one switch, DSA_OPS_BACKEND, is enough.)
+FP8_MMA = False
 
 
 @triton.jit
@@ -154,11 +155,9 @@ def _sm_count(index: Optional[int]) -> int:
 
 
 def config(h: int) -> tuple[int, int, int, int]:
-    """(BLOCK_T, BLOCK_N, num_warps, num_stages) for h heads; the env var overrides (for sweeps)."""
-    env = os.environ.get(_ENV_CONFIG)
-    if env:
-        bt, bn, nw, ns = (int(x) for x in env.split(","))
-        return bt, bn, nw, ns
+    """(BLOCK_T, BLOCK_N, num_warps, num_stages) for h heads; CONFIG_OVERRIDE wins (for sweeps)."""
+    if CONFIG_OVERRIDE is not None:
+        return CONFIG_OVERRIDE
     if h in _CONFIGS:
         return _CONFIGS[h]
     bt = max(1, 128 // triton.next_power_of_2(h))

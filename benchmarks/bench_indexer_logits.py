@@ -3,7 +3,7 @@
 Ceilings are measured first in the same run (bench.ceilings: fp8 via torch._scaled_mm, bf16 via
 matmul, 8192^3). tflops counts 2*T*H*D*(visible keys) (full windows: N; causal: the visible keys only).
 The Triton fp8 path is timed in both MMA modes: `fp16-mma` (the default, exact products and fp32
-accumulation) and `fp8-mma` (DSA_OPS_TRITON_FP8_MMA=1: 2x tensor rate, ~14-bit accumulation inside the
+accumulation) and `fp8-mma` (indexer_logits.FP8_MMA = True: 2x tensor rate, ~14-bit accumulation inside the
 MMA); the row's provider is "triton" and case["mma"] says which. Whole file: about 30-60 s on the H200.
 
     python -m pytest benchmarks/bench_indexer_logits.py -m gpu -s --dsa-results benchmarks/results/h200.json
@@ -214,10 +214,9 @@ def test_triton_config_sweep(bench, fp8_mma):
 
     args = _inputs(4096, 32768, 64, FP8, "full")
     flops = 2 * 64 * D * 4096 * 32768
-    old = os.environ.get(il._ENV_CONFIG)
     try:
         for cfg in SWEEP:
-            os.environ[il._ENV_CONFIG] = ",".join(map(str, cfg))
+            il.CONFIG_OVERRIDE = cfg
             try:
                 fn = lambda: il.launch(*args, True, fp8_mma=fp8_mma)  # noqa: E731
                 us = bench.timer.median_us(fn, warmup=2, iters=10)
@@ -226,7 +225,4 @@ def test_triton_config_sweep(bench, fp8_mma):
             except Exception as e:  # noqa: BLE001  (an out-of-resources config is a row, not a failure)
                 print(f"\n  sweep fp8_mma={fp8_mma} cfg={cfg}: failed: {type(e).__name__}: {str(e)[:120]}")
     finally:
-        if old is None:
-            os.environ.pop(il._ENV_CONFIG, None)
-        else:
-            os.environ[il._ENV_CONFIG] = old
+        il.CONFIG_OVERRIDE = None
