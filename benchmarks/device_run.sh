@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build, test, sanitize and time everything on the GPU machine, logs under $OUT.
-#   bash benchmarks/device_run.sh [stages...]     stages: build test bench sanitize (default: all)
-# The built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to skip the build.
+#   bash benchmarks/device_run.sh [stages...]     stages: build test bench sanitize (default: all), keepso
+# With `keepso` the built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to
+# skip the build next time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -16,7 +17,7 @@ python3 -m dsa_ops info 2>&1
 
 if has build; then
   log "build (ninja, 16 cores)"
-  MAX_JOBS=16 python3 - <<'PY' 2>&1 | tee "$OUT/build.log"
+  KEEP_SO=$(has keepso && echo 1) MAX_JOBS=16 python3 - <<'PY' 2>&1 | tee "$OUT/build.log"
 import os, shutil, time, dsa_ops
 for name in ("cuda", "rocm"):
     mod = getattr(__import__("dsa_ops.backends", fromlist=[name]), name)
@@ -25,15 +26,18 @@ for name in ("cuda", "rocm"):
     t = time.time()
     path = mod.build(verbose=True)
     print(f"built {name}: {path} in {time.time() - t:.1f} s")
-    shutil.copy(path, os.path.join(os.environ["OUT"], os.path.basename(path)))
+    if os.environ.get("KEEP_SO") == "1":
+        shutil.copy(path, os.path.join(os.environ["OUT"], os.path.basename(path)))
 PY
 fi
 
 rc=0
 if has test; then
   log "GPU tests"
-  python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -60
+  python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider --junitxml=/tmp/gpu_tests.xml 2>&1 \
+    | tee "$OUT/gpu_tests.log" | tail -60
   rc=${PIPESTATUS[0]}
+  python3 benchmarks/gpu_test_summary.py /tmp/gpu_tests.xml "$OUT/gpu_tests_summary.md"
 fi
 
 if has bench; then
