@@ -10,6 +10,7 @@ from .ops import *  # noqa: F401,F403
 from .registry import DispatchError, use_backend  # noqa: F401
 from ._checks import DsaArgumentError  # noqa: F401
 from . import _backends  # noqa: F401,E402  (registers device providers)
+from . import reference  # noqa: F401,E402
 
 __version__ = "0.1.0"
 
