@@ -5,8 +5,9 @@
 - CUDA: each torch-free translation unit backends_cuda/kernels/*.cu for sm_90a (nvcc 13.0) and for
   sm_100a and SM107 (nvcc 13.5), with ptxas -v. Fails on any spill, stack frame or local memory.
 - HIP: each backends_rocm/kernels/*.hip for gfx950 (clang++-22, device only, wave64), reading the
-  AMDGPU metadata of the ISA. Fails on scratch (private segment), VGPR spills, a dynamic stack, or a
-  call to a device function that is not defined (under -nogpulib it would never link).
+  AMDGPU metadata of the ISA. Fails on scratch (private segment), any spill (VGPR spills to scratch,
+  SGPR spills into VGPR lanes), a dynamic stack, or a call to a device function that is not defined
+  (under -nogpulib it would never link).
 - Triton: each kernel in dsa_ops.backends.triton.GATE_KERNELS through triton.compile for sm_90,
   sm_100 and gfx950, no GPU needed. Same failure rules.
 
@@ -68,8 +69,8 @@ class KernelStats:
     sgprs: Optional[int] = None
     shared: Optional[int] = None  # static smem / LDS bytes
     stack: int = 0  # CUDA stack frame bytes
-    spill_stores: int = 0  # CUDA bytes / AMD VGPR spill count
-    spill_loads: int = 0  # CUDA bytes / AMD SGPR spill count
+    spill_stores: int = 0  # CUDA bytes / AMD VGPR spill count (.vgpr_spill_count)
+    spill_loads: int = 0  # CUDA bytes / AMD SGPR spill count (.sgpr_spill_count: into VGPR lanes)
     scratch: int = 0  # CUDA local memory bytes / AMD private segment bytes
     isa_lines: Optional[int] = None
     problems: list = field(default_factory=list)
@@ -213,6 +214,8 @@ def parse_amdgpu_asm(text: str) -> list[KernelStats]:
             k.problems.append(f"scratch (private segment) {k.scratch} B")
         if k.spill_stores:
             k.problems.append(f"{k.spill_stores} VGPR spills")
+        if k.spill_loads:  # no scratch, but the kernel does not fit its SGPRs: a spill all the same
+            k.problems.append(f"{k.spill_loads} SGPR spills (into VGPR lanes)")
         if str(kd.get("uses_dynamic_stack", "false")).lower() == "true":
             k.problems.append("dynamic stack (calls, recursion or variable-size allocas)")
         out.append(k)
@@ -452,13 +455,19 @@ def _fmt(v) -> str:
     return "-" if v is None else str(v)
 
 
+def _spills(ks: list[KernelStats]) -> str:
+    """CUDA: spill store/load bytes ("st/ld"); AMD: VGPR and SGPR spill counts ("3v/75s")."""
+    st, ld = sum(k.spill_stores for k in ks), sum(k.spill_loads for k in ks)
+    return f"{st}v/{ld}s" if any(k.sgprs is not None for k in ks) else f"{st}/{ld}"
+
+
 def format_row(r: GateResult) -> list[str]:
     ks = r.kernels
     regs = max((k.registers or 0 for k in ks), default=None) if ks else None
     if ks and any(k.sgprs is not None for k in ks):
         regs = f"{regs}v/{max(k.sgprs or 0 for k in ks)}s"
     shared = max((k.shared or 0 for k in ks), default=None) if ks else None
-    spills = f"{sum(k.spill_stores for k in ks)}/{sum(k.spill_loads for k in ks)}" if ks else "-"
+    spills = _spills(ks) if ks else "-"
     scratch = max((max(k.scratch, k.stack) for k in ks), default=None) if ks else None
     isa = sum(k.isa_lines for k in ks if k.isa_lines) if ks and any(k.isa_lines for k in ks) else None
     n = sum(1 for k in ks if k.entry)
@@ -469,7 +478,7 @@ def format_row(r: GateResult) -> list[str]:
             _fmt(scratch), _fmt(isa), f"{r.seconds:.1f}", status]
 
 
-HEADER = ["source / kernel", "target", "tool", "kernels", "regs", "smem/LDS", "spills st/ld", "stack/scratch",
+HEADER = ["source / kernel", "target", "tool", "kernels", "regs", "smem/LDS", "spills st/ld|v/s", "stack/scratch",
           "isa", "s", "status"]
 
 
@@ -502,7 +511,7 @@ def render(results: list[GateResult], verbose: bool = False) -> str:
                 regs = f"{k.registers}" + (f"v/{k.sgprs}s" if k.sgprs is not None else "")
                 details.append(
                     f"  {r.unit} [{r.target}] {demangle(k.name)}{kind}: regs {regs}, "
-                    f"smem/LDS {_fmt(k.shared)}, stack {k.stack}, spills {k.spill_stores}/{k.spill_loads}, "
+                    f"smem/LDS {_fmt(k.shared)}, stack {k.stack}, spills {_spills([k])}, "
                     f"scratch {k.scratch}, isa {_fmt(k.isa_lines)}"
                     + "".join(f"\n      FAIL: {p}" for p in k.problems)
                 )

@@ -165,6 +165,45 @@ def test_amdgpu_metadata():
     assert not gates.GateResult("x.hip", "gfx950", "clang", kernels=[c, s]).ok
 
 
+# clang++-22 -S for gfx950: no scratch, but the kernel's scalars overflowed the SGPRs (spilled into
+# VGPR lanes with v_writelane/v_readlane).
+AMDGPU_SGPR_SPILL = textwrap.dedent(
+    """
+    \t.amdgpu_metadata
+    ---
+    amdhsa.kernels:
+      - .agpr_count:     0
+        .args:
+          - .offset:         0
+            .size:           224
+            .value_kind:     by_value
+        .group_segment_fixed_size: 41104
+        .name:           sgpr_spilly
+        .private_segment_fixed_size: 0
+        .sgpr_count:     106
+        .sgpr_spill_count: 75
+        .uses_dynamic_stack: false
+        .vgpr_count:     82
+        .vgpr_spill_count: 0
+        .wavefront_size: 64
+    amdhsa.target:   amdgcn-amd-amdhsa--gfx950
+    ...
+    \t.end_amdgpu_metadata
+    """
+)
+
+
+def test_amdgpu_sgpr_spill_fails_the_gate():
+    (k,) = gates.parse_amdgpu_asm(AMDGPU_SGPR_SPILL)
+    assert (k.registers, k.sgprs, k.scratch, k.spill_stores, k.spill_loads) == (82, 106, 0, 0, 75)
+    assert k.problems == ["75 SGPR spills (into VGPR lanes)"]
+    r = gates.GateResult("x.hip", "gfx950", "clang++-22", kernels=[k])
+    assert not r.ok
+    row = gates.format_row(r)
+    assert row[6] == "0v/75s" and row[-1] == "FAIL"
+    assert "SGPR spills" in gates.render([r])
+
+
 def test_cuobjdump_resources():
     ks = _by_name(gates.parse_cuobjdump_resources(CUOBJDUMP))
     good = ks["page_table_transform_kernel"]

@@ -235,35 +235,45 @@ struct Shared {
   uint32_t tie[kTieCap];
 };
 
+// Inclusive prefix sum over the first `width` lanes of the wave (a power of two, at most the wave):
+// lane i gets the sum of lanes max(0, i - width + 1)..i, so lanes below `width` get their exact
+// prefix. Every lane of the wave must call it.
+template <int kWarpSize>
+__device__ __forceinline__ uint32_t wave_inclusive_scan(uint32_t v, uint32_t lane, int width) {
+#pragma unroll
+  for (uint32_t d = 1; d < uint32_t(kWarpSize); d <<= 1) {
+    if (d < uint32_t(width)) {
+      const uint32_t t = wave_shfl_up(v, d, lane);
+      if (lane >= d) {
+        v += t;
+      }
+    }
+  }
+  return v;
+}
+
 // Exclusive prefix sum over the workgroup in thread order; `total` gets the sum. Two barriers.
+// Both levels are wave scans by shuffles: the wave totals go through LDS and every wave scans them
+// again in its low lanes. (Summing the totals with a compare per wave made the compiler keep one
+// 64-bit lane mask per wave in SGPRs across the kernels' loops: SGPR spills on gfx950.)
 template <int kWarpSize>
 __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* wave_sums, uint32_t& total) {
   constexpr int kWaves = kThreads / kWarpSize;
+  static_assert(kWaves <= kWarpSize && (kWaves & (kWaves - 1)) == 0, "one wave scans the wave totals");
   const uint32_t tid = thread_id_x();
   const uint32_t lane = tid & uint32_t(kWarpSize - 1);
   const uint32_t wave = tid / uint32_t(kWarpSize);
-  uint32_t incl = v;
-#pragma unroll
-  for (uint32_t d = 1; d < uint32_t(kWarpSize); d <<= 1) {
-    const uint32_t t = wave_shfl_up(incl, d, lane);
-    if (lane >= d) {
-      incl += t;
-    }
-  }
+  const uint32_t incl = wave_inclusive_scan<kWarpSize>(v, lane, kWarpSize);
   if (lane == uint32_t(kWarpSize - 1)) {
     wave_sums[wave] = incl;
   }
   block_sync();
-  uint32_t before = 0;
-  uint32_t sum = 0;
-#pragma unroll
-  for (int i = 0; i < kWaves; ++i) {
-    const uint32_t x = wave_sums[i];
-    before += uint32_t(i) < wave ? x : 0u;
-    sum += x;
-  }
+  // Lane i < kWaves: inclusive sum of the totals of waves 0..i (lanes past kWaves: unused).
+  const uint32_t x = wave_sums[lane & uint32_t(kWaves - 1)];
+  const uint32_t wincl = wave_inclusive_scan<kWarpSize>(x, lane, kWaves);
+  const uint32_t before = wave_read_lane(wincl - x, wave);
+  total = wave_read_lane(wincl, uint32_t(kWaves - 1));
   block_sync();
-  total = sum;
   return before + incl - v;
 }
 
@@ -411,11 +421,15 @@ __device__ __forceinline__ const void* row_ptr(const KernelArgs& a, int kDtype, 
 // ---------------------------------------------------------------------------------------------
 // One workgroup per row
 
+// The row loops of this kernel and of topk_split_write_kernel take their fields from
+// reread_arg0(args) once per row: the arguments are read where used instead of living in SGPRs
+// across the kernel beside the select and write state (which spilled SGPRs on gfx950).
 template <int kWarpSize, int kDtype>
-__global__ void __launch_bounds__(kThreads) topk_row_kernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads) topk_row_kernel(KernelArgs args) {
   __shared__ Shared sh;
   const uint32_t tid = thread_id_x();
-  for (int64_t row = block_id_x(); row < a.rows; row += a.grid) {
+  for (int64_t row = block_id_x(); row < args.rows; row += args.grid) {
+    const KernelArgs& a = reread_arg0(args);
     const Window w = window_of(a, row);
     const RowOut o = row_out(a, row, w.start);
     if (w.hi - w.lo <= a.k) {
@@ -603,10 +617,11 @@ __global__ void __launch_bounds__(kThreads) topk_split_count_kernel(KernelArgs a
 
 // Per part: the ordered write, after the taken keys of the parts before it.
 template <int kWarpSize, int kDtype>
-__global__ void __launch_bounds__(kThreads) topk_split_write_kernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads) topk_split_write_kernel(KernelArgs args) {
   __shared__ Shared sh;
-  const int64_t pairs = a.rows * a.split;
-  for (int64_t pr = block_id_x(); pr < pairs; pr += a.grid) {
+  const int64_t pairs = args.rows * args.split;
+  for (int64_t pr = block_id_x(); pr < pairs; pr += args.grid) {
+    const KernelArgs& a = reread_arg0(args);
     const int64_t row = pr / a.split;
     const int64_t s = pr - row * a.split;
     const Window w = window_of(a, row);

@@ -100,6 +100,36 @@ __device__ __forceinline__ uint32_t wave_shfl_up(uint32_t v, uint32_t d, uint32_
   return uint32_t(__builtin_amdgcn_ds_bpermute(int(src << 2), int(v)));
 #endif
 }
+
+// The value of lane `src` of the wave; `src` must be the same on every lane (wave-uniform), and
+// every lane of the wave must call it. On AMD the result is a scalar (v_readlane).
+__device__ __forceinline__ uint32_t wave_read_lane(uint32_t v, uint32_t src) {
+#if defined(DSA_HIP_ON_CUDA)
+  return __shfl_sync(0xFFFFFFFFu, v, int(src));
+#else
+  return uint32_t(__builtin_amdgcn_readlane(int(v), int(__builtin_amdgcn_readfirstlane(int(src)))));
+#endif
+}
+
+// The kernel's first argument `arg0` (passed by value), read again from the kernel-argument
+// segment where the returned reference is used. A grid-stride loop that calls it once per
+// iteration makes each field a load where it is needed (scalar loads, from the scalar cache) rather
+// than a value the compiler loads on entry and keeps in SGPRs across the whole kernel: a big
+// argument struct would not fit beside the loop's own scalars. `arg0` must be the first parameter
+// of the kernel: explicit kernel arguments start at offset 0 of the segment (AMDGPU code object
+// ABI). Its address is never taken (that would copy it to scratch). On NVIDIA: `arg0` itself.
+template <class T>
+__device__ __forceinline__ const T& reread_arg0(const T& arg0) {
+#if defined(DSA_HIP_ON_CUDA)
+  return arg0;
+#else
+  (void)arg0;
+  using ConstT = const __attribute__((address_space(4))) T;
+  ConstT* p = (ConstT*)__builtin_amdgcn_kernarg_segment_ptr();
+  __asm__ volatile("" : "+s"(p));  // a new pointer per call: the loads cannot be hoisted or merged
+  return *(const T*)p;
+#endif
+}
 #endif  // device compilers
 
 // 16-byte vector of four int32: one global_load_dwordx4 on AMD, one LDG.128 on NVIDIA, when the
