@@ -5,10 +5,8 @@ All three call one compiled entry, ``torch.ops.dsa_cuda.topk_out`` (csrc/topk.cp
     topk_out(scores, k, lengths, row_starts, deterministic, page_table, page_table_row_starts,
              row_to_batch, page_size, offsets, out, out_raw) -> ()
 
-`page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k. With
-`deterministic=True` every output row comes back in ascending index order (the kernel's ordered
-instance); otherwise in any order (the unordered instance, barrier-free compactions). The ragged form
-always asks for ascending rows.
+`page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k. Every
+output row comes back in ascending index order, so `deterministic=True` costs nothing extra.
 """
 
 from __future__ import annotations

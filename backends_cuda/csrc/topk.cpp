@@ -56,6 +56,7 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
               std::optional<Tensor> out_raw) {
+  (void)deterministic;  // every output row is in ascending index order
   STD_TORCH_CHECK(scores.dim() == 2 && scores.is_cuda() && unit_last_stride(scores), kOp,
                   ": `scores` must be a [rows, width] CUDA tensor with unit last stride");
   const ScalarType st = scores.scalar_type();
@@ -97,7 +98,6 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
   p.out_stride = out.stride(0);
   p.mode = dsa_cuda::TopkMode::kPlain;
   p.page_size = 1;
-  p.deterministic = deterministic;
   if (page_table.has_value()) {
     STD_TORCH_CHECK(page_table->dim() == 2 && is_int32(*page_table) && page_table->is_cuda() &&
                         page_table->get_device_index() == device && unit_last_stride(*page_table),

@@ -4,15 +4,10 @@
 //
 // One CTA per row (rows on the flat grid.x). Every score becomes an order-preserving uint32 key
 // (common_radix_select.cuh) and a radix select finds the k-th largest key T exactly, plus how many
-// of the keys equal to T are taken (`need`, the tie rule takes the smallest indices).
-//
-// Default (deterministic=False): every copy of candidates and the final write are UNORDERED
-// compactions (a warp scan of the lanes' counts, one shared atomicAdd per warp, no block barrier):
-// the keys > T go out in any order, and of the keys == T the `need` smallest columns, found by a
-// second radix select over the tied keys' columns when this CTA has more ties than it takes.
-// deterministic=True: the candidate copies and the write are ordered compactions in index order (a
-// block scan per chunk; every key > T and the first `need` keys == T), so each row is ascending
-// and bitwise reproducible.
+// of the keys equal to T are taken (`need`, the tie rule takes the smallest indices). The output is
+// written by an ordered compaction over the window in index order (a block scan per chunk), which
+// takes every key > T and the first `need` keys == T: each output row is therefore ascending, and
+// bitwise reproducible, whatever `deterministic` says.
 //
 // Paths, per row, with n the window length:
 //   n <= k      the window's indices 0..n-1 (relative), then -1.
@@ -20,12 +15,12 @@
 //               with the first level's histogram; the other levels and the write run from shared
 //               memory. When the keys at or above the threshold bin of a level fit the candidate
 //               area after the list (sized on the host so the CTAs per SM do not drop; usually after
-//               the first level: k plus the bin's few hundred keys), one pass copies them
+//               the first level: k plus the bin's few hundred keys), one ordered pass copies them
 //               with their columns and the remaining levels and the write run on those only.
 //               Plateaus and heavy ties overflow it and keep every level over the whole list.
 //   otherwise   ("stream" path) levels run over device memory. As soon as the keys that can still be
 //               taken (those at or above the current bin) fit in shared memory, one more pass copies
-//               them with their indices, and the select finishes there. Otherwise
+//               them, in index order, with their indices, and the select finishes there. Otherwise
 //               all three levels and the write read the row (4 reads): exact on any input.
 #include "dsa_cuda/common_launch.cuh"
 #include "dsa_cuda/common_radix_select.cuh"
@@ -41,8 +36,7 @@ namespace topk_detail {
 using radix::SelectShared;
 using radix::SelectState;
 
-constexpr int kMaxThreads = 1024;  // deterministic (ordered) instance
-constexpr int kMaxThreadsUnordered = 512;
+constexpr int kMaxThreads = 1024;
 constexpr int kHistBytes = radix::kBins * 4;
 // Shared memory kept free of the dynamic allocation for the static SelectShared and the runtime.
 constexpr int kStaticReserve = 1024;
@@ -91,9 +85,6 @@ struct KernelArgs {
   int32_t cluster;
   // Rows read from device memory (one CTA per row) first try the sampled-threshold filter.
   int32_t sample;
-  // deterministic=True: candidates compacted in index order and an ordered write (ascending rows);
-  // otherwise unordered compactions and write (any order inside a row).
-  int32_t deterministic;
 };
 
 // Where one row's results go, with the mapping of its mode.
@@ -246,10 +237,10 @@ __device__ __forceinline__ int32_t vec_rounds(const Src& src, int per_round) {
 }
 
 // One level's histogram over the candidates (keys equal to the prefix under the mask).
-// U: vectors per thread per round (16 keys: several loads in flight).
-template <class Src, int U = 16 / Src::kItems>
+template <class Src>
 __device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st, int shift, uint32_t* hist) {
   constexpr int I = Src::kItems;
+  constexpr int U = 16 / I;  // 16 keys per thread per round: several loads in flight
   const int per_round = U * int(blockDim.x);
   const int32_t rounds = vec_rounds(src, per_round);
   for (int32_t r = 0; r < rounds; ++r) {
@@ -400,196 +391,16 @@ struct ListSink {
   }
 };
 
-// Unordered compaction. Each lane reserves `n` consecutive slots of a shared counter; one
-// atomicAdd per warp (a warp scan of the lanes' counts). The warp must be converged.
-__device__ __forceinline__ uint32_t warp_reserve(uint32_t* counter, uint32_t n) {
-  const int lane = int(threadIdx.x & 31);
-  uint32_t incl = n;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-    if (lane >= o) {
-      incl += t;
-    }
-  }
-  const uint32_t total = __shfl_sync(0xFFFFFFFFu, incl, 31);
-  uint32_t base = 0;
-  if (lane == 31 && total != 0u) {
-    base = atomicAdd(counter, total);
-  }
-  base = __shfl_sync(0xFFFFFFFFu, base, 31);
-  return base + incl - n;
-}
-
-// Every item of the source that `pred` takes goes to emit(slot, key, column), slots 0, 1, ... from
-// the shared `counter` (zeroed and published by a barrier before), in no particular order. The
-// counter ends at the number of items taken (all of them counted, whatever emit stores). No block
-// barrier inside; the caller puts one before reading the counter or what emit stored.
-template <class Src, class Pred, class Emit>
-__device__ __forceinline__ void unordered_take(const Src& src, const Pred& pred, const Emit& emit, uint32_t* counter) {
-  constexpr int I = Src::kItems;
-  constexpr int U = 8 / I;  // 8 keys per thread per round (16 spill fp16/bf16 on sm_90a at 128 registers)
-  const int per_round = U * int(blockDim.x);
-  const int32_t rounds = vec_rounds(src, per_round);
-  for (int32_t r = 0; r < rounds; ++r) {
-    uint32_t key[U][I];
-    uint32_t m[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      m[u] = 0u;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        key[u][j] = 0u;
-      }
-      if (v < src.vecs) {
-        m[u] = src.load(v, key[u]);
-      }
-    }
-    uint32_t n = 0;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      uint32_t t = 0;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        if (((m[u] >> j) & 1u) && pred(key[u][j], src, v, j)) {
-          t |= 1u << j;
-        }
-      }
-      m[u] = t;
-      n += uint32_t(__popc(t));
-    }
-    uint32_t pos = warp_reserve(counter, n);
-    if (n != 0u) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-#pragma unroll
-        for (int j = 0; j < I; ++j) {
-          if ((m[u] >> j) & 1u) {
-            emit(pos, key[u][j], src.col(v, j));
-            ++pos;
-          }
-        }
-      }
-    }
-  }
-}
-
-// Keys at or above `prefix` under `mask` (the keys still in play after a level, or the keys >= a
-// sampled threshold under the full mask).
-struct GePred {
-  uint32_t mask;
-  uint32_t prefix;
-  template <class Src>
-  __device__ __forceinline__ bool operator()(uint32_t key, const Src&, int32_t, int) const {
-    return (key & mask) >= prefix;
-  }
-};
-
-// The final write's choice: keys above the prefix, and of the keys equal to it (the ties at T, or
-// all the candidates of an early exit) none (ties 0), all (1), or those whose column key
-// ~(column - p_lo) is at or above cprefix under cmask (2: the `need` smallest columns).
-struct FinalPred {
-  uint32_t mask;
-  uint32_t prefix;
-  int32_t ties;
-  uint32_t cmask;
-  uint32_t cprefix;
-  int64_t p_lo;
-  template <class Src>
-  __device__ __forceinline__ bool operator()(uint32_t key, const Src& src, int32_t v, int j) const {
-    const uint32_t mk = key & mask;
-    if (mk != prefix) {
-      return mk > prefix;
-    }
-    if (ties != 2) {
-      return ties == 1;
-    }
-    return ((~uint32_t(src.col(v, j) - p_lo)) & cmask) >= cprefix;
-  }
-};
-
-struct CandEmit {
-  uint32_t* keys;
-  int32_t* idx;
-  uint32_t cap;  // slots at or past it are counted but not stored
-  __device__ __forceinline__ void operator()(uint32_t pos, uint32_t key, int64_t col) const {
-    if (pos < cap) {
-      keys[pos] = key;
-      idx[pos] = int32_t(col);
-    }
-  }
-};
-
-struct OutEmit {
-  const RowOut& o;
-  uint32_t base;
-  uint32_t k;
-  __device__ __forceinline__ void operator()(uint32_t pos, uint32_t, int64_t col) const {
-    if (base + pos < k) {  // always (the select is exact); a guard against writing past the row
-      o.put(base + pos, col);
-    }
-  }
-};
-
-// The keys equal to the prefix under the mask (ties), seen through their column keys
-// ~(column - p_lo): the larger column key, the smaller column. Columns are unique.
-template <class Src>
-struct TieColSrc {
-  static constexpr int kItems = Src::kItems;
-  const Src& src;
-  uint32_t mask;
-  uint32_t prefix;
-  int64_t p_lo;
-  int32_t vecs;
-  __device__ __forceinline__ uint32_t load(int32_t v, uint32_t (&key)[kItems]) const {
-    uint32_t m = src.load(v, key);
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      if (((m >> j) & 1u) && (key[j] & mask) == prefix) {
-        key[j] = ~uint32_t(src.col(v, j) - p_lo);
-      } else {
-        m &= ~(1u << j);
-        key[j] = 0u;
-      }
-    }
-    return m;
-  }
-};
-
-// The column threshold among `ties` (>= 2) tied keys of which `need` (1 <= need < ties) are taken,
-// the smallest columns: a radix select of the need-th largest column key over the ties only. Returns
-// the state after it: take the ties whose column key is at or above prefix under mask. Ends with a
-// barrier after which `hist` may be cleared.
-template <class Src>
-__device__ __forceinline__ SelectState column_select(const Src& src, const SelectState& st, uint32_t need,
-                                                     uint32_t ties, int64_t p_lo, uint32_t* hist,
-                                                     SelectShared& sh) {
-  const TieColSrc<Src> ts{src, st.mask, st.prefix, p_lo, src.vecs};
-  SelectState cs{0u, 0u, need, ties};
-  for (int level = 0; level < radix::kLevels && cs.count != cs.krem; ++level) {
-    radix::clear_hist(hist);
-    __syncthreads();
-    hist_pass<TieColSrc<Src>, 1>(ts, cs, radix::level_shift(level), hist);
-    __syncthreads();
-    radix::refine(hist, level, cs, sh);
-  }
-  return cs;  // unique columns: after the last level count == krem == 1
-}
-
 // The sampled-threshold filter of a long row (one CTA per row): the key E such that about
 // `want` keys of the part are >= E, estimated from kSamples evenly spaced single keys (the
-// j-th largest sample), then one pass over device memory copies every key >= E with its column
-// into the candidate buffer (in index order when `ordered`, else in any order, slots from the
-// zeroed shared `counter`). Returns how many keys are >= E (all stored when <= cap). The
+// j-th largest sample), then one ordered pass over device memory copies every key >= E with its
+// column into the candidate buffer. Returns how many keys are >= E (all stored when <= cap). The
 // caller finishes exactly on the candidates when k <= count <= cap (they then hold the top k) and
 // rescans the part otherwise.
 template <typename T>
 __device__ __forceinline__ uint32_t sample_filter(const GlobalSrc<T>& g, uint32_t want, uint32_t* cand_keys,
                                                   int32_t* cand_idx, uint32_t cap, uint32_t* hist,
-                                                  SelectShared& sh, bool ordered, uint32_t* counter) {
+                                                  SelectShared& sh) {
   const int64_t pn = g.hi - g.lo;  // > kSamples
   for (int i = threadIdx.x; i < kSamples; i += blockDim.x) {
     const int64_t pos = g.lo + (int64_t(i) * pn + pn / 2) / kSamples;
@@ -607,14 +418,8 @@ __device__ __forceinline__ uint32_t sample_filter(const GlobalSrc<T>& g, uint32_
     radix::refine(hist, level, ss, sh);  // ends with a barrier: the samples are dead after it
   }
   // Keys >= E: above E, or equal to it, under the full mask.
-  if (ordered) {  // deterministic: candidates in index order
-    const SelectState filter{ss.prefix, 0xFFFFFFFFu, 0u, 0u};
-    return ordered_select(g, filter, 0xFFFFFFFFu, 0xFFFFFFFFu, ListSink{cand_keys, cand_idx, cap}, sh);
-  }
-  __syncthreads();  // the samples are dead (also when no level ran)
-  unordered_take(g, GePred{0xFFFFFFFFu, ss.prefix}, CandEmit{cand_keys, cand_idx, cap}, counter);
-  __syncthreads();
-  return *counter;
+  const SelectState filter{ss.prefix, 0xFFFFFFFFu, 0u, 0u};
+  return ordered_select(g, filter, 0xFFFFFFFFu, 0xFFFFFFFFu, ListSink{cand_keys, cand_idx, cap}, sh);
 }
 
 // After a level's histogram is complete in `hist` (and a barrier): narrow the select to the bin of
@@ -680,13 +485,8 @@ __device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_
 }
 
 // One row per CTA, or per cluster of a.cluster CTAs (each takes a contiguous part of the window).
-// Ordered: deterministic=True (index-ordered compactions and write); its own instance, so each
-// keeps only its path's state in registers.
-// The unordered instance runs at most kMaxThreadsUnordered threads per CTA: a 128-register cap (its
-// warp-aggregated compactions and the column select keep more state live than the ordered scans,
-// and spill at 64 registers, the cap of 1024-thread CTAs).
-template <typename T, bool Ordered>
-__global__ void __launch_bounds__(Ordered ? kMaxThreads : kMaxThreadsUnordered) topk_kernel(const __grid_constant__ KernelArgs a) {
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   extern __shared__ uint4 dyn_smem[];
   const uint32_t csize = uint32_t(a.cluster);
@@ -726,16 +526,6 @@ __global__ void __launch_bounds__(Ordered ? kMaxThreads : kMaxThreadsUnordered) 
   const int64_t p_hi = p_lo + part < hi ? p_lo + part : hi;
   const int32_t pn = int32_t(p_hi - p_lo);
 
-  // Slot counters of the unordered compactions: sampled filter, candidates after a level, output.
-  // Each is used at most once, read after a barrier. The ordered instance has none.
-  __shared__ uint32_t counters[3];
-  if (!Ordered) {
-    if (threadIdx.x < 3) {
-      counters[threadIdx.x] = 0u;
-    }
-    __syncthreads();
-  }
-  constexpr bool ordered = Ordered;  // index-ordered compactions and write
   const uint32_t k = uint32_t(a.k);
   GlobalSrc<T> g;
   g.init(static_cast<const T*>(a.scores) + r * a.row_stride, p_lo, p_hi);
@@ -759,8 +549,7 @@ __global__ void __launch_bounds__(Ordered ? kMaxThreads : kMaxThreadsUnordered) 
   if (!in_list && a.sample != 0 && csize == 1 && 2 * k <= uint32_t(cap) && pn > kSamples) {
     // One read instead of two or more, when the sampled threshold leaves between k and cap keys.
     const uint32_t want = min(uint32_t(cap) / 2, 3 * k);
-    const uint32_t count = sample_filter(g, want, cand_keys, cand_idx, uint32_t(cap), hist, sh, ordered,
-                                         &counters[0]);
+    const uint32_t count = sample_filter(g, want, cand_keys, cand_idx, uint32_t(cap), hist, sh);
     if (count >= k && count <= uint32_t(cap)) {
       lst = ListSrc(cand_keys, cand_idx, p_lo, int32_t(count));
       in_list = true;
@@ -784,25 +573,13 @@ __global__ void __launch_bounds__(Ordered ? kMaxThreads : kMaxThreadsUnordered) 
       break;  // every candidate left is taken, or the k-th key is known exactly
     }
     if (!compacted && ccap > 0 && part_gt + part_eq <= uint32_t(ccap)) {
-      // This CTA's keys at or above the bin fit: copy them with their columns (in index order when
-      // ordered, else in any order), and run the remaining levels and the write on them only (from
-      // the list or device memory).
-      if (ordered) {
-        const ListSink sink{comp_keys, comp_idx, uint32_t(ccap)};
-        if (in_list) {
-          ordered_select(lst, st, 0xFFFFFFFFu, part_gt + part_eq, sink, sh);
-        } else {
-          ordered_select(g, st, 0xFFFFFFFFu, part_gt + part_eq, sink, sh);
-        }
+      // This CTA's keys at or above the bin fit: copy them, in index order, with their columns, and
+      // run the remaining levels and the write on them only (from the list or device memory).
+      const ListSink sink{comp_keys, comp_idx, uint32_t(ccap)};
+      if (in_list) {
+        ordered_select(lst, st, 0xFFFFFFFFu, part_gt + part_eq, sink, sh);
       } else {
-        const GePred pred{st.mask, st.prefix};
-        const CandEmit emit{comp_keys, comp_idx, uint32_t(ccap)};
-        if (in_list) {
-          unordered_take(lst, pred, emit, &counters[1]);
-        } else {
-          unordered_take(g, pred, emit, &counters[1]);
-        }
-        __syncthreads();  // the candidates are complete (exactly part_gt + part_eq of them)
+        ordered_select(g, st, 0xFFFFFFFFu, part_gt + part_eq, sink, sh);
       }
       lst = ListSrc(comp_keys, comp_idx, p_lo, int32_t(part_gt + part_eq));
       in_list = true;
@@ -833,58 +610,26 @@ __global__ void __launch_bounds__(Ordered ? kMaxThreads : kMaxThreadsUnordered) 
     }
     radix::cluster_sync();  // no CTA leaves while another still reads its shared memory
   }
-  if (ordered) {
-    const RowOut o = row_out(a, r, start);  // built late: fewer registers live during the select
-    if (in_list) {
-      ordered_select(lst, st, st.krem, k, OutSink{o}, sh, base_gt, base_eq);
-    } else {
-      ordered_select(g, st, st.krem, k, OutSink{o}, sh, base_gt, base_eq);
-    }
-    return;
-  }
-  // Unordered write. Of the row's st.krem keys equal to the prefix still to take (the smallest
-  // columns), the lower ranks' parts (smaller columns) take eq_before; this CTA takes its my_need
-  // smallest columns, after a column select when that is not all or none of its ties.
-  const uint32_t need = st.krem;
-  const uint32_t eq_before = min(base_eq, need);
-  const uint32_t my_need = min(part_eq, need - eq_before);
-  const int32_t ties = my_need == 0u ? 0 : (my_need == part_eq ? 1 : 2);
-  SelectState cs{0u, 0u, 0u, 0u};
-  if (ties == 2) {
-    if (in_list) {
-      cs = column_select(lst, st, my_need, part_eq, p_lo, hist, sh);
-    } else {
-      cs = column_select(g, st, my_need, part_eq, p_lo, hist, sh);
-    }
-  }
-  const FinalPred pred{st.mask, st.prefix, ties, cs.mask, cs.prefix, p_lo};
-  const RowOut o = row_out(a, r, start);
-  // This CTA's keys go to output slots [base_gt + eq_before, + part_gt + my_need).
-  const OutEmit emit{o, base_gt + eq_before, k};
+  const RowOut o = row_out(a, r, start);  // built late: fewer registers live during the select
   if (in_list) {
-    unordered_take(lst, pred, emit, &counters[2]);
+    ordered_select(lst, st, st.krem, k, OutSink{o}, sh, base_gt, base_eq);
   } else {
-    unordered_take(g, pred, emit, &counters[2]);
+    ordered_select(g, st, st.krem, k, OutSink{o}, sh, base_gt, base_eq);
   }
 }
 
 using Kernel = void (*)(KernelArgs);
 
-template <bool Ordered>
 Kernel kernel_for(TopkDtype dtype) {
   switch (dtype) {
     case TopkDtype::kFloat32:
-      return topk_kernel<float, Ordered>;
+      return topk_kernel<float>;
     case TopkDtype::kBFloat16:
-      return topk_kernel<__nv_bfloat16, Ordered>;
+      return topk_kernel<__nv_bfloat16>;
     case TopkDtype::kFloat16:
-      return topk_kernel<__half, Ordered>;
+      return topk_kernel<__half>;
   }
   return nullptr;
-}
-
-Kernel kernel_for(TopkDtype dtype, bool ordered) {
-  return ordered ? kernel_for<true>(dtype) : kernel_for<false>(dtype);
 }
 
 constexpr int kMaxDevices = 64;
@@ -909,7 +654,7 @@ cudaError_t device_attr(int device, int* value) {
 
 // Allow the kernel `max_dyn` bytes of dynamic shared memory on this device (once per device).
 cudaError_t allow_smem(Kernel kernel, int which, int device, int max_dyn) {
-  static std::atomic<int> done[6][kMaxDevices] = {};
+  static std::atomic<int> done[3][kMaxDevices] = {};
   if (device >= 0 && device < kMaxDevices && done[which][device].load(std::memory_order_relaxed) == max_dyn) {
     return cudaSuccess;
   }
@@ -920,36 +665,10 @@ cudaError_t allow_smem(Kernel kernel, int which, int device, int max_dyn) {
   return cudaSuccess;
 }
 
-// CTAs of `threads` threads of the kernel resident on one SM by registers, threads and static shared
-// memory (the dynamic allocation aside): asked once per device, kernel and block size (128..1024).
-cudaError_t ctas_by_regs(Kernel kernel, int which, int device, int threads, int* ctas) {
-  static std::atomic<int> cache[6][kMaxDevices][4] = {};  // 0 unknown, else the count + 1
-  int t = 0;
-  while ((128 << t) < threads && t < 3) {
-    ++t;
-  }
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached) {
-    const int hit = cache[which][device][t].load(std::memory_order_relaxed);
-    if (hit != 0) {
-      *ctas = hit - 1;
-      return cudaSuccess;
-    }
-  }
-  int n = 0;
-  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
-  *ctas = n;
-  if (cached) {
-    cache[which][device][t].store(n + 1, std::memory_order_relaxed);
-  }
-  return cudaSuccess;
-}
-
-// Whether the largest cluster we launch (kMaxCluster CTAs of `threads` threads, the instance's
-// largest block, with all the shared memory) can be scheduled on this device: asked once per device
-// and kernel.
-cudaError_t clusters_fit(Kernel kernel, int which, int device, int max_dyn, int threads, bool* fit) {
-  static std::atomic<int> cache[6][kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+// Whether the largest cluster we launch (kMaxCluster CTAs of 1024 threads with all the shared
+// memory) can be scheduled on this device: asked once per device and kernel.
+cudaError_t clusters_fit(Kernel kernel, int which, int device, int max_dyn, bool* fit) {
+  static std::atomic<int> cache[3][kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached) {
     const int hit = cache[which][device].load(std::memory_order_relaxed);
@@ -960,7 +679,7 @@ cudaError_t clusters_fit(Kernel kernel, int which, int device, int max_dyn, int 
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(topk_heuristics::kMaxCluster);
-  config.blockDim = dim3(unsigned(threads));
+  config.blockDim = dim3(kMaxThreads);
   config.dynamicSmemBytes = size_t(max_dyn);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -995,12 +714,11 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.mode == TopkMode::kRagged && p.offsets == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const d::Kernel kernel = d::kernel_for(p.dtype, p.deterministic);
+  const d::Kernel kernel = d::kernel_for(p.dtype);
   if (kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const int which = int(p.dtype) + (p.deterministic ? 3 : 0);
-  const int max_threads = p.deterministic ? d::kMaxThreads : d::kMaxThreadsUnordered;
+  const int which = int(p.dtype);
 
   d::KernelArgs a = {};
   a.scores = p.scores;
@@ -1033,7 +751,6 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
     ++log2_page;
   }
   a.log2_page = log2_page;
-  a.deterministic = p.deterministic ? 1 : 0;
 
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
@@ -1051,7 +768,7 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   int cluster = major >= 9 ? h::cluster_size(p.rows, p.width, p.k, sms) : 1;
   if (cluster > 1) {
     bool fit = false;
-    DSA_CUDA_CHECK(d::clusters_fit(kernel, which, device, max_dyn, max_threads, &fit));
+    DSA_CUDA_CHECK(d::clusters_fit(kernel, which, device, max_dyn, &fit));
     cluster = fit ? cluster : 1;
   }
   if (p.rows * cluster > INT32_MAX) {
@@ -1071,20 +788,12 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   const int smem0 = hist_bytes + int(list_words) * 4;
   const int per_cta_extra = int(sizeof(radix::SelectShared)) + d::kStaticReserve;
   const int ctas_by_smem = per_sm / (smem0 + per_cta_extra);
-  int threads = h::threads(p.width, cluster, ctas_by_smem, max_threads);
-  int by_regs = 0;
-  DSA_CUDA_CHECK(d::ctas_by_regs(kernel, which, device, threads, &by_regs));
-  if (h::halve_threads(cluster, threads, ctas_by_smem, by_regs)) {
-    threads /= 2;
-    DSA_CUDA_CHECK(d::ctas_by_regs(kernel, which, device, threads, &by_regs));
-  }
+  const int threads = h::threads(p.width, cluster, ctas_by_smem);
   // List path: room for the candidates compacted after the first level, taken from what the CTAs
-  // resident on an SM (by shared memory, and by registers and threads) leave free, so occupancy
-  // does not drop. (The unordered instance may use up to 128 registers a thread: at 512 threads
-  // then one CTA per SM, which can take the whole shared memory.)
+  // resident on an SM (by shared memory and by threads) leave free, so occupancy does not drop.
   int64_t cand_words = 0;
   if (part4 <= max_words && ctas_by_smem >= 1) {
-    int resident = std::min(ctas_by_smem, std::max(1, std::min(by_regs, 2048 / threads)));
+    int resident = std::min(ctas_by_smem, std::max(1, 2048 / threads));
     resident = std::min(resident, 32);
     const int64_t by_sm = int64_t(per_sm / resident - per_cta_extra - smem0) / 4;
     const int64_t by_cta = int64_t(max_dyn - smem0) / 4;

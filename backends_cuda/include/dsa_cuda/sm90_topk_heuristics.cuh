@@ -45,32 +45,21 @@ inline bool sampled_filter(int cluster) {
   return cluster == 1;
 }
 
-// Threads per CTA: a power of two from 128 to max_threads (the kernel instance's launch bound:
-// 1024 for the ordered (deterministic) instance, 512 for the unordered one), dividing the 2048
-// histogram bins, about 16 keys per thread at least. The ordered instance (at most 64 registers a
-// thread) fits one 1024-thread CTA or two of 512 on an SM: 512 where shared memory lets two CTAs
-// share an SM (one CTA's barrier-bound phases then overlap the other's loads); split rows run one
-// CTA per SM: 1024. The unordered instance always takes its 512 on long rows.
-inline int threads(int64_t width, int cluster, int ctas_by_smem, int max_threads = 1024) {
-  int t = 1024;
+// Threads per CTA: a power of two from 128 to 1024 (it must divide the 2048 histogram bins), about
+// 16 keys per thread at least. At up to 64 registers a thread an SM holds one 1024-thread CTA or two
+// of 512: take 512 where shared memory lets two CTAs share an SM (one CTA's barrier-bound phases
+// then overlap the other's loads). Split rows run one CTA per SM: 1024.
+inline int threads(int64_t width, int cluster, int ctas_by_smem) {
   if (cluster > 1) {
-    t = 1024;
-  } else if (width <= 2048) {
-    t = 128;
-  } else if (width <= 4096) {
-    t = 256;
-  } else {
-    t = ctas_by_smem >= 2 ? 512 : 1024;
+    return 1024;
   }
-  return t < max_threads ? t : max_threads;
-}
-
-// Whether a 512-thread CTA that registers keep alone on its SM (the unordered instance uses up to
-// 128 registers a thread) should run as 256 threads instead, so two CTAs share the SM where shared
-// memory allows it (one CTA's barrier-bound phases then overlap the other's loads, and a grid of up
-// to two CTAs per SM runs in one wave). One CTA per row only.
-inline bool halve_threads(int cluster, int threads, int ctas_by_smem, int ctas_by_regs) {
-  return cluster == 1 && threads == 512 && ctas_by_smem >= 2 && ctas_by_regs < 2;
+  if (width <= 2048) {
+    return 128;
+  }
+  if (width <= 4096) {
+    return 256;
+  }
+  return ctas_by_smem >= 2 ? 512 : 1024;
 }
 
 }  // namespace topk_heuristics

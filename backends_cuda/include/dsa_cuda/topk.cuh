@@ -3,9 +3,8 @@
 //
 // Row r's window is [start, start + len) clipped to [0, width), start = row_starts[r] (or 0),
 // len = lengths[r] (or width - start; negative means 0). Output j of row r is a relative index
-// i - start of the selection, or -1 past the n <= k keys of a short window. With `deterministic`
-// every output row is in ascending index order (bitwise reproducible); otherwise the order inside a
-// row is unspecified (short windows still come back as 0..n-1, then -1).
+// i - start of the selection, or -1 past the n <= k keys of a short window. Every output row is in
+// ascending index order (so `deterministic=True` holds on every call).
 //
 // Torch-free. Plain C++ sees the params struct and the launcher; kernels/topk.cu holds the kernels.
 #pragma once
@@ -56,8 +55,6 @@ struct TopkParams {
   // kRagged
   const int32_t* offsets;  // [rows]
   int64_t offsets_stride;
-  // Ascending index order inside each output row (else any order).
-  bool deterministic;
 };
 
 // Enqueue the top-k on `stream` (PDL launch on SM90+). No host synchronisation, no allocation:
