@@ -1,11 +1,10 @@
 """page_table_transform: every provider against plain torch and the memory floor (2 * R * k * 4 bytes)."""
 
+import dsa_ops
 import pytest
 import torch
-from harness import host_overhead_us, record
-
-import dsa_ops
 from dsa_ops import registry
+from harness import host_overhead_us, record
 
 pytestmark = pytest.mark.gpu
 P = 64

@@ -5,13 +5,12 @@ graph beside them; larger ones by CUDA events with a cold L2. topk_page_table_tr
 main shapes as a ratio to topk.
 """
 
+import dsa_ops
 import pytest
 import torch
+from dsa_ops import registry
 from harness import host_overhead_us, record
 from topk_cases import cases, graph_timed, make_scores
-
-import dsa_ops
-from dsa_ops import registry
 
 pytestmark = pytest.mark.gpu
 CASES = cases()
@@ -21,7 +20,10 @@ def _time(bench, rows, fn):
     return bench.timer.graph_median_us(fn) if graph_timed(rows) else bench.timer.median_us(fn)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c['rows']}x{c['keys']}-{c['dtype']}-{c['distribution']}" for c in CASES])
+IDS = [f"{c['rows']}x{c['keys']}-{c['dtype']}-{c['distribution']}" for c in CASES]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_topk(bench, benchmark, case):
     rows, keys, k = case["rows"], case["keys"], case["k"]
     scores = make_scores(rows, keys, case["dtype"], case["distribution"])

@@ -36,7 +36,9 @@ class Session:
         self.rows.append(row)
         b = row["baselines"]
         ratios = "  ".join(f"{k} {v / row['median_us']:.2f}x" for k, v in b.items() if v)
-        floor = f"  floor {row['floor_us']:.1f} us ({row['median_us'] / row['floor_us']:.2f}x)" if row["floor_us"] else ""
+        floor = ""
+        if row["floor_us"]:
+            floor = f"  floor {row['floor_us']:.1f} us ({row['median_us'] / row['floor_us']:.2f}x)"
         print(f"\n  {row['op']} [{row['provider']}] {row['case']}: {row['median_us']:.1f} us{floor}  {ratios}")
 
 

@@ -21,7 +21,8 @@ def summarize(xml_path: str) -> str:
                 outcome = "failed"
                 failed.append(f"{case.get('classname')}::{case.get('name')}")
             elif child.tag == "skipped":
-                outcome = "xfailed" if "xfail" in (child.get("type", "") + child.get("message", "")).lower() else "skipped"
+                why = (child.get("type", "") + child.get("message", "")).lower()
+                outcome = "xfailed" if "xfail" in why else "skipped"
         counts[path][outcome] += 1
     lines = ["| test file | passed | failed | skipped | xfailed |", "|---|---|---|---|---|"]
     total = collections.Counter()

@@ -21,7 +21,8 @@ def write_markdown(json_path: str) -> str:
         "",
         f"Command: `{doc['command']}`",
         "",
-        "| op | provider | case | median us | floor us (kind) | x floor | baselines (us, and speed-up vs them) | notes |",
+        "| op | provider | case | median us | floor us (kind) | x floor | baselines (us, and speed-up vs them) "
+        "| notes |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["results"]:

@@ -1,8 +1,7 @@
 """Runs every GPU provider once on small shapes, for compute-sanitizer (memcheck, racecheck)."""
 
-import torch
-
 import dsa_ops
+import torch
 from dsa_ops import registry
 from dsa_ops.ops._common import map_through_page_table, window_topk
 

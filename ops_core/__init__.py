@@ -5,6 +5,7 @@ Every op is a torch.library custom op, ``torch.ops.dsa.<name>``, with a fake, an
 chosen by ``dsa_ops.registry``.
 """
 
+# Order matters: ops are defined first, then providers and references attach to them.
 from . import ops as _ops  # noqa: F401  (defines every op)
 from .ops import *  # noqa: F401,F403
 from .registry import DispatchError, use_backend  # noqa: F401

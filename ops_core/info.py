@@ -11,7 +11,8 @@ def main(argv=()) -> int:
     import dsa_ops  # noqa: F401  (defines ops, registers providers)
 
     dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-    print(f"dsa_ops {dsa_ops.__version__}  torch {torch.__version__}  cuda {torch.version.cuda}  hip {torch.version.hip}")
+    print(f"dsa_ops {dsa_ops.__version__}  torch {torch.__version__}  "
+          f"cuda {torch.version.cuda}  hip {torch.version.hip}")
     if dev is None:
         print("device: none (CPU tensors run the exact reference; GPU providers listed as unavailable)")
     else:

@@ -47,6 +47,6 @@ def softmax_attend(scores: list[float], values: list[torch.Tensor]):
         return None, math.inf
     m = max(scores)
     e = [math.exp(s - m) for s in scores]
-    l = sum(e)
-    out = sum(ei * v for ei, v in zip(e, values)) / l
-    return out, m + math.log(l)
+    total = sum(e)
+    out = sum(ei * v for ei, v in zip(e, values)) / total
+    return out, m + math.log(total)

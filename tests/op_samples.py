@@ -14,7 +14,6 @@ def samples():
     T, H, D, N = 3, 2, 16, 40
     q = torch.randn(T, H, D, generator=g).to(FP8)
     kv = torch.randn(N, D, generator=g).to(FP8)
-    s = torch.rand(N, generator=g)
     w = torch.randn(T, H, generator=g)
     ks, ke = i32(0, 5, 10), i32(40, 30, 12)
     scores = torch.randn(4, 50, generator=g)

@@ -1,12 +1,11 @@
 """The references run on a CUDA device too (plain torch), equal to their CPU run: the GPU tests use
 them as the oracle at full size without copying to the CPU."""
 
+import dsa_ops  # noqa: F401
 import pytest
 import torch
-from op_samples import samples
-
-import dsa_ops  # noqa: F401
 from dsa_ops import registry
+from op_samples import samples
 
 pytestmark = pytest.mark.gpu
 S = samples()

@@ -1,11 +1,10 @@
 """torch.library.opcheck on every op and overload, and fakes under torch.compile(dynamic=True)."""
 
+import dsa_ops  # noqa: F401
 import pytest
 import torch
-from op_samples import samples
-
-import dsa_ops  # noqa: F401
 from dsa_ops._define import OPS
+from op_samples import samples
 
 SAMPLES = samples()
 

@@ -3,11 +3,10 @@
 import math
 import struct
 
+import dsa_ops
 import pytest
 import torch
 from brute import indexer_logit, softmax_attend, topk_row
-
-import dsa_ops
 
 FP8 = torch.float8_e4m3fn
 
@@ -39,7 +38,8 @@ def test_indexer_logits_non_contiguous_weights():
     q, kv, s = _fp8((4, 8, 32), g), _fp8((50, 32), g), torch.rand(50, generator=g)
     w = torch.randn(8, 4, generator=g).t()
     ks, ke = torch.zeros(4, dtype=torch.int32), torch.full((4,), 50, dtype=torch.int32)
-    assert torch.equal(dsa_ops.indexer_logits(q, kv, s, w, ks, ke), dsa_ops.indexer_logits(q, kv, s, w.contiguous(), ks, ke))
+    strided = dsa_ops.indexer_logits(q, kv, s, w, ks, ke)
+    assert torch.equal(strided, dsa_ops.indexer_logits(q, kv, s, w.contiguous(), ks, ke))
 
 
 def _paged_cache(vals_fp8, scales, nb):
@@ -74,8 +74,9 @@ def test_paged_indexer_logits_brute_force():
                     assert out[row, p].item() == -math.inf
                     continue
                 key = vals[blk * 64 + p % 64].double()
-                want = sum(float(w[row, h]) * max(float((q[b, i, h].double() * key).sum()) * float(scales[blk * 64 + p % 64]), 0)
-                           for h in range(H))
+                scale = float(scales[blk * 64 + p % 64])
+                dots = [float((q[b, i, h].double() * key).sum()) for h in range(H)]
+                want = sum(float(w[row, h]) * max(dots[h] * scale, 0) for h in range(H))
                 assert out[row, p].item() == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
@@ -103,7 +104,8 @@ def test_indexer_topk_equals_unfused():
 
 def _v32_token(vals: list[float], scales: list[float], rope: list[float]) -> bytes:
     fp8 = torch.tensor(vals).to(FP8).view(torch.uint8).tolist()
-    return bytes(fp8) + struct.pack("<4f", *scales) + torch.tensor(rope).to(torch.bfloat16).view(torch.uint8).numpy().tobytes()
+    rope_bytes = torch.tensor(rope).to(torch.bfloat16).view(torch.uint8).numpy().tobytes()
+    return bytes(fp8) + struct.pack("<4f", *scales) + rope_bytes
 
 
 def test_dequant_v32_hand_worked_and_padded_pages():
@@ -189,7 +191,7 @@ def test_sparse_attention_brute_force(cache_dtype):
 @pytest.mark.parametrize("layout", ["v32", "v4"])
 def test_sparse_mla_decode_brute_force(layout):
     g = torch.Generator().manual_seed(7)
-    B, s_q, H, P, nb, topk = 2, 2, 2, 4, 3, 5
+    B, s_q, H, P, nb = 2, 2, 2, 4, 3
     bpt, d = (656, 576) if layout == "v32" else (584, 512)
     cache = torch.randint(0, 100, (nb, P, 1, bpt), dtype=torch.uint8, generator=g)
     if layout == "v32":

@@ -2,13 +2,12 @@
 
 import math
 
+import dsa_ops
 import pytest
 import torch
 from brute import page_map, topk_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import dsa_ops
 
 VALUES = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, 1e30, -1e30, 70000.0, math.inf, -math.inf, math.nan, 1.0 + 2**-20])
 

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 import torch
-
 from dsa_ops import registry
 from dsa_ops.registry import DispatchError, Provider
 
@@ -64,7 +63,8 @@ def test_env_var_is_validated():
 def test_info_lists_all_ten_ops():
     r = subprocess.run([sys.executable, "-m", "dsa_ops", "info"], capture_output=True, text=True, check=True)
     for op in ("indexer_logits", "paged_indexer_logits", "topk", "topk_page_table_transform", "topk_ragged_transform",
-               "page_table_transform", "indexer_topk", "dequant_k_cache_paged", "sparse_attention", "sparse_mla_decode"):
+               "page_table_transform", "indexer_topk", "dequant_k_cache_paged", "sparse_attention",
+               "sparse_mla_decode"):
         assert op in r.stdout
     assert "10 ops" in r.stdout
 

@@ -1,11 +1,10 @@
 """Bad inputs raise DsaArgumentError naming the op and the argument; nothing is coerced silently."""
 
+import dsa_ops
 import pytest
 import torch
-from op_samples import samples
-
-import dsa_ops
 from dsa_ops import DsaArgumentError
+from op_samples import samples
 
 S = samples()
 
@@ -42,7 +41,8 @@ BAD = [
     ("indexer_logits", {"kv_scale": torch.ones(40)}, "`kv_scale` must be None for bfloat16"),
     ("indexer_logits", {"weights": torch.ones(3, 5)}, "`weights` must have shape [3, 2]"),
     ("indexer_logits", {"ks": torch.zeros(3, dtype=torch.int64)}, "`ks` must have dtype int32"),
-    ("paged_indexer_logits", {"kv_cache": torch.zeros(3, 32, 1, 20, dtype=torch.uint8)}, "`kv_cache` must have shape [*, 64, 1, 20]"),
+    ("paged_indexer_logits", {"kv_cache": torch.zeros(3, 32, 1, 20, dtype=torch.uint8)},
+     "`kv_cache` must have shape [*, 64, 1, 20]"),
     ("indexer_topk", {"page_size": 3}, "`page_size` must be a power of two"),
     ("dequant_k_cache_paged", {"layout": "v5"}, "`layout` must be one of"),
     ("dequant_k_cache_paged", {"kv_cache": torch.zeros(3, 4, 1, 584, dtype=torch.uint8)}, "[num_blocks, P, 1, 656]"),

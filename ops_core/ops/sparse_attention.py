@@ -67,8 +67,8 @@ def reference(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_s
         m = s.amax(dim=-1, keepdim=True)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         e = torch.exp(s - m)
-        l = e.sum(dim=-1, keepdim=True)
-        o = torch.einsum("tkgn,tnkd->tkgd", e, v) / torch.where(l > 0, l, torch.ones_like(l))
+        denom = e.sum(dim=-1, keepdim=True)
+        o = torch.einsum("tkgn,tnkd->tkgd", e, v) / torch.where(denom > 0, denom, torch.ones_like(denom))
         out[r0:r1] = o.reshape(r1 - r0, hq, dv).to(torch.bfloat16)
     return out
 

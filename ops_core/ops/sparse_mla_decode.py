@@ -59,9 +59,9 @@ def reference(q, kv_cache, indices, softmax_scale, layout, topk_lens, attn_sink)
         m = s.amax(dim=-1, keepdim=True)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         e = torch.exp(s - m)
-        l = e.sum(dim=-1, keepdim=True)
-        o = torch.einsum("qhn,qnd->qhd", e, v) / torch.where(l > 0, l, torch.ones_like(l))
-        row_lse = torch.where(l > 0, m + torch.log(l), torch.full_like(l, float("inf"))).squeeze(-1)
+        denom = e.sum(dim=-1, keepdim=True)
+        o = torch.einsum("qhn,qnd->qhd", e, v) / torch.where(denom > 0, denom, torch.ones_like(denom))
+        row_lse = torch.where(denom > 0, m + torch.log(denom), torch.full_like(denom, float("inf"))).squeeze(-1)
         if attn_sink is not None:
             # exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse)); 1 when lse = +inf.
             o = o / (1 + torch.exp(attn_sink[None, :] - row_lse))[..., None]
