@@ -8,13 +8,11 @@ visible entries, and exactly -inf (same positions as the reference) outside the 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from triton_interpret_runner import run_interpreted
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -158,12 +156,7 @@ CASES = (
 
 @pytest.fixture(scope="module")
 def interpreted():
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert p.returncode == 0 and lines, f"interpreter run failed (exit {p.returncode}):\n{p.stdout}{p.stderr}"
-    return json.loads(lines[-1][len("RESULTS "):])
+    return run_interpreted(SCRIPT, timeout=900)
 
 
 @pytest.mark.parametrize("case", CASES)

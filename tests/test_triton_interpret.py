@@ -6,13 +6,12 @@ in one subprocess that imports dsa_ops with it set; each case reports back and i
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from triton_interpret_runner import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
@@ -112,12 +111,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def interpreted():
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert p.returncode == 0 and lines, f"interpreter run failed (exit {p.returncode}):\n{p.stdout}{p.stderr}"
-    return json.loads(lines[-1][len("RESULTS "):])
+    return run_interpreted(SCRIPT, timeout=600)
 
 
 @pytest.mark.parametrize("case", CASES)
