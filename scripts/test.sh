@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 start=$(date +%s)
 
-bash scripts/setup.sh
+bash scripts/setup.sh test
 bash scripts/install_toolchains.sh
 
 echo "== setup took $(( $(date +%s) - start )) s"
