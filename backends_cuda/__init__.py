@@ -21,7 +21,15 @@ from typing import Optional
 
 import torch
 
-from ._jit import TORCH_TARGET_VERSION_FLAG, BuildSpec, Library, cuda_arch_name, find_cuda_home, nvcc_gencode
+from ._jit import (
+    TORCH_TARGET_VERSION_FLAG,
+    BuildSpec,
+    Library,
+    binding_headers,
+    cuda_arch_name,
+    find_cuda_home,
+    nvcc_gencode,
+)
 
 HERE = Path(__file__).resolve().parent
 LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB")
@@ -46,8 +54,8 @@ def build_spec(arch: str) -> BuildSpec:
         name=lib_name(arch),
         what=f"CUDA kernels for {arch}",
         sources=sorted(HERE.glob("kernels/*.cu")) + sorted(HERE.glob("csrc/*.cpp")),
-        depends=sorted(p for p in (HERE / "include").rglob("*") if p.is_file()),
-        include_dirs=[HERE / "include"],
+        depends=sorted(p for p in (HERE / "include").rglob("*") if p.is_file()) + binding_headers()[1],
+        include_dirs=[HERE / "include", binding_headers()[0]],
         # USE_CUDA: declares torch's current-CUDA-stream shim in the bindings.
         cflags=["-O3", "-DUSE_CUDA", TORCH_TARGET_VERSION_FLAG],
         cuda_cflags=cuda_flags,

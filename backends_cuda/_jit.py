@@ -36,6 +36,14 @@ log = logging.getLogger("dsa_ops")
 TORCH_TARGET_VERSION_FLAG = "-DTORCH_TARGET_VERSION=0x020b000000000000"
 
 
+def binding_headers() -> tuple[Path, list]:
+    """The folder of the helpers every backend's bindings share (dsa_ops/csrc) and its files."""
+    import dsa_ops
+
+    d = Path(dsa_ops.__file__).resolve().parent / "csrc"
+    return d, sorted(p for p in d.glob("*.h"))
+
+
 def announce(msg: str) -> None:
     """A line the user should see (a first-use compile takes tens of seconds)."""
     log.warning(msg)

@@ -26,6 +26,7 @@ from dsa_ops.backends.cuda._jit import (
     TORCH_TARGET_VERSION_FLAG,
     BuildSpec,
     Library,
+    binding_headers,
     cuda_arch_name,
     find_cuda_home,
     nvcc_gencode,
@@ -54,7 +55,7 @@ def _hip_sources() -> list:
 
 
 def _headers() -> list:
-    return sorted(p for p in (HERE / "include").rglob("*") if p.is_file())
+    return sorted(p for p in (HERE / "include").rglob("*") if p.is_file()) + binding_headers()[1]
 
 
 def _write_compat_wrappers(build_dir: Path) -> list:
@@ -83,7 +84,7 @@ def build_spec(arch: str) -> BuildSpec:
             what=f"native HIP kernels for {arch}",
             sources=_hip_sources() + binding_sources,
             depends=_headers(),
-            include_dirs=[HERE / "include"],
+            include_dirs=[HERE / "include", binding_headers()[0]],
             cflags=common,
             cuda_cflags=common + [f"--offload-arch={arch}"],
         )
@@ -92,7 +93,7 @@ def build_spec(arch: str) -> BuildSpec:
         what=f"native HIP kernels through the CUDA compat header for {arch}",
         sources=binding_sources,
         depends=_hip_sources() + _headers(),
-        include_dirs=[HERE / "include"],
+        include_dirs=[HERE / "include", binding_headers()[0]],
         cflags=common + ["-DDSA_HIP_ON_CUDA"],
         cuda_cflags=common + ["-DDSA_HIP_ON_CUDA", nvcc_gencode(arch)],
         generate=_write_compat_wrappers,

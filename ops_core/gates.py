@@ -351,6 +351,35 @@ def hip_job(src: Path, include: Path, tmp: Path) -> GateResult:
     return r
 
 
+def binding_job(src: Path, includes: list[Path], defines: list[str]) -> GateResult:
+    """Syntax-check one stable-ABI binding (backends_*/csrc/*.cpp) with the host compiler against this
+    torch's headers, targeting the oldest torch the libraries load under: the GPU machine builds these
+    for real, and this keeps a broken binding from reaching it."""
+    import torch
+    from dsa_ops.backends.cuda._jit import TORCH_TARGET_VERSION_FLAG
+    from torch.utils import cpp_extension
+
+    tool = f"g++ (torch {torch.__version__.split('+')[0]} headers)"
+    r = GateResult(f"{src.parent.parent.name}/{src.name}", "host", tool)
+    t = time.perf_counter()
+    try:
+        cxx = shutil.which("g++") or shutil.which("c++")
+        if cxx is None:
+            raise MissingToolchain("no host C++ compiler (g++) on PATH")
+        cuda_include = Path(find_nvcc("13.0")).resolve().parent.parent / "include"
+        flags = ["-fsyntax-only", "-std=c++17", "-Wall", "-Werror", "-DUSE_CUDA", TORCH_TARGET_VERSION_FLAG, *defines]
+        incs = [*includes, *map(Path, cpp_extension.include_paths()), cuda_include]
+        rc, text = _run([cxx, *flags, *(f"-I{i}" for i in incs), str(src)])
+        if rc != 0:
+            r.error = f"g++ failed (exit {rc}):\n{_tail(text)}"
+    except MissingToolchain as e:
+        r.error = str(e)
+    except Exception as e:
+        r.error = f"{type(e).__name__}: {e}"
+    r.seconds = time.perf_counter() - t
+    return r
+
+
 _triton_lock = threading.Lock()  # triton.compile is not documented as thread-safe: one at a time
 
 
@@ -437,6 +466,12 @@ def plan(only: set[str], tmp: Path, cuda_sources: Optional[Path] = None,
                 jobs.append(lambda s=s, inc=inc: hip_job(s, inc, tmp))
         except MissingToolchain as e:
             rows.append(GateResult("(all .hip)", HIP_ARCH, "clang++-22", error=str(e)))
+    if "bindings" in only:
+        shared = _package_dir("dsa_ops") / "csrc"
+        for pkg, defines in (("dsa_ops.backends.cuda", []), ("dsa_ops.backends.rocm", ["-DDSA_HIP_ON_CUDA"])):
+            root = _package_dir(pkg)
+            for s in sorted((root / "csrc").glob("*.cpp")):
+                jobs.append(lambda s=s, inc=[root / "include", shared], d=defines: binding_job(s, inc, d))
     if "triton" in only:
         import dsa_ops.backends.triton as tb
 
@@ -472,7 +507,7 @@ def format_row(r: GateResult) -> list[str]:
     isa = sum(k.isa_lines for k in ks if k.isa_lines) if ks and any(k.isa_lines for k in ks) else None
     n = sum(1 for k in ks if k.entry)
     status = "ok" if r.ok else "FAIL"
-    if r.error is None and not ks:
+    if r.error is None and not ks and r.target != "host":  # host rows (bindings) have no kernels
         status = "ok (empty)"
     return [r.unit, r.target, r.tool, _fmt(n if ks else None), _fmt(regs), _fmt(shared), spills,
             _fmt(scratch), _fmt(isa), f"{r.seconds:.1f}", status]
@@ -541,14 +576,14 @@ def run(only: set[str], jobs: int = 2, verbose: bool = False, cuda_sources: Opti
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dsa_ops gates", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", action="append", choices=("cuda", "hip", "triton"),
+    p.add_argument("--only", action="append", choices=("cuda", "hip", "triton", "bindings"),
                    help="run only these toolchains (repeatable; default: all)")
     p.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel compiles")
     p.add_argument("-v", "--verbose", action="store_true", help="print every kernel, not only failing ones")
     p.add_argument("--cuda-sources", type=Path, help=".cu files here, not in backends_cuda/kernels")
     p.add_argument("--hip-sources", type=Path, help=".hip files here, not in backends_rocm/kernels")
     a = p.parse_args(argv)
-    only = set(a.only or ("cuda", "hip", "triton"))
+    only = set(a.only or ("cuda", "hip", "triton", "bindings"))
     return run(only, a.jobs, a.verbose, a.cuda_sources, a.hip_sources)
 
 

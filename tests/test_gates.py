@@ -265,7 +265,7 @@ __global__ void add_one(const int* __restrict__ a, int* __restrict__ b, int n) {
 
 
 @pytest.mark.gates
-@pytest.mark.parametrize("only", ["cuda", "hip", "triton"])
+@pytest.mark.parametrize("only", ["cuda", "hip", "triton", "bindings"])
 def test_gates_pass(only, capsys):
     rc = gates.main(["--only", only])
     out = capsys.readouterr().out

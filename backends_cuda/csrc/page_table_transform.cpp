@@ -1,7 +1,6 @@
 // Torch binding of dsa.page_table_transform for CUDA: torch.ops.dsa_cuda.page_table_transform_out.
 // Stable ABI only (build with -DUSE_CUDA for the stream shim and -DTORCH_TARGET_VERSION for the
 // oldest torch to load under), so one binary loads under torch 2.11 through 2.14.
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
@@ -11,36 +10,14 @@
 #include <cstdint>
 #include <optional>
 
+#include "dsa_binding.h"
 #include "dsa_cuda/page_table_transform.cuh"
-
-#ifndef USE_CUDA
-#error "build with -DUSE_CUDA: the current-stream shim (aoti_torch_get_current_cuda_stream) needs it"
-#endif
 
 namespace {
 
-using torch::stable::Tensor;
+using namespace dsa_binding;  // is_int32, unit_last_stride, check_row_vector, ptr_or_null, ...
 
 constexpr const char* kOp = "dsa_cuda.page_table_transform_out";
-
-bool is_int32(const Tensor& t) { return t.scalar_type() == torch::headeronly::ScalarType::Int; }
-
-// The Python op validated everything; these checks only keep a direct call of this internal
-// entry point from touching memory outside its tensors.
-void check_row_vector(const std::optional<Tensor>& t, const char* name, const Tensor& indices) {
-  if (!t.has_value()) {
-    return;
-  }
-  STD_TORCH_CHECK(t->dim() == 1 && t->size(0) == indices.size(0) && is_int32(*t) && t->is_cuda() &&
-                      t->get_device_index() == indices.get_device_index(),
-                  kOp, ": `", name, "` must be an int32 [rows] tensor on the device of `indices`");
-}
-
-const int32_t* ptr_or_null(const std::optional<Tensor>& t) {
-  return t.has_value() ? static_cast<const int32_t*>(t->data_ptr()) : nullptr;
-}
-
-int64_t stride_or_zero(const std::optional<Tensor>& t) { return t.has_value() ? t->stride(0) : 0; }
 
 void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<Tensor> row_to_batch,
                               std::optional<Tensor> page_table_row_starts, int64_t page_size, Tensor out) {
@@ -54,8 +31,8 @@ void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<T
                       page_table.get_device_index() == device &&
                       (page_table.size(1) <= 1 || page_table.stride(1) == 1),
                   kOp, ": `page_table` must be an int32 [batches, max_pages] tensor with unit last stride");
-  check_row_vector(row_to_batch, "row_to_batch", indices);
-  check_row_vector(page_table_row_starts, "page_table_row_starts", indices);
+  check_row_vector(kOp, row_to_batch, "row_to_batch", indices, "indices");
+  check_row_vector(kOp, page_table_row_starts, "page_table_row_starts", indices, "indices");
   STD_TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, kOp,
                   ": `page_size` must be a power of two, got ", page_size);
 
@@ -76,9 +53,7 @@ void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<T
 
   // The launcher queries the current device and torch's stream belongs to the tensors' device.
   torch::stable::accelerator::DeviceGuard guard(device);
-  void* stream = nullptr;
-  STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(device, &stream) == AOTI_TORCH_SUCCESS, kOp,
-                  ": could not get the current CUDA stream");
+  void* stream = current_stream(kOp, device);
   const cudaError_t err = dsa_cuda::launch_page_table_transform(p, static_cast<cudaStream_t>(stream));
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }

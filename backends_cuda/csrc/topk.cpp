@@ -2,7 +2,6 @@
 // dsa.topk_page_table_transform (page_table given) and dsa.topk_ragged_transform (offsets given).
 // Stable ABI only (build with -DUSE_CUDA for the stream shim and -DTORCH_TARGET_VERSION for the
 // oldest torch to load under), so one binary loads under torch 2.11 through 2.14.
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
@@ -12,45 +11,21 @@
 #include <cstdint>
 #include <optional>
 
+#include "dsa_binding.h"
 #include "dsa_cuda/topk.cuh"
-
-#ifndef USE_CUDA
-#error "build with -DUSE_CUDA: the current-stream shim (aoti_torch_get_current_cuda_stream) needs it"
-#endif
 
 namespace {
 
-using torch::stable::Tensor;
+using namespace dsa_binding;  // is_int32, unit_last_stride, check_row_vector, ptr_or_null, ...
 using torch::headeronly::ScalarType;
 
 constexpr const char* kOp = "dsa_cuda.topk_out";
-
-bool is_int32(const Tensor& t) { return t.scalar_type() == ScalarType::Int; }
-
-bool unit_last_stride(const Tensor& t) { return t.size(t.dim() - 1) <= 1 || t.stride(t.dim() - 1) == 1; }
-
-// The Python ops validated everything; these checks only keep a direct call of this internal entry
-// point from touching memory outside its tensors.
-void check_row_vector(const std::optional<Tensor>& t, const char* name, const Tensor& scores) {
-  if (!t.has_value()) {
-    return;
-  }
-  STD_TORCH_CHECK(t->dim() == 1 && t->size(0) == scores.size(0) && is_int32(*t) && t->is_cuda() &&
-                      t->get_device_index() == scores.get_device_index(),
-                  kOp, ": `", name, "` must be an int32 [rows] tensor on the device of `scores`");
-}
 
 void check_out(const Tensor& t, const char* name, const Tensor& scores, int64_t k) {
   STD_TORCH_CHECK(t.dim() == 2 && t.size(0) == scores.size(0) && t.size(1) == k && is_int32(t) && t.is_cuda() &&
                       t.get_device_index() == scores.get_device_index() && unit_last_stride(t),
                   kOp, ": `", name, "` must be an int32 [rows, k] tensor with unit last stride on the device of `scores`");
 }
-
-const int32_t* ptr_or_null(const std::optional<Tensor>& t) {
-  return t.has_value() ? static_cast<const int32_t*>(t->data_ptr()) : nullptr;
-}
-
-int64_t stride_or_zero(const std::optional<Tensor>& t) { return t.has_value() ? t->stride(0) : 0; }
 
 void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
@@ -73,11 +48,11 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
   STD_TORCH_CHECK(k >= 1 && k <= INT32_MAX, kOp, ": `k` must be in [1, 2^31), got ", k);
   STD_TORCH_CHECK(scores.size(0) <= INT32_MAX && scores.size(1) <= INT32_MAX - 16, kOp,
                   ": `scores` must have fewer than 2^31 rows and 2^31 - 16 columns");
-  check_row_vector(lengths, "lengths", scores);
-  check_row_vector(row_starts, "row_starts", scores);
-  check_row_vector(page_table_row_starts, "page_table_row_starts", scores);
-  check_row_vector(row_to_batch, "row_to_batch", scores);
-  check_row_vector(offsets, "offsets", scores);
+  check_row_vector(kOp, lengths, "lengths", scores, "scores");
+  check_row_vector(kOp, row_starts, "row_starts", scores, "scores");
+  check_row_vector(kOp, page_table_row_starts, "page_table_row_starts", scores, "scores");
+  check_row_vector(kOp, row_to_batch, "row_to_batch", scores, "scores");
+  check_row_vector(kOp, offsets, "offsets", scores, "scores");
   check_out(out, "out", scores, k);
   STD_TORCH_CHECK(!(page_table.has_value() && offsets.has_value()), kOp,
                   ": pass `page_table` (page-table form) or `offsets` (ragged form), not both");
@@ -130,9 +105,7 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
 
   // The launcher queries the current device and torch's stream belongs to the tensors' device.
   torch::stable::accelerator::DeviceGuard guard(device);
-  void* stream = nullptr;
-  STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(device, &stream) == AOTI_TORCH_SUCCESS, kOp,
-                  ": could not get the current CUDA stream");
+  void* stream = current_stream(kOp, device);
   const cudaError_t err = dsa_cuda::launch_topk(p, static_cast<cudaStream_t>(stream));
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }
