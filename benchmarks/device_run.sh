@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build, test, sanitize and time everything on the GPU machine, logs under $OUT.
 #   bash benchmarks/device_run.sh [stages...]     stages: build test bench sanitize (default: all), keepso
+# TESTS / BENCH narrow the test and benchmark files (default: tests, benchmarks/bench_*.py), e.g.
+#   TESTS=tests/test_gpu_topk.py BENCH=benchmarks/bench_topk.py bash benchmarks/device_run.sh build test bench
 # With `keepso` the built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to
 # skip the build next time.
 set -uo pipefail
@@ -34,7 +36,7 @@ fi
 rc=0
 if has test; then
   log "GPU tests"
-  python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider --junitxml=/tmp/gpu_tests.xml 2>&1 \
+  python3 -m pytest -m gpu ${TESTS:-tests} -q -ra -p no:cacheprovider --junitxml=/tmp/gpu_tests.xml 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -60
   rc=${PIPESTATUS[0]}
   python3 benchmarks/gpu_test_summary.py /tmp/gpu_tests.xml "$OUT/gpu_tests_summary.md"
@@ -42,7 +44,7 @@ fi
 
 if has bench; then
   log "benchmarks"
-  python3 -m pytest benchmarks/bench_*.py -m gpu -q -s -p no:cacheprovider --dsa-results "$OUT/h200.json" \
+  python3 -m pytest ${BENCH:-benchmarks/bench_*.py} -m gpu -q -s -p no:cacheprovider --dsa-results "$OUT/h200.json" \
     --benchmark-json /tmp/pytest_benchmark.json 2>&1 | tee "$OUT/bench.log" | grep -E "^  |passed|failed|error" | tail -80
 fi
 

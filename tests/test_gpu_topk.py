@@ -43,7 +43,7 @@ def cluster(request, monkeypatch):
     return _mode(monkeypatch, request.param)
 
 
-@pytest.fixture(params=["auto", "1", "1-nosample", "8"])
+@pytest.fixture(params=["auto", "1", "1-nosample", "8", "8-nosample"])
 def cluster3(request, monkeypatch):
     return _mode(monkeypatch, request.param)
 
@@ -300,6 +300,7 @@ def test_cuda_graph_and_side_stream(cluster):
     x = torch.randn(16, 70000, device=DEV, generator=g)
     lengths = torch.randint(0, 70000, (16,), device=DEV, dtype=torch.int32, generator=g)
     out = torch.empty(16, 2048, device=DEV, dtype=torch.int32)
+    out_any = torch.empty(16, 2048, device=DEV, dtype=torch.int32)
     pt = torch.arange(16 * 1100, device=DEV, dtype=torch.int32).view(16, 1100)
     with dsa_ops.use_backend("cuda"):
         dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, out=out)  # warm-up (build, attributes)
@@ -309,12 +310,15 @@ def test_cuda_graph_and_side_stream(cluster):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=s):
                 dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, deterministic=True, out=out)
+                dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, out=out_any)  # the filter kernel
         torch.cuda.current_stream().wait_stream(s)
     for _ in range(2):
         x.copy_(torch.randn(16, 70000, device=DEV, generator=g))
         lengths.copy_(torch.randint(0, 70000, (16,), device=DEV, dtype=torch.int32, generator=g))
         out.fill_(POISON)
+        out_any.fill_(POISON)
         graph.replay()
         torch.cuda.synchronize()
         raw = window_topk(x, 2048, lengths)
         assert torch.equal(out, map_through_page_table(raw, pt, None, None, 64))
+        assert torch.equal(as_sets(out_any), as_sets(out))

@@ -31,7 +31,6 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
               std::optional<Tensor> out_raw) {
-  (void)deterministic;  // every output row is in ascending index order
   STD_TORCH_CHECK(scores.dim() == 2 && scores.is_cuda() && unit_last_stride(scores), kOp,
                   ": `scores` must be a [rows, width] CUDA tensor with unit last stride");
   const ScalarType st = scores.scalar_type();
@@ -65,6 +64,7 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
   p.width = scores.size(1);
   p.row_stride = scores.stride(0);
   p.k = k;
+  p.deterministic = deterministic;
   p.lengths = ptr_or_null(lengths);
   p.lengths_stride = stride_or_zero(lengths);
   p.row_starts = ptr_or_null(row_starts);

@@ -2,12 +2,15 @@
 // dsa.topk_ragged_transform (include/dsa_cuda/topk.cuh). Torch-free: the compile gates build this
 // file alone with nvcc.
 //
+// This is the ordered kernel, for deterministic=True; deterministic=False goes to the filter kernel
+// (kernels/topk_filter.cu), which writes in any order.
+//
 // One CTA per row (rows on the flat grid.x). Every score becomes an order-preserving uint32 key
 // (common_radix_select.cuh) and a radix select finds the k-th largest key T exactly, plus how many
 // of the keys equal to T are taken (`need`, the tie rule takes the smallest indices). The output is
 // written by an ordered compaction over the window in index order (a block scan per chunk), which
 // takes every key > T and the first `need` keys == T: each output row is therefore ascending, and
-// bitwise reproducible, whatever `deterministic` says.
+// bitwise reproducible.
 //
 // Paths, per row, with n the window length:
 //   n <= k      the window's indices 0..n-1 (relative), then -1.
@@ -24,6 +27,7 @@
 //               all three levels and the write read the row (4 reads): exact on any input.
 #include "dsa_cuda/common_launch.cuh"
 #include "dsa_cuda/common_radix_select.cuh"
+#include "dsa_cuda/common_topk_row.cuh"
 #include "dsa_cuda/sm90_topk_heuristics.cuh"
 #include "dsa_cuda/topk.cuh"
 
@@ -33,8 +37,7 @@
 namespace dsa_cuda {
 namespace topk_detail {
 
-using radix::SelectShared;
-using radix::SelectState;
+using namespace topk_row;  // KernelArgs, RowOut, GlobalSrc, ListSrc, hist_pass, row_window, ...
 
 constexpr int kMaxThreads = 1024;
 constexpr int kHistBytes = radix::kBins * 4;
@@ -48,226 +51,6 @@ constexpr int kListCandidates = 8192;
 // Single keys sampled from a long row to estimate its threshold.
 constexpr int kSamples = 1024;
 
-struct KernelArgs {
-  const void* scores;
-  int64_t width;
-  int64_t row_stride;
-  int32_t k;
-  int32_t mode;
-  const int32_t* lengths;
-  int64_t lengths_stride;
-  const int32_t* row_starts;
-  int64_t row_starts_stride;
-  int32_t* out;
-  int64_t out_stride;
-  int32_t* out_raw;
-  int64_t out_raw_stride;
-  const int32_t* page_table;
-  int64_t batches;
-  int64_t max_pages;
-  int64_t page_table_stride;
-  const int32_t* row_to_batch;
-  int64_t row_to_batch_stride;
-  const int32_t* pt_row_starts;
-  int64_t pt_row_starts_stride;
-  const int32_t* offsets;
-  int64_t offsets_stride;
-  int32_t log2_page;
-  // uint32 words of dynamic shared memory after the histogram(s) (a multiple of 4): a window (part)
-  // of up to this many keys takes the list path; the stream path's candidates use half for keys,
-  // half for indices.
-  int32_t list_words;
-  // List path only: uint32 words after the list (a multiple of 8, possibly 0) for the candidates
-  // left after the first level (half keys, half indices).
-  int32_t cand_words;
-  // CTAs per row: 1, or the size of the thread-block cluster that splits each row (then the
-  // dynamic shared memory holds a second histogram, the cluster's sum).
-  int32_t cluster;
-  // Rows read from device memory (one CTA per row) first try the sampled-threshold filter.
-  int32_t sample;
-};
-
-// Where one row's results go, with the mapping of its mode.
-struct RowOut {
-  int32_t* out;
-  int32_t* out_raw;
-  int64_t start;
-  int32_t mode;
-  int32_t log2_page;
-  const int32_t* table_row;
-  int64_t first_slot;
-  int64_t slots;  // 0 when the row's batch is outside the table: every index maps to -1
-  int64_t offset;
-
-  __device__ __forceinline__ int32_t map(int32_t rel) const {
-    if (mode == int32_t(TopkMode::kPlain)) {
-      return rel;
-    }
-    if (rel < 0) {
-      return -1;
-    }
-    if (mode == int32_t(TopkMode::kRagged)) {
-      const int64_t s = int64_t(rel) + offset;
-      return (s < 0 || s > int64_t(INT32_MAX)) ? -1 : int32_t(s);
-    }
-    const int64_t slot = first_slot + (rel >> log2_page);
-    if (uint64_t(slot) >= uint64_t(slots)) {  // unsigned: a negative slot fails too
-      return -1;
-    }
-    const int32_t page = __ldg(table_row + slot);
-    if (page < 0) {
-      return -1;
-    }
-    const uint32_t offset_mask = (1u << log2_page) - 1u;
-    const int64_t phys = (int64_t(page) << log2_page) + int64_t(uint32_t(rel) & offset_mask);
-    return phys > int64_t(INT32_MAX) ? -1 : int32_t(phys);
-  }
-
-  // Output slot `pos` gets absolute column `col` (relative index col - start, wrapped to int32 as
-  // the reference's cast does).
-  __device__ __forceinline__ void put(uint32_t pos, int64_t col) const {
-    const int32_t rel = int32_t(col - start);
-    if (out_raw != nullptr) {
-      out_raw[pos] = rel;
-    }
-    out[pos] = map(rel);
-  }
-  __device__ __forceinline__ void put_none(uint32_t pos) const {
-    if (out_raw != nullptr) {
-      out_raw[pos] = -1;
-    }
-    out[pos] = -1;
-  }
-};
-
-// The window [lo, hi) of one row in device memory, as 16-byte vectors: vector v covers columns
-// [a0 + v * kItems, + kItems) with a0 <= lo the column of the 16-byte boundary at or before lo.
-// Vectors wholly inside the window load with one 16-byte load; the (at most two) partial ones load
-// their in-window elements one by one, so nothing outside the window is read.
-template <typename T>
-struct GlobalSrc {
-  static constexpr int kItems = radix::KeyOf<T>::kItems;
-  const T* row;
-  int64_t lo;
-  int64_t hi;
-  int64_t a0;
-  int32_t vecs;
-
-  __device__ __forceinline__ void init(const T* row_, int64_t lo_, int64_t hi_) {
-    row = row_;
-    lo = lo_;
-    hi = hi_;
-    a0 = lo - int64_t((reinterpret_cast<uintptr_t>(row + lo) & 15u) / sizeof(T));
-    vecs = int32_t((hi - a0 + kItems - 1) / kItems);
-  }
-  // Keys of vector v (v < vecs); returns the mask of the items inside the window.
-  __device__ __forceinline__ uint32_t load(int32_t v, uint32_t (&key)[kItems]) const {
-    const int64_t i0 = a0 + int64_t(v) * kItems;
-    if (i0 >= lo && i0 + kItems <= hi) {
-      radix::KeyOf<T>::vec(__ldg(reinterpret_cast<const uint4*>(row + i0)), key);
-      return (1u << kItems) - 1u;
-    }
-    uint32_t m = 0;
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int64_t i = i0 + j;
-      key[j] = 0u;
-      if (i >= lo && i < hi) {
-        key[j] = radix::KeyOf<T>::one(row + i);
-        m |= 1u << j;
-      }
-    }
-    return m;
-  }
-  __device__ __forceinline__ int64_t col(int32_t v, int j) const { return a0 + int64_t(v) * kItems + j; }
-};
-
-// Keys in shared memory in index order: `count` keys, with their columns in `idx` (or, when idx is
-// null, the columns lo, lo + 1, ...). The key array is readable up to count rounded up to 4.
-struct ListSrc {
-  static constexpr int kItems = 4;
-  const uint32_t* keys;
-  const int32_t* idx;
-  int64_t lo;
-  int32_t count;
-  int32_t vecs;
-
-  __device__ __forceinline__ ListSrc(const uint32_t* keys_, const int32_t* idx_, int64_t lo_, int32_t count_)
-      : keys(keys_), idx(idx_), lo(lo_), count(count_), vecs((count_ + 3) / 4) {}
-  __device__ __forceinline__ uint32_t load(int32_t v, uint32_t (&key)[4]) const {
-    const uint4 x = *reinterpret_cast<const uint4*>(keys + 4 * v);
-    key[0] = x.x;
-    key[1] = x.y;
-    key[2] = x.z;
-    key[3] = x.w;
-    const int32_t left = count - 4 * v;
-    return left >= 4 ? 0xFu : (1u << left) - 1u;
-  }
-  __device__ __forceinline__ int64_t col(int32_t v, int j) const {
-    return idx != nullptr ? int64_t(idx[4 * v + j]) : lo + 4 * int64_t(v) + j;
-  }
-};
-
-// Count `digit` in the histogram for every lane with `take`. The lanes that share the digit of the
-// first taking lane add once, together (plateaus, all-equal rows and narrow ranges would otherwise
-// serialise a warp on one bin); the others add one by one. The warp must be converged.
-__device__ __forceinline__ void hist_add(uint32_t* hist, bool take, uint32_t digit) {
-  const uint32_t active = __ballot_sync(0xFFFFFFFFu, take);
-  if (active == 0u) {
-    return;
-  }
-  const int leader = __ffs(active) - 1;
-  const uint32_t lead_digit = __shfl_sync(0xFFFFFFFFu, digit, leader);
-  const bool with_leader = take && digit == lead_digit;
-  const uint32_t group = __ballot_sync(0xFFFFFFFFu, with_leader);
-  if (with_leader) {
-    if (int(threadIdx.x & 31) == leader) {
-      atomicAdd(hist + lead_digit, uint32_t(__popc(group)));
-    }
-  } else if (take) {
-    atomicAdd(hist + digit, 1u);
-  }
-}
-
-// Loop trip counts below are uniform over the block (bounds from per-row values only), so warps
-// stay converged for the warp votes and every thread reaches every barrier.
-template <class Src>
-__device__ __forceinline__ int32_t vec_rounds(const Src& src, int per_round) {
-  return (src.vecs + per_round - 1) / per_round;
-}
-
-// One level's histogram over the candidates (keys equal to the prefix under the mask).
-template <class Src>
-__device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st, int shift, uint32_t* hist) {
-  constexpr int I = Src::kItems;
-  constexpr int U = 16 / I;  // 16 keys per thread per round: several loads in flight
-  const int per_round = U * int(blockDim.x);
-  const int32_t rounds = vec_rounds(src, per_round);
-  for (int32_t r = 0; r < rounds; ++r) {
-    uint32_t key[U][I];
-    uint32_t m[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      m[u] = 0u;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        key[u][j] = 0u;
-      }
-      if (v < src.vecs) {
-        m[u] = src.load(v, key[u]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        const bool take = ((m[u] >> j) & 1u) && (key[u][j] & st.mask) == st.prefix;
-        hist_add(hist, take, (key[u][j] >> shift) & 0x7FFu);
-      }
-    }
-  }
-}
 
 // The list path's first pass: the window's keys into shared memory (at column - lo) and the first
 // level's histogram.
@@ -461,28 +244,6 @@ __device__ __forceinline__ void level_refine(const uint32_t* hist, uint32_t* tot
   radix::cluster_sync();  // no CTA clears its histogram while another still reads it
 }
 
-__device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_t start) {
-  RowOut o;
-  o.out = a.out + r * a.out_stride;
-  o.out_raw = a.out_raw != nullptr ? a.out_raw + r * a.out_raw_stride : nullptr;
-  o.start = start;
-  o.mode = a.mode;
-  o.log2_page = a.log2_page;
-  o.table_row = a.page_table;
-  o.first_slot = 0;
-  o.slots = 0;
-  o.offset = 0;
-  if (a.mode == int32_t(TopkMode::kPageTable)) {
-    const int64_t b = a.row_to_batch != nullptr ? int64_t(__ldg(a.row_to_batch + r * a.row_to_batch_stride)) : r;
-    const bool ok = b >= 0 && b < a.batches;
-    o.table_row = a.page_table + (ok ? b : 0) * a.page_table_stride;
-    o.slots = ok ? a.max_pages : 0;
-    o.first_slot = a.pt_row_starts != nullptr ? int64_t(__ldg(a.pt_row_starts + r * a.pt_row_starts_stride)) : 0;
-  } else if (a.mode == int32_t(TopkMode::kRagged)) {
-    o.offset = int64_t(__ldg(a.offsets + r * a.offsets_stride));
-  }
-  return o;
-}
 
 // One row per CTA, or per cluster of a.cluster CTAs (each takes a contiguous part of the window).
 template <typename T>
@@ -499,13 +260,10 @@ __global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant
 
   const int64_t r = blockIdx.x / csize;
   const uint32_t rank = csize > 1 ? radix::cluster_rank() : 0u;
-  const int64_t width = a.width;
-  const int64_t start = a.row_starts != nullptr ? int64_t(__ldg(a.row_starts + r * a.row_starts_stride)) : 0;
-  int64_t len = a.lengths != nullptr ? int64_t(__ldg(a.lengths + r * a.lengths_stride)) : width - start;
-  len = len < 0 ? 0 : len;
-  const int64_t lo = start < 0 ? 0 : (start > width ? width : start);
-  int64_t hi = start + len;
-  hi = hi < lo ? lo : (hi > width ? width : hi);
+  const Window w = row_window(a, r);
+  const int64_t start = w.start;
+  const int64_t lo = w.lo;
+  const int64_t hi = w.hi;
   const int32_t n = int32_t(hi - lo);  // width < 2^31
 
   if (n <= a.k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
@@ -632,25 +390,6 @@ Kernel kernel_for(TopkDtype dtype) {
   return nullptr;
 }
 
-constexpr int kMaxDevices = 64;
-
-// A device attribute, cached per device (the launcher asks on every call).
-template <cudaDeviceAttr kAttr>
-cudaError_t device_attr(int device, int* value) {
-  static std::atomic<int> cache[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices) {
-    const int hit = cache[device].load(std::memory_order_relaxed);
-    if (hit != 0) {
-      *value = hit;
-      return cudaSuccess;
-    }
-  }
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(value, kAttr, device));
-  if (device >= 0 && device < kMaxDevices) {
-    cache[device].store(*value, std::memory_order_relaxed);
-  }
-  return cudaSuccess;
-}
 
 // Allow the kernel `max_dyn` bytes of dynamic shared memory on this device (once per device).
 cudaError_t allow_smem(Kernel kernel, int which, int device, int max_dyn) {
@@ -714,43 +453,16 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.mode == TopkMode::kRagged && p.offsets == nullptr) {
     return cudaErrorInvalidValue;
   }
+  if (!p.deterministic) {
+    return launch_topk_filter(p, stream);
+  }
   const d::Kernel kernel = d::kernel_for(p.dtype);
   if (kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
   const int which = int(p.dtype);
 
-  d::KernelArgs a = {};
-  a.scores = p.scores;
-  a.width = p.width;
-  a.row_stride = p.row_stride;
-  a.k = int32_t(p.k);
-  a.mode = int32_t(p.mode);
-  a.lengths = p.lengths;
-  a.lengths_stride = p.lengths_stride;
-  a.row_starts = p.row_starts;
-  a.row_starts_stride = p.row_starts_stride;
-  a.out = p.out;
-  a.out_stride = p.out_stride;
-  a.out_raw = p.mode == TopkMode::kPageTable ? p.out_raw : nullptr;
-  a.out_raw_stride = p.out_raw_stride;
-  a.page_table = p.page_table;
-  a.batches = p.batches;
-  a.max_pages = p.max_pages;
-  a.page_table_stride = p.page_table_stride;
-  a.row_to_batch = p.row_to_batch;
-  a.row_to_batch_stride = p.row_to_batch_stride;
-  a.pt_row_starts = p.page_table_row_starts;
-  a.pt_row_starts_stride = p.page_table_row_starts_stride;
-  a.offsets = p.offsets;
-  a.offsets_stride = p.offsets_stride;
-  // page_size >= 2^31 behaves as 2^31: every valid index is in page slot 0, and only page 0 keeps
-  // the slot id inside int32.
-  int log2_page = 0;
-  while (log2_page < 31 && (int64_t{1} << log2_page) < p.page_size) {
-    ++log2_page;
-  }
-  a.log2_page = log2_page;
+  d::KernelArgs a = topk_row::make_args(p);
 
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));

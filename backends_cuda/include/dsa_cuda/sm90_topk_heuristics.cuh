@@ -33,6 +33,36 @@ inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
   return c < 2 ? 1 : int(c);
 }
 
+// CTAs per row of the filter kernel (deterministic=False; two 512-thread CTAs per SM): split rows
+// while the rows alone would fill fewer than 2 * sms CTA slots. Same override as cluster_size.
+inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
+  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
+    const int forced = std::atoi(env);
+    if (forced >= 1 && forced <= kMaxCluster) {
+      return forced;
+    }
+  }
+  if (rows <= 0 || sms <= 0 || width <= k) {
+    return 1;
+  }
+  int64_t c = 2 * int64_t(sms) / rows;
+  c = c < kMaxCluster ? c : kMaxCluster;
+  c = c < width / kMinPart ? c : width / kMinPart;
+  return c < 2 ? 1 : int(c);
+}
+
+// Whether the filter kernel samples a threshold for windows longer than its candidate buffer
+// (else it runs its exact fallback on them). DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to
+// reach the fallback on any shape).
+inline bool filter_sampling() {
+  if (const char* env = std::getenv("DSA_OPS_TOPK_SAMPLE")) {
+    if (env[0] == '0') {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Whether a row too long for shared memory (one CTA per row) first tries the sampled-threshold
 // filter: one read of the row when it works, one extra read when it does not (ties, plateaus).
 // DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to reach the plain stream path).

@@ -4,7 +4,7 @@
 // Row r's window is [start, start + len) clipped to [0, width), start = row_starts[r] (or 0),
 // len = lengths[r] (or width - start; negative means 0). Output j of row r is a relative index
 // i - start of the selection, or -1 past the n <= k keys of a short window. Every output row is in
-// ascending index order (so `deterministic=True` holds on every call).
+// ascending index order when `deterministic` is set, in an unspecified order otherwise.
 //
 // Torch-free. Plain C++ sees the params struct and the launcher; kernels/topk.cu holds the kernels.
 #pragma once
@@ -30,6 +30,9 @@ struct TopkParams {
   int64_t width;       // < 2^31
   int64_t row_stride;  // elements between rows
   int64_t k;           // >= 1, < 2^31
+  // true: every output row in ascending index order (an ordered write); false: any order (the
+  // filter kernel, kernels/topk_filter.cu, writes in the order it finds the keys).
+  bool deterministic;
 
   const int32_t* lengths;  // [rows] or nullptr (to the row end)
   int64_t lengths_stride;
