@@ -1,0 +1,74 @@
+"""CUDA C++ provider of dsa.indexer_logits (kernel: include/dsa_cuda/sm90_indexer_logits.cuh, Hopper only).
+
+Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, out)``.
+
+fp8 operands: by default e4m3 is widened to fp16 in registers (exact) and multiplied on the fp16 tensor
+cores with fp32 accumulation, which meets the op's 1e-5-of-row-norm contract. ``FP8_MMA = True`` (this
+module's attribute; ``run(..., fp8_mma=True)`` per call) feeds e4m3 to the fp8 tensor cores instead:
+twice the rate, but Hopper keeps only ~14 mantissa bits while accumulating their products, so scores
+miss the contract (the same trade as the Triton provider's FP8_MMA).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+OP = "indexer_logits"
+_KERNEL = "indexer_logits_out"
+FP8_MMA = False
+_fn = None  # the loaded OpOverload, resolved on the first call
+_TILE = 128
+
+
+def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = None, out=None):
+    global _fn
+    fn = _fn
+    if fn is None:
+        from . import op
+
+        fn = _fn = op(_KERNEL, q.device)
+    if out is None:
+        out = torch.empty((q.shape[0], kv.shape[0]), dtype=torch.float32, device=q.device)
+    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), bool(FP8_MMA if fp8_mma is None else fp8_mma), out)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def _aligned(t: torch.Tensor, strides) -> bool:
+    e = t.element_size()
+    return t.data_ptr() % 16 == 0 and all((s * e) % 16 == 0 for s in strides)
+
+
+def supports(q, kv, kv_scale, weights, ks, ke, clean) -> Optional[str]:
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    major, minor = _capability(index)
+    if major != 9:
+        return (f"compute capability {major}.{minor}: the CUDA indexer kernel is SM90-only (wgmma); "
+                "no SM100 variant yet")
+    t, h, d = q.shape
+    if h not in (32, 64):
+        return f"{h} heads (the CUDA kernel takes 32 or 64)"
+    if d != 128:
+        return f"head dim {d} (the CUDA kernel takes 128)"
+    if kv.shape[0] > 2**31 - 1 - 2 * _TILE:
+        return "2^31 - 256 keys or more"
+    if not _aligned(q, (q.stride(0), q.stride(1))):
+        return "q's data or row/head strides are not 16-byte aligned"
+    if not _aligned(kv, (kv.stride(0),)):
+        return "kv's data or row stride is not 16-byte aligned"
+    return None
+
+
+def register() -> None:
+    from dsa_ops import registry
+
+    from . import available
+
+    registry.register_provider(registry.Provider(OP, "cuda", run, supports, available))
