@@ -2,9 +2,10 @@
 
 Ceilings are measured first in the same run (bench.ceilings: fp8 via torch._scaled_mm, bf16 via
 matmul, 8192^3). tflops counts 2*T*H*D*(visible keys) (full windows: N; causal: the visible keys only).
-The Triton fp8 path is timed in both MMA modes: `fp16-mma` (the default, exact products and fp32
-accumulation) and `fp8-mma` (indexer_logits.FP8_MMA = True: 2x tensor rate, ~14-bit accumulation inside the
-MMA); the row's provider is "triton" and case["mma"] says which. Whole file: about 30-60 s on the H200.
+The Triton and CUDA fp8 paths are timed in both MMA modes: `fp16-mma` (the default, exact products and fp32
+accumulation) and `fp8-mma` (FP8_MMA = True in the provider module: 2x tensor rate, ~14-bit accumulation
+inside the MMA); the row's provider is "triton" or "cuda" and case["mma"] says which. Whole file: about
+30-60 s on the H200.
 
     python -m pytest benchmarks/bench_indexer_logits.py -m gpu -s --dsa-results benchmarks/results/h200.json
 """
@@ -94,7 +95,7 @@ def test_indexer_logits(bench, provider, case):
     big = t * n >= 1 << 29
     iters = 10 if big else 20
     modes = [None]
-    if provider == "triton" and dtype == FP8:
+    if provider in ("triton", "cuda") and dtype == FP8:
         modes = [False, True]  # fp16-mma (default), fp8-mma
     with registry.use_backend(provider):
         try:
@@ -108,6 +109,11 @@ def test_indexer_logits(bench, provider, case):
             if mode is None:
                 fn = lambda: dsa_ops.indexer_logits(*args)  # noqa: E731
                 label = None
+            elif provider == "cuda":
+                from dsa_ops.backends.cuda import providers_indexer as pi
+
+                fn = lambda m=mode: pi.run(*args, True, fp8_mma=m)  # noqa: E731
+                label = "fp8-mma" if mode else "fp16-mma"
             else:
                 from dsa_ops.backends.triton import indexer_logits as il
 

@@ -21,8 +21,31 @@ pytestmark = [
 ]
 
 FP8 = torch.float8_e4m3fn
-BACKENDS = ["triton"]  # "cuda" joins when backends_cuda has an indexer_logits provider
+BACKENDS = ["triton", "cuda"]  # dense indexer_logits providers
+PAGED_BACKENDS = ["triton"]  # paged_indexer_logits providers (no CUDA C++ one yet)
 POISON = 12345.0
+
+
+_REF_CACHE = {}
+
+
+def _ref_dense_cached(key, args):
+    """The reference of a case, computed once for every backend (the large cases take seconds)."""
+    if key not in _REF_CACHE:
+        _REF_CACHE.clear()
+        _REF_CACHE[key] = ref_dense(*args, True)
+    return _REF_CACHE[key]
+
+
+def _direct(backend):
+    """The provider's kernel called directly (launch(..., out=)), for the poisoned-output checks."""
+    if backend == "triton":
+        from dsa_ops.backends.triton import indexer_logits as il
+
+        return lambda *a, out: il.launch(*a, out=out)
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    return lambda *a, out: pi.run(*a, out=out)
 
 
 def _check(out, ref):
@@ -94,7 +117,7 @@ def test_indexer_logits(backend, case):
     with dsa_ops.use_backend(backend):
         out = dsa_ops.indexer_logits(*args)
     torch.cuda.synchronize()
-    _check(out, ref_dense(*args, True))
+    _check(out, _ref_dense_cached(case, args))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -103,11 +126,7 @@ def test_indexer_logits_weights_noncontig_and_poisoned(backend):
     assert not args[3].is_contiguous()
     p = registry.providers("indexer_logits")[backend]
     out = torch.full((600, 4000), POISON, device="cuda")
-    from dsa_ops.backends.triton import indexer_logits as il
-
-    if backend != "triton":
-        pytest.skip("direct launch: triton only")
-    il.launch(*args, True, out=out)
+    _direct(backend)(*args, True, out=out)
     _check(out, ref_dense(*args, True))
     with dsa_ops.use_backend(backend):
         assert p.supports(*args, True) is None
@@ -127,6 +146,56 @@ def test_indexer_logits_relu_plateau_and_unclean(backend):
     _check(out, ref)
     vis = torch.isfinite(ref)
     assert torch.equal(unclean[vis], ref[vis])  # exact zeros
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [FP8, torch.bfloat16], ids=["fp8", "bf16"])
+@pytest.mark.parametrize("h", [64, 32])
+def test_indexer_logits_strided_and_poisoned(backend, dtype, h):
+    """Row-strided q and kv (views of wider tensors), strided kv_scale / ks / ke / weights, every head
+    count and dtype, into a poisoned output: every element written, hostile windows."""
+    t, n, d = 333, 2999, 128
+    q, kv, s, w, ks, ke = _dense(t, n, h, dtype, "hostile", seed=7)
+    q_wide = torch.zeros(t, h, 2 * d, dtype=dtype, device="cuda")
+    q_wide[:, :, :d] = q
+    kv_wide = torch.zeros(n, 3 * d, dtype=dtype, device="cuda")
+    kv_wide[:, d:2 * d] = kv
+    q, kv = q_wide[:, :, :d], kv_wide[:, d:2 * d]
+    if s is not None:
+        s = torch.stack([s, -s], 1)[:, 0]  # stride 2
+    w = torch.stack([w, w], 2)[:, :, 1]  # strides (2H, 2)
+    kse = torch.stack([ks, ke], 1)
+    ks, ke = kse[:, 0], kse[:, 1]  # stride 2
+    args = (q, kv, s, w, ks, ke)
+    ref = ref_dense(*args, True)
+    out = torch.full((t, n), POISON, device="cuda")
+    _direct(backend)(*args, True, out=out)
+    _check(out, ref)
+    with dsa_ops.use_backend(backend):
+        _check(dsa_ops.indexer_logits(*args), ref)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("h", [64, 32])
+def test_indexer_logits_negative_scales(backend, h):
+    """kv_scale of both signs (and zero): relu applies to dot * scale, so a negative scale keeps the
+    negative dots."""
+    q, kv, s, w, ks, ke = _dense(500, 3000, h, FP8, "hostile", seed=9)
+    s = s * torch.where(torch.arange(3000, device="cuda") % 3 == 0, -1.0, 1.0)
+    s[7::50] = 0.0
+    with dsa_ops.use_backend(backend):
+        out = dsa_ops.indexer_logits(q, kv, s, w, ks, ke)
+    _check(out, ref_dense(q, kv, s, w, ks, ke, True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_indexer_logits_empty(backend):
+    q, kv, s, w, ks, ke = _dense(4, 0, 64, FP8, "full")
+    with dsa_ops.use_backend(backend):
+        assert dsa_ops.indexer_logits(q, kv, s, w, ks, ke).shape == (4, 0)
+        q0, w0, ks0, ke0 = q[:0], w[:0], ks[:0], ke[:0]
+        kv1, s1 = _dense(1, 100, 64, FP8, "full")[1:3]
+        assert dsa_ops.indexer_logits(q0, kv1, s1, w0, ks0, ke0).shape == (0, 100)
 
 
 def _paged(b, next_n, h, ctx, nb, max_blocks, *, hostile, seed=0, pad=0):
@@ -158,7 +227,7 @@ PAGED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", PAGED_BACKENDS)
 @pytest.mark.parametrize("case", PAGED_CASES,
                          ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}-{'hostile' if c[7] else 'ok'}")
 def test_paged_indexer_logits(backend, case):
@@ -187,3 +256,32 @@ def test_triton_fp8_mma_precision(windows):
     _check(il.launch(*args, True, fp8_mma=True), ref_dense(*args, True))
     pargs = _paged(8, 2, 64, [5000, 1, 0, -7, 4096, 9000, 64, 65], 300, 100, hostile=windows == "hostile")
     _check(pil.launch(*pargs, 6400, True, fp8_mma=True), ref_paged(*pargs, 6400, True))
+
+
+@pytest.mark.xfail(strict=False, reason="fp8 tensor cores accumulate with ~14 mantissa bits on Hopper: "
+                   "informative only (the CUDA kernel's opt-in FP8_MMA mode)")
+@pytest.mark.parametrize("windows", ["hostile", "full"])
+def test_cuda_fp8_mma_precision(windows):
+    """The CUDA kernel's e4m3-MMA mode against the contract's tolerance (shows what the mode costs)."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    args = _dense(1000, 5000, 64, FP8, windows, seed=11)
+    if pi.supports(*args, True) is not None:
+        pytest.skip(pi.supports(*args, True))
+    _check(pi.run(*args, True, fp8_mma=True), ref_dense(*args, True))
+
+
+def test_cuda_fp8_mma_close():
+    """The e4m3-MMA mode is still a correct kernel (windows, -inf, layout): within 2e-3 of the row norm."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    for h in (64, 32):
+        args = _dense(700, 3000, h, FP8, "hostile", seed=12)
+        if pi.supports(*args, True) is not None:
+            pytest.skip(pi.supports(*args, True))
+        out, ref = pi.run(*args, True, fp8_mma=True), ref_dense(*args, True)
+        vis = torch.isfinite(ref)
+        assert torch.equal(torch.isfinite(out), vis)
+        norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
+        err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
+        assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())

@@ -1,0 +1,45 @@
+"""Runs the CUDA indexer_logits kernel once per mode on small shapes and checks it against the reference.
+
+Plain: a quick smoke test that prints each mode's error (max |out - ref| / row norm). Under
+compute-sanitizer (memcheck, racecheck) it is the small shape the sanitizer walks:
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_indexer.py
+"""
+
+import sys
+
+import torch
+from dsa_ops.backends.cuda import providers_indexer as pi
+from dsa_ops.ops.indexer_logits import reference
+
+FP8 = torch.float8_e4m3fn
+g = torch.Generator(device="cuda").manual_seed(0)
+failed = []
+for h in (64, 32):
+    for dtype, fp8_mma in ((FP8, False), (FP8, True), (torch.bfloat16, False)):
+        t, n, d = 37, 1000, 128  # neither a multiple of the row block nor of the key tile
+        q = (torch.randn(t, h, d, device="cuda", generator=g) * 2).to(dtype)
+        kv = (torch.randn(n, d, device="cuda", generator=g) * 2).to(dtype)
+        s = (torch.rand(n, device="cuda", generator=g) + 0.25) if dtype == FP8 else None
+        w = torch.randn(t, h, device="cuda", generator=g)
+        ks = torch.randint(-100, n, (t,), device="cuda", generator=g, dtype=torch.int32)
+        ke = ks + torch.randint(-10, n, (t,), device="cuda", generator=g, dtype=torch.int32)
+        ks[0], ke[0] = 0, n
+        ks[1], ke[1] = 5, 5
+        out = torch.full((t, n), 12345.0, device="cuda")
+        pi.run(q, kv, s, w, ks, ke, True, fp8_mma=fp8_mma, out=out)
+        ref = reference(q, kv, s, w, ks, ke, True)
+        vis = torch.isfinite(ref)
+        norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
+        err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
+        inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
+        tol = 2e-3 if fp8_mma else 1e-5
+        ok = inf_ok and err <= tol
+        name = f"H{h} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}"
+        print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf outside windows exact: {inf_ok}",
+              "ok" if ok else "FAIL")
+        if not ok:
+            failed.append(name)
+torch.cuda.synchronize()
+print("FAILED:" if failed else "all ok", *failed)
+sys.exit(1 if failed else 0)
