@@ -5,19 +5,23 @@
 // rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
-//   1. Sample: kSamples evenly spaced keys give a threshold E such that about 2k to 4k keys of the
-//      window are >= E (E = 0, every key, when the window fits the candidate buffer).
-//   2. Filter: one pass over device memory appends every key >= E, with its column, to a
-//      shared-memory candidate buffer (warp-aggregated atomics; a split row's CTAs each fill their
-//      own and the cluster's rank 0 gathers them through distributed shared memory).
-//   3. Finish: when k <= candidates <= capacity, a radix select on the candidates finds the k-th
-//      largest key T; the keys > T and, among the keys == T, the smallest columns (a second radix
+//   1. Sample: 2048 to 8192 evenly spaced keys give a threshold E such that, with high
+//      probability, k to about 1.5k keys of the window are >= E (E = 0, every key, when the window
+//      fits the candidate buffer). When the samples say far more keys than the buffer holds would
+//      pass (a plateau at E), the row goes to the exact fallback at once.
+//   2. Filter: one pass over device memory (cp.async, several 16-byte vectors per thread in
+//      flight) appends every key >= E, with its column, to a shared-memory candidate buffer
+//      (warp-aggregated atomics; a split row's CTAs each fill their own and the cluster's rank 0
+//      gathers them through distributed shared memory).
+//   3. Finish: when k <= candidates <= capacity, a radix select on the candidates (its bins over
+//      the candidates' own range, so one level usually suffices) finds the k-th largest key T; the keys > T and, among the keys == T, the smallest columns (a second radix
 //      select, on columns) are written.
 // Exact fallback (the sample missed: fewer than k or too many candidates; one CTA, the whole
 // window): radix levels over device memory until the threshold bin fits the buffer, one pass that
 // writes the keys above the bin and gathers the bin, and the finish of step 3 on the bin. When the
-// bin never fits (more than `capacity` keys equal to the k-th largest: plateaus, all-equal rows),
-// an ordered pass takes the first ties in index order and stops once it has enough.
+// bin never fits (more than `capacity` keys equal to the k-th largest: plateaus, all-equal rows;
+// a level whose bin holds one value ends the levels early), an ordered pass takes the first ties in
+// index order and stops once it has enough.
 #include "dsa_cuda/common_launch.cuh"
 #include "dsa_cuda/common_radix_select.cuh"
 #include "dsa_cuda/common_topk_row.cuh"
@@ -30,15 +34,20 @@ namespace topk_filter_detail {
 using namespace topk_row;  // KernelArgs, RowOut, GlobalSrc, hist_add, hist_pass, row_window, ...
 
 constexpr int kThreads = 512;
-// Candidate (key, column) pairs in shared memory: with the histogram, two CTAs fit on an SM.
-constexpr int kCapacity = 12288;
-constexpr int kSamples = 2048;  // <= kCapacity: the samples sit in the candidate buffer
-constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8;
+// Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, two
+// CTAs fit on an SM.
+constexpr int kCapacity = 8192;
+// cp.async stages of the filter pass: one 16-byte vector per thread each.
+constexpr int kStages = 4;
+constexpr int kMaxSamples = 8192;  // <= kCapacity: the samples sit in the candidate buffer
+constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
 
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
   uint32_t out;   // outputs written
   uint32_t ok;    // split rows: rank 0 gathered every candidate
+  uint32_t lo;    // a list's smallest and largest value (select_list)
+  uint32_t hi;
 };
 
 __device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
@@ -84,6 +93,109 @@ __device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter) {
   return base + incl - n;
 }
 
+// A select over a list, in offset space: d = value - base (base = the smallest valid value), so
+// the first level's 2048 bins cover the list's actual range (keys above a threshold share their
+// top bits: bins on the raw top 11 bits would put them all in a few, contended, bins).
+// Entries with (d & mask) > prefix are taken; those with (d & mask) == prefix are `count`, of
+// which `krem` are taken (all of them when count == krem; else mask is full: exact ties).
+struct ListSelect {
+  uint32_t base;
+  SelectState st;
+  __device__ __forceinline__ bool taken(uint32_t v) const {
+    const uint32_t d = (v - base) & st.mask;
+    return d > st.prefix || (d == st.prefix && st.count == st.krem);
+  }
+  __device__ __forceinline__ uint32_t value_at_prefix() const { return base + st.prefix; }
+};
+
+// After a level's histogram (and a barrier): narrow st to the bin of the krem-th largest entry
+// (digits (d >> shift) & 0x7FF). Ends with a barrier.
+__device__ __forceinline__ void refine_at(const uint32_t* hist, int shift, SelectState& st, SelectShared& sh) {
+  const int per = radix::kBins / kThreads;
+  const int first = int(threadIdx.x) * per;
+  uint32_t local = 0;
+#pragma unroll
+  for (int b = 0; b < per; ++b) {
+    local += hist[first + b];
+  }
+  uint32_t total;
+  const uint32_t incl = radix::block_inclusive_scan(local, sh.scan[0], total);
+  uint32_t acc = total - incl;  // entries in the bins above this thread's
+#pragma unroll
+  for (int b = per - 1; b >= 0; --b) {
+    const uint32_t h = hist[first + b];
+    if (acc < st.krem && acc + h >= st.krem) {  // exactly one bin in the block
+      sh.bin = uint32_t(first + b);
+      sh.above = acc;
+      sh.count = h;
+    }
+    acc += h;
+  }
+  __syncthreads();
+  st.prefix |= sh.bin << shift;  // (a clamped last level's digit repeats fixed bits: same values)
+  st.mask = shift == 0 ? 0xFFFFFFFFu : ~((1u << shift) - 1u);
+  st.krem -= sh.above;
+  st.count = sh.count;
+}
+
+// The r-th largest of the m list entries (`valid` of them: r <= valid). Stops early once the
+// entries at or above the bin number at most r + slack (slack 0: the exact select). Ends with a
+// barrier.
+template <class List>
+__device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
+                                                  uint32_t slack, uint32_t* hist, Counters& cnt, SelectShared& sh) {
+  ListSelect sel{0u, SelectState{0u, 0u, r, valid}};
+  if (valid == r) {
+    return sel;  // every entry is taken
+  }
+  // The valid entries' range.
+  if (threadIdx.x == 0) {
+    cnt.lo = 0xFFFFFFFFu;
+    cnt.hi = 0u;
+  }
+  __syncthreads();
+  uint32_t lo = 0xFFFFFFFFu;
+  uint32_t hi = 0u;
+  for (int base = 0; base < m; base += kThreads) {
+    const int i = base + int(threadIdx.x);
+    if (i < m && list.valid(i)) {
+      const uint32_t v = list.value(i);
+      lo = min(lo, v);
+      hi = max(hi, v);
+    }
+  }
+  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&cnt.lo, lo);
+    atomicMax(&cnt.hi, hi);
+  }
+  __syncthreads();
+  sel.base = cnt.lo;
+  const uint32_t span = cnt.hi - cnt.lo;
+  if (span == 0u) {  // one value: exact ties
+    sel.st.mask = 0xFFFFFFFFu;
+    __syncthreads();  // everyone read cnt.lo / cnt.hi
+    return sel;
+  }
+  const int bits = 32 - __clz(span);
+  for (int shift = bits > 11 ? bits - 11 : 0;; shift = shift > 11 ? shift - 11 : 0) {
+    radix::clear_hist(hist);
+    __syncthreads();  // (the first one also ends the reads of cnt.lo / cnt.hi)
+    for (int base = 0; base < m; base += kThreads) {
+      const int i = base + int(threadIdx.x);
+      const bool in = i < m && list.valid(i);
+      const uint32_t d = in ? list.value(i) - sel.base : 0u;
+      hist_add(hist, in && (d & sel.st.mask) == sel.st.prefix, (d >> shift) & 0x7FFu);
+    }
+    __syncthreads();
+    refine_at(hist, shift, sel.st, sh);
+    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack) {
+      return sel;
+    }
+  }
+}
+
 // A list of values in shared memory to select on: the candidates' keys, or their inverted columns
 // restricted to the keys equal to `tie` (so the largest values are the smallest columns).
 struct KeyList {
@@ -99,139 +211,142 @@ struct TieColumnList {
   __device__ __forceinline__ uint32_t value(int i) const { return ~uint32_t(cols[i]); }
 };
 
-// Narrow `st` over the m list entries until every entry left in the bin is taken (count == krem)
-// or all 32 bits are fixed. st starts as {0, 0, r, valid entries}. Ends with a barrier.
-template <class List>
-__device__ __forceinline__ void select_list(const List& list, int m, SelectState& st, uint32_t* hist,
-                                            SelectShared& sh) {
-  for (int level = 0; level < radix::kLevels && st.count != st.krem; ++level) {
-    radix::clear_hist(hist);
-    __syncthreads();
-    const int shift = radix::level_shift(level);
-    for (int base = 0; base < m; base += int(blockDim.x)) {
-      const int i = base + int(threadIdx.x);
-      const bool in = i < m && list.valid(i);
-      const uint32_t v = in ? list.value(i) : 0u;
-      hist_add(hist, in && (v & st.mask) == st.prefix, (v >> shift) & 0x7FFu);
-    }
-    __syncthreads();
-    radix::refine(hist, level, st, sh);
-  }
-}
-
-// Whether `v` is taken under a finished select: above the prefix, or in its bin when the whole
-// bin is taken.
-__device__ __forceinline__ bool above(uint32_t v, const SelectState& st) { return (v & st.mask) > st.prefix; }
-__device__ __forceinline__ bool taken(uint32_t v, const SelectState& st) {
-  return above(v, st) || ((v & st.mask) == st.prefix && st.count == st.krem);
-}
-
 // The r largest of the m candidates (ties: smallest columns) to the output.
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh) {
-  SelectState ks{0u, 0u, r, uint32_t(m)};
-  select_list(KeyList{keys}, m, ks, hist, sh);
-  SelectState cs{0u, 0u, 0u, 0u};
-  const bool split_ties = ks.count != ks.krem;  // all 32 bits fixed; more keys == T than needed
+  const ListSelect ks = select_list(KeyList{keys}, m, r, uint32_t(m), 0u, hist, cnt, sh);
+  const bool split_ties = ks.st.count != ks.st.krem;  // more keys == T than needed
+  const uint32_t tie = ks.value_at_prefix();
+  ListSelect cs{0u, SelectState{0u, 0u, 0u, 0u}};
   if (split_ties) {
-    cs = SelectState{0u, 0u, ks.krem, ks.count};
-    select_list(TieColumnList{keys, cols, ks.prefix}, m, cs, hist, sh);
+    cs = select_list(TieColumnList{keys, cols, tie}, m, ks.st.krem, ks.st.count, 0u, hist, cnt, sh);
   }
-  for (int base = 0; base < m; base += int(blockDim.x)) {
+  for (int base = 0; base < m; base += kThreads) {
     const int i = base + int(threadIdx.x);
     bool take = false;
     int32_t col = 0;
     if (i < m) {
       const uint32_t key = keys[i];
       col = cols[i];
-      take = taken(key, ks) || (split_ties && key == ks.prefix && taken(~uint32_t(col), cs));
+      take = split_ties ? (((key - ks.base) & ks.st.mask) > ks.st.prefix || (key == tie && cs.taken(~uint32_t(col))))
+                        : ks.taken(key);
     }
     emit(take, col, o, &cnt.out, k);
   }
 }
 
-// A threshold E such that about `want` (to 2 * want) keys of the window are >= E, from kSamples
-// evenly spaced keys. Uses `buf` (kSamples words) and `hist`. Ends with a barrier.
-template <typename T>
-__device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t want,
-                                                     uint32_t* buf, uint32_t* hist, SelectShared& sh) {
-  for (int i = threadIdx.x; i < kSamples; i += blockDim.x) {
-    buf[i] = radix::KeyOf<T>::one(row + lo + (int64_t(i) * n + n / 2) / kSamples);
-  }
-  uint64_t j = (uint64_t(kSamples) * want + uint64_t(n) - 1) / uint64_t(n);
-  j = j < 1 ? 1 : (j > uint64_t(kSamples) ? uint64_t(kSamples) : j);
-  SelectState st{0u, 0u, uint32_t(j), uint32_t(kSamples)};
-  for (int level = 0; level < radix::kLevels; ++level) {
-    radix::clear_hist(hist);
-    __syncthreads();  // (the first one also publishes the samples)
-    const int shift = radix::level_shift(level);
-    for (int base = 0; base < kSamples; base += int(blockDim.x)) {
-      const uint32_t v = buf[base + threadIdx.x];
-      hist_add(hist, (v & st.mask) == st.prefix, (v >> shift) & 0x7FFu);
-    }
-    __syncthreads();
-    radix::refine(hist, level, st, sh);
-    // Samples >= the bin's lower edge: those above the bin plus the bin. Close enough: stop.
-    if ((uint32_t(j) - st.krem) + st.count <= 2 * uint32_t(j)) {
-      break;
-    }
-  }
-  return st.prefix;  // the lower edge of the bin (its unfixed bits are 0)
+// Samples taken from a window of n keys: enough that the threshold's relative error stays small
+// for long windows (at most kCapacity: the samples sit in the candidate buffer).
+__device__ __forceinline__ int sample_count(int64_t n) {
+  return n >= 131072 ? kMaxSamples : (n >= 65536 ? kMaxSamples / 2 : kMaxSamples / 4);
 }
 
-// Append every key >= E of the part, with its column, to the candidates. Returns nothing; the
-// count is in cnt.cand (keys past kCapacity are counted, not stored).
+// A threshold E such that, with high probability, at least k and not many more keys of the window
+// are >= E: E is (close to) the j-th largest of S evenly spaced samples, j = the expected count of
+// samples among the top k plus three standard deviations. Uses `buf` (S words) and `hist`.
+// Ends with a barrier.
+// `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
+// e.g. relu zeros, puts most of the window at E: the filter pass would overflow; skip it).
 template <typename T>
-__device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, uint32_t* keys, int32_t* cols,
-                                            Counters& cnt) {
-  constexpr int I = GlobalSrc<T>::kItems;
-  constexpr int U = 16 / I;  // 16 keys per thread per round: several loads in flight
-  const int per_round = U * int(blockDim.x);
-  const int32_t rounds = vec_rounds(g, per_round);
-  for (int32_t r = 0; r < rounds; ++r) {
-    uint32_t key[U][I];
-    uint32_t m[U];
+__device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
+                                                     uint32_t* buf, uint32_t* hist, Counters& cnt,
+                                                     SelectShared& sh, bool& promising) {
+  const int S = sample_count(n);
+  for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
+    uint32_t v[8];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      m[u] = 0u;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        key[u][j] = 0u;
-      }
-      if (v < g.vecs) {
-        m[u] = g.load(v, key[u]);
-      }
+    for (int u = 0; u < 8; ++u) {
+      const int i = base + u * kThreads + int(threadIdx.x);
+      v[u] = i < S ? radix::KeyOf<T>::one(row + lo + (int64_t(i) * n + n / 2) / S) : 0u;
     }
-    uint32_t n = 0;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        const bool pass = ((m[u] >> j) & 1u) && key[u][j] >= E;
-        m[u] = (m[u] & ~(1u << j)) | (uint32_t(pass) << j);
-        n += uint32_t(pass);
-      }
-    }
-    uint32_t pos = reserve(n, &cnt.cand);
-    if (n != 0u) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-#pragma unroll
-        for (int j = 0; j < I; ++j) {
-          if ((m[u] >> j) & 1u) {
-            if (pos < uint32_t(kCapacity)) {
-              keys[pos] = key[u][j];
-              cols[pos] = int32_t(g.col(v, j));
-            }
-            ++pos;
-          }
-        }
+    for (int u = 0; u < 8; ++u) {
+      const int i = base + u * kThreads + int(threadIdx.x);
+      if (i < S) {
+        buf[i] = v[u];
       }
     }
   }
+  const float j0 = float(S) * float(k) / float(n);
+  uint32_t j = uint32_t(j0 + 3.0f * sqrtf(j0) + 2.0f);
+  j = j > uint32_t(S) ? uint32_t(S) : j;
+  __syncthreads();  // the samples are in place
+  // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
+  const ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, hist, cnt, sh);
+  const uint32_t at_or_above = (j - sel.st.krem) + sel.st.count;
+  promising = float(at_or_above) * float(n) / float(S) <= 0.75f * float(kCapacity);
+  return sel.value_at_prefix();  // the lower edge of the bin (its unfixed offset bits are 0)
+}
+
+// 16-byte asynchronous copy global -> shared (L2 only), and its commit / wait. Each thread later
+// reads back only what it copied itself, so the per-thread wait is enough (no barrier).
+__device__ __forceinline__ void cp_async16(uint4* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Append every key >= E of the part, with its column, to the candidates (keys past kCapacity are
+// counted in cnt.cand, not stored). One 16-byte vector per thread per round, kStages rounds ahead
+// in flight through the thread's own slots of `stage` (cp.async): the loads never wait for the
+// compare-and-append work.
+template <typename T>
+__device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, uint32_t* keys, int32_t* cols,
+                                            uint4* stage, Counters& cnt) {
+  constexpr int I = GlobalSrc<T>::kItems;
+  const int32_t rounds = vec_rounds(g, kThreads);
+  const int tid = int(threadIdx.x);
+  // Vectors wholly inside the window are copied ahead; the (at most two) partial ones load in place.
+  auto whole = [&](int32_t v) {
+    const int64_t i0 = g.a0 + int64_t(v) * I;
+    return v < g.vecs && i0 >= g.lo && i0 + I <= g.hi;
+  };
+  auto issue = [&](int32_t rr) {
+    const int32_t v = rr * kThreads + tid;
+    if (rr < rounds && whole(v)) {
+      cp_async16(stage + (rr % kStages) * kThreads + tid, g.row + g.a0 + int64_t(v) * I);
+    }
+    cp_async_commit();  // (empty groups too: the wait below counts groups)
+  };
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    issue(s);
+  }
+  for (int32_t rr = 0; rr < rounds; ++rr) {
+    cp_async_wait<kStages - 1>();
+    const int32_t v = rr * kThreads + tid;
+    uint32_t key[I] = {};
+    uint32_t m = 0u;
+    if (whole(v)) {
+      radix::KeyOf<T>::vec(stage[(rr % kStages) * kThreads + tid], key);
+      m = (1u << I) - 1u;
+    } else if (v < g.vecs) {
+      m = g.load(v, key);
+    }
+    issue(rr + kStages);  // the slot is free: its keys are in registers
+    uint32_t pass = 0;
+#pragma unroll
+    for (int j = 0; j < I; ++j) {
+      pass |= uint32_t(((m >> j) & 1u) && key[j] >= E) << j;
+    }
+    uint32_t pos = reserve(uint32_t(__popc(pass)), &cnt.cand);
+#pragma unroll
+    for (int j = 0; j < I; ++j) {
+      if ((pass >> j) & 1u) {
+        if (pos < uint32_t(kCapacity)) {
+          keys[pos] = key[j];
+          cols[pos] = int32_t(g.col(v, j));
+        }
+        ++pos;
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy may land after the buffer is reused
 }
 
 // After the levels: every key above the prefix to the output; the keys in the bin to the
@@ -302,22 +417,95 @@ __device__ __forceinline__ void ordered_ties(const GlobalSrc<T>& g, uint32_t tie
   __syncthreads();
 }
 
+// One level of the exact path over device memory: the histogram of the keys equal to the prefix
+// (under the mask), plus each bin's OR and AND of its keys. Lanes sharing the first taking lane's
+// digit add together (plateaus would otherwise serialise a warp on one bin).
+template <typename T>
+__device__ __forceinline__ void level_pass(const GlobalSrc<T>& g, const SelectState& st, int shift, uint32_t* hist,
+                                           uint32_t* bin_or, uint32_t* bin_and) {
+  constexpr int I = GlobalSrc<T>::kItems;
+  constexpr int U = I == 4 ? 4 : 1;  // fp32: 16 keys per thread per round; 16-bit: 8 (registers)
+  const int per_round = U * int(blockDim.x);
+  const int32_t rounds = vec_rounds(g, per_round);
+  for (int32_t r = 0; r < rounds; ++r) {
+    uint32_t key[U][I];
+    uint32_t m[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
+      m[u] = 0u;
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        key[u][j] = 0u;
+      }
+      if (v < g.vecs) {
+        m[u] = g.load(v, key[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        const uint32_t x = key[u][j];
+        const bool take = ((m[u] >> j) & 1u) && (x & st.mask) == st.prefix;
+        const uint32_t digit = (x >> shift) & 0x7FFu;
+        const uint32_t active = __ballot_sync(0xFFFFFFFFu, take);
+        if (active == 0u) {
+          continue;
+        }
+        const int leader = __ffs(active) - 1;
+        const uint32_t lead_digit = __shfl_sync(0xFFFFFFFFu, digit, leader);
+        const bool with_leader = take && digit == lead_digit;
+        const uint32_t group = __ballot_sync(0xFFFFFFFFu, with_leader);
+        if (with_leader) {
+          const uint32_t o = __reduce_or_sync(group, x);
+          const uint32_t a = __reduce_and_sync(group, x);
+          if (int(threadIdx.x & 31) == leader) {
+            atomicAdd(hist + digit, uint32_t(__popc(group)));
+            atomicOr(bin_or + digit, o);
+            atomicAnd(bin_and + digit, a);
+          }
+        } else if (take) {
+          atomicAdd(hist + digit, 1u);
+          atomicOr(bin_or + digit, x);
+          atomicAnd(bin_and + digit, x);
+        }
+      }
+    }
+  }
+}
+
 // The exact fallback over the whole window, one CTA. Nothing of the row has been written.
 template <typename T>
 __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uint32_t k, uint32_t* keys,
                                           int32_t* cols, uint32_t* hist, Counters& cnt, const RowOut& o,
                                           SelectShared& sh) {
   SelectState st{0u, 0u, k, n};
+  // Per bin, the OR and the AND of its keys (in the candidate buffer, free until the gather): when
+  // they agree the bin holds one value (a plateau) and the remaining levels are skipped.
+  uint32_t* bin_or = keys;
+  uint32_t* bin_and = keys + radix::kBins;
   for (int level = 0; level < radix::kLevels; ++level) {
-    radix::clear_hist(hist);
+    for (int b = threadIdx.x; b < radix::kBins; b += blockDim.x) {
+      hist[b] = 0u;
+      bin_or[b] = 0u;
+      bin_and[b] = 0xFFFFFFFFu;
+    }
     __syncthreads();
-    hist_pass(g, st, radix::level_shift(level), hist);
+    level_pass(g, st, radix::level_shift(level), hist, bin_or, bin_and);
     __syncthreads();
     radix::refine(hist, level, st, sh);
     if (st.count == st.krem || st.count <= uint32_t(kCapacity)) {
       break;
     }
+    const uint32_t one = bin_or[sh.bin];
+    if (one == bin_and[sh.bin]) {  // every key of the bin is `one`: it is the k-th largest
+      st.prefix = one;
+      st.mask = 0xFFFFFFFFu;
+      break;
+    }
   }
+  __syncthreads();  // everyone read bin_or / bin_and before the gather overwrites them
   const bool take_bin = st.count == st.krem;
   const bool gather = !take_bin && st.count <= uint32_t(kCapacity);
   if (threadIdx.x == 0) {
@@ -341,6 +529,7 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
+  uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
 
   pdl_wait();
   pdl_launch_dependents();
@@ -374,14 +563,24 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   const bool fits = n <= uint32_t(kCapacity);
   const bool fast = fits || (a.sample != 0 && 4 * uint64_t(k) <= uint64_t(kCapacity));
   if (fast) {
-    const uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), 2 * k, keys, hist, sh);
+    bool promising = true;
+    const uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), k, keys, hist, cnt, sh, promising);
     __syncthreads();  // the samples are dead; the counters are initialised
+    if (!promising) {  // uniform over the row's CTAs: same samples, same decision
+      if (rank != 0) {
+        return;
+      }
+      GlobalSrc<T> g;
+      g.init(row, w.lo, w.hi);
+      exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
+      return;
+    }
     const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
     const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
     const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
     GlobalSrc<T> g;
     g.init(row, p_lo, p_hi);
-    filter_pass(g, E, keys, cols, cnt);
+    filter_pass(g, E, keys, cols, stage, cnt);
     if (csize > 1) {
       // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
       radix::cluster_sync();
