@@ -1,6 +1,7 @@
 """CUDA C++ provider of dsa.indexer_logits (kernel: include/dsa_cuda/sm90_indexer_logits.cuh, Hopper only).
 
-Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, out)``.
+Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma,
+math_warpgroups, out)``.
 
 fp8 operands: by default e4m3 is widened to fp16 in registers (exact) and multiplied on the fp16 tensor
 cores with fp32 accumulation, which meets the op's 1e-5-of-row-norm contract. ``FP8_MMA = True`` (this
@@ -19,11 +20,14 @@ import torch
 OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
 FP8_MMA = False
+# Math warpgroups per CTA (2 or 3; each takes 64 keys of every pipeline stage). For benchmark sweeps.
+MATH_WARPGROUPS = 2
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128
 
 
-def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = None, out=None):
+def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = None,
+        math_warpgroups: Optional[int] = None, out=None):
     global _fn
     fn = _fn
     if fn is None:
@@ -32,7 +36,8 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = No
         fn = _fn = op(_KERNEL, q.device)
     if out is None:
         out = torch.empty((q.shape[0], kv.shape[0]), dtype=torch.float32, device=q.device)
-    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), bool(FP8_MMA if fp8_mma is None else fp8_mma), out)
+    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), bool(FP8_MMA if fp8_mma is None else fp8_mma),
+       int(MATH_WARPGROUPS if math_warpgroups is None else math_warpgroups), out)
     return out
 
 

@@ -95,8 +95,10 @@ def test_indexer_logits(bench, provider, case):
     big = t * n >= 1 << 29
     iters = 10 if big else 20
     modes = [None]
-    if provider in ("triton", "cuda") and dtype == FP8:
+    if provider == "triton" and dtype == FP8:
         modes = [False, True]  # fp16-mma (default), fp8-mma
+    elif provider == "cuda":  # (fp8-mma, math warpgroups per CTA)
+        modes = [(m, wg) for m in ((False, True) if dtype == FP8 else (False,)) for wg in (2, 3)]
     with registry.use_backend(provider):
         try:
             out = dsa_ops.indexer_logits(*args)
@@ -112,8 +114,8 @@ def test_indexer_logits(bench, provider, case):
             elif provider == "cuda":
                 from dsa_ops.backends.cuda import providers_indexer as pi
 
-                fn = lambda m=mode: pi.run(*args, True, fp8_mma=m)  # noqa: E731
-                label = "fp8-mma" if mode else "fp16-mma"
+                fn = lambda m=mode: pi.run(*args, True, fp8_mma=m[0], math_warpgroups=m[1])  # noqa: E731
+                label = ("fp8-mma" if mode[0] else "fp16-mma") if dtype == FP8 else None
             else:
                 from dsa_ops.backends.triton import indexer_logits as il
 
@@ -125,6 +127,8 @@ def test_indexer_logits(bench, provider, case):
                       "dtype": "fp8_e4m3" if dtype == FP8 else "bf16", "windows": windows}
             if label:
                 case_d["mma"] = label
+            if provider == "cuda":
+                case_d["math_warpgroups"] = mode[1]
             out_bytes = t * n * 4
             bench.add(record(
                 "indexer_logits", provider, case_d, us,

@@ -15,7 +15,7 @@ from dsa_ops.ops.indexer_logits import reference
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)
 failed = []
-for h in (64, 32):
+for h, wg in ((64, 2), (32, 2), (64, 3), (32, 3)):
     for dtype, fp8_mma in ((FP8, False), (FP8, True), (torch.bfloat16, False)):
         t, n, d = 37, 1000, 128  # neither a multiple of the row block nor of the key tile
         q = (torch.randn(t, h, d, device="cuda", generator=g) * 2).to(dtype)
@@ -27,7 +27,7 @@ for h in (64, 32):
         ks[0], ke[0] = 0, n
         ks[1], ke[1] = 5, 5
         out = torch.full((t, n), 12345.0, device="cuda")
-        pi.run(q, kv, s, w, ks, ke, True, fp8_mma=fp8_mma, out=out)
+        pi.run(q, kv, s, w, ks, ke, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
         ref = reference(q, kv, s, w, ks, ke, True)
         vis = torch.isfinite(ref)
         norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
@@ -35,7 +35,7 @@ for h in (64, 32):
         inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
         tol = 2e-3 if fp8_mma else 1e-5
         ok = inf_ok and err <= tol
-        name = f"H{h} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}"
+        name = f"H{h} W{wg} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}"
         print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf outside windows exact: {inf_ok}",
               "ok" if ok else "FAIL")
         if not ok:

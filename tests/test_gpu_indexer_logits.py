@@ -37,7 +37,7 @@ def _ref_dense_cached(key, args):
     return _REF_CACHE[key]
 
 
-def _direct(backend):
+def _direct(backend, math_warpgroups=None):
     """The provider's kernel called directly (launch(..., out=)), for the poisoned-output checks."""
     if backend == "triton":
         from dsa_ops.backends.triton import indexer_logits as il
@@ -45,7 +45,11 @@ def _direct(backend):
         return lambda *a, out: il.launch(*a, out=out)
     from dsa_ops.backends.cuda import providers_indexer as pi
 
-    return lambda *a, out: pi.run(*a, out=out)
+    return lambda *a, out: pi.run(*a, out=out, math_warpgroups=math_warpgroups)
+
+
+# (backend, variant): the CUDA kernel in both CTA shapes (2 or 3 math warpgroups).
+VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
 
 
 def _check(out, ref):
@@ -148,10 +152,10 @@ def test_indexer_logits_relu_plateau_and_unclean(backend):
     assert torch.equal(unclean[vis], ref[vis])  # exact zeros
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,wg", VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("dtype", [FP8, torch.bfloat16], ids=["fp8", "bf16"])
 @pytest.mark.parametrize("h", [64, 32])
-def test_indexer_logits_strided_and_poisoned(backend, dtype, h):
+def test_indexer_logits_strided_and_poisoned(backend, wg, dtype, h):
     """Row-strided q and kv (views of wider tensors), strided kv_scale / ks / ke / weights, every head
     count and dtype, into a poisoned output: every element written, hostile windows."""
     t, n, d = 333, 2999, 128
@@ -169,23 +173,35 @@ def test_indexer_logits_strided_and_poisoned(backend, dtype, h):
     args = (q, kv, s, w, ks, ke)
     ref = ref_dense(*args, True)
     out = torch.full((t, n), POISON, device="cuda")
-    _direct(backend)(*args, True, out=out)
+    _direct(backend, wg)(*args, True, out=out)
     _check(out, ref)
     with dsa_ops.use_backend(backend):
         _check(dsa_ops.indexer_logits(*args), ref)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,wg", VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("h", [64, 32])
-def test_indexer_logits_negative_scales(backend, h):
+def test_indexer_logits_negative_scales(backend, wg, h):
     """kv_scale of both signs (and zero): relu applies to dot * scale, so a negative scale keeps the
     negative dots."""
     q, kv, s, w, ks, ke = _dense(500, 3000, h, FP8, "hostile", seed=9)
     s = s * torch.where(torch.arange(3000, device="cuda") % 3 == 0, -1.0, 1.0)
     s[7::50] = 0.0
-    with dsa_ops.use_backend(backend):
-        out = dsa_ops.indexer_logits(q, kv, s, w, ks, ke)
+    out = torch.full((500, 3000), POISON, device="cuda")
+    _direct(backend, wg)(q, kv, s, w, ks, ke, True, out=out)
     _check(out, ref_dense(q, kv, s, w, ks, ke, True))
+
+
+@pytest.mark.parametrize("case", [c for c in DENSE_CASES if c[0] * c[1] < 1 << 27], ids=_ids)
+def test_cuda_three_warpgroups(case):
+    """The CUDA kernel's 3-warpgroup CTA (192-key stages, weights and windows in shared memory)."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    t, n, h, dtype, windows = case
+    args = _dense(t, n, h, dtype, windows)
+    out = torch.full((t, n), POISON, device="cuda")
+    pi.run(*args, True, math_warpgroups=3, out=out)
+    _check(out, _ref_dense_cached(case, args))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

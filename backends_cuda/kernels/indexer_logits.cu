@@ -25,22 +25,26 @@ cudaError_t sm_count(int* sms) {
   return cudaSuccess;
 }
 
-template <int kMode, int kHeads>
+template <int kMode, int kHeads, int kWgs>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
-  auto kernel = k::indexer_logits_kernel<kMode, kHeads>;
-  constexpr int kSmem = k::Cfg<kMode>::kSmemBytes;
+  auto kernel = k::indexer_logits_kernel<kMode, kHeads, kWgs>;
+  using C = k::Cfg<kMode, kWgs>;
+  constexpr int kSmem = C::kSmemBytes;
   // Once per instantiation: the attribute belongs to the function, not the launch.
   static std::atomic<bool> configured{false};
   if (!configured.load(std::memory_order_acquire)) {
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured.store(true, std::memory_order_release);
   }
-  return launch_pdl(kernel, dim3(unsigned(grid)), dim3(k::kThreads), size_t(kSmem), stream, a);
+  return launch_pdl(kernel, dim3(unsigned(grid)), dim3(C::kThreads), size_t(kSmem), stream, a);
 }
 
 template <int kMode>
-cudaError_t launch_heads(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
-  return heads == 64 ? launch<kMode, 64>(a, grid, stream) : launch<kMode, 32>(a, grid, stream);
+cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int wgs, int grid, cudaStream_t stream) {
+  if (wgs == 3) {
+    return heads == 64 ? launch<kMode, 64, 3>(a, grid, stream) : launch<kMode, 32, 3>(a, grid, stream);
+  }
+  return heads == 64 ? launch<kMode, 64, 2>(a, grid, stream) : launch<kMode, 32, 2>(a, grid, stream);
 }
 
 }  // namespace
@@ -52,7 +56,13 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.head_dim != k::kDim) {
     return "the CUDA indexer kernel takes head dim 128";
   }
-  if (p.keys > int64_t{INT32_MAX} - 2 * k::kTileKeys) {
+  if (p.math_warpgroups != 0 && p.math_warpgroups != 2 && p.math_warpgroups != 3) {
+    return "math_warpgroups must be 2 or 3 (0: the default)";
+  }
+  if (p.rows >= int64_t{INT32_MAX}) {
+    return "the CUDA indexer kernel takes fewer than 2^31 - 1 rows";
+  }
+  if (p.keys > int64_t{INT32_MAX} - 4 * k::kWgKeys) {
     return "the CUDA indexer kernel takes fewer than 2^31 - 256 keys";
   }
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
@@ -86,7 +96,9 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
-  const int64_t key_tiles = (p.keys + k::kTileKeys - 1) / k::kTileKeys;
+  const int wgs = p.math_warpgroups == 3 ? 3 : 2;
+  const int64_t tile_keys = k::kWgKeys * wgs;
+  const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles tiles (bounded Q reloads), and enough items for every SM to have
   // several (load balance) when the rows alone do not give that.
   int64_t chunks = (key_tiles + k::kMaxChunkTiles - 1) / k::kMaxChunkTiles;
@@ -112,19 +124,20 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.ks_stride = p.ks_stride;
   a.ke_stride = p.ke_stride;
   a.out_row_stride = p.out_row_stride;
-  a.row_blocks = row_blocks;
-  a.items = row_blocks * chunks;
+  a.row_blocks = int32_t(row_blocks);
+  a.chunks = int32_t(chunks);
+  const int64_t items = row_blocks * chunks;
   a.keys = int32_t(p.keys);
   a.key_tiles = int32_t(key_tiles);
   a.chunk_tiles = int32_t(chunk_tiles);
   a.clean = p.clean;
-  const int grid = int(std::min<int64_t>(a.items, sms));
+  const int grid = int(std::min<int64_t>(items, sms));
 
   if (p.dtype == IndexerDtype::kBf16) {
-    return launch_heads<k::kBf16>(a, p.heads, grid, stream);
+    return launch_variant<k::kBf16>(a, p.heads, wgs, grid, stream);
   }
-  return p.fp8_mma ? launch_heads<k::kFp8Mma>(a, p.heads, grid, stream)
-                   : launch_heads<k::kFp8AsF16>(a, p.heads, grid, stream);
+  return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, wgs, grid, stream)
+                   : launch_variant<k::kFp8AsF16>(a, p.heads, wgs, grid, stream);
 }
 
 }  // namespace dsa_cuda

@@ -44,6 +44,8 @@ struct IndexerLogitsParams {
   // in registers (exact) and use the fp16 tensor cores with fp32 accumulation.
   bool fp8_mma;
   bool clean;  // write -inf outside the windows
+  // Math warpgroups per CTA: 2 or 3 (0: the default, 2). Each takes 64 keys of every pipeline stage.
+  int32_t math_warpgroups;
 };
 
 // Why the shape cannot run (nullptr when it can): the launcher's own limits.

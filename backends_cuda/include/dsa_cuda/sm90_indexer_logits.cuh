@@ -4,8 +4,8 @@
 // is the MMA's N = 128. Items are ordered chunk-major, so the CTAs running at one time share their
 // keys in L2. A persistent grid (one CTA per SM) strides over the items.
 //
-// CTA: 2 math warpgroups + 1 producer warp.
-// - The producer streams 128-key tiles of kv into a ring of shared-memory stages with cp.async
+// CTA: 2 (or 3) math warpgroups + 1 producer warp.
+// - The producer streams 128-key (192-key) tiles of kv into a ring of shared-memory stages with cp.async
 //   (16-byte chunks, 128-byte XOR swizzle, zero fill past N); each stage has a "full" mbarrier (its 32
 //   lanes arrive when their copies land) and an "empty" one (the 256 math threads arrive once they
 //   hold the tile in registers).
@@ -43,29 +43,33 @@ namespace sm90_indexer {
 
 enum Mode : int { kFp8AsF16 = 0, kBf16 = 1, kFp8Mma = 2 };
 
-constexpr int kMathWarpgroups = 2;
-constexpr int kMathThreads = 128 * kMathWarpgroups;
-constexpr int kThreads = kMathThreads + 32;  // + the producer warp
-constexpr int kProducerWarp = kMathThreads / 32;
-constexpr int kWgKeys = 64;                              // MMA M per warpgroup
-constexpr int kTileKeys = kWgKeys * kMathWarpgroups;      // keys per pipeline stage
+constexpr int kWgKeys = 64;                               // MMA M per warpgroup
 constexpr int kDim = 128;                                 // head dim D
 constexpr int kN = 128;                                   // MMA N: rows * heads of a Q tile
 constexpr int kMaxChunkTiles = 128;                       // key tiles per item at most
 constexpr int kMathBarrier = 1;                           // named barrier of the math threads
 
-template <int kMode>
+// kWgs math warpgroups (2 or 3), each taking 64 keys of every pipeline stage.
+template <int kMode, int kWgs>
 struct Cfg {
+  static constexpr int kMathThreads = 128 * kWgs;
+  static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
+  static constexpr int kProducerWarp = kMathThreads / 32;
+  static constexpr int kTileKeys = kWgKeys * kWgs;    // keys per pipeline stage
   static constexpr int kKvRowBytes = kMode == kBf16 ? 2 * kDim : kDim;
   static constexpr int kKvChunks = kKvRowBytes / 16;
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
-  static constexpr int kStages = kMode == kBf16 ? 4 : 6;
+  static constexpr int kStages = kMode == kBf16 ? (kWgs == 2 ? 4 : 3) : 6;
   static constexpr int kQRowBytes = kMode == kFp8Mma ? kDim : 2 * kDim;  // operand bytes per Q row
   static constexpr int kQBytes = kN * kQRowBytes;
   static constexpr int kSteps = kMode == kFp8Mma ? kDim / 32 : kDim / 16;  // MMA k-steps over D
   static constexpr int kRowWords = kMode == kBf16 ? 16 : 8;  // u32 of a key row one thread reads
-  // 1024 of slack: the swizzled tiles must start 1024-aligned in the shared window.
-  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
+  // 3 warpgroups + the producer warp get 128 registers a thread: the item's head weights and row
+  // windows then live in shared memory (read per tile) instead of registers.
+  static constexpr bool kItemInSmem = kWgs > 2;
+  // 1024 of slack: the swizzled tiles must start 1024-aligned in the shared window. Then Q, the
+  // stages, the full / empty barriers, the item's weights (kN floats) and windows (4 x int2).
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8 + kN * 4 + 32;
 };
 
 struct KernelArgs {
@@ -86,8 +90,8 @@ struct KernelArgs {
   int64_t ks_stride;
   int64_t ke_stride;
   int64_t out_row_stride;
-  int64_t row_blocks;
-  int64_t items;
+  int32_t row_blocks;  // items are (row block, chunk), row block fastest
+  int32_t chunks;
   int32_t keys;
   int32_t key_tiles;
   int32_t chunk_tiles;
@@ -146,10 +150,25 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
+// A load the compiler keeps in program order with the barrier waits (asm volatile), so it is in flight
+// while the thread waits for its tile.
+__device__ __forceinline__ float ldg_early(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
+template <int kMathThreads>
 __device__ __forceinline__ void math_barrier() {
   asm volatile("bar.sync %0, %1;" ::"n"(kMathBarrier), "n"(kMathThreads) : "memory");
 }
@@ -228,12 +247,30 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a
 #undef DSA_ACC64
 #undef DSA_ACC_REGS
 
-template <int kRows>
-__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int64_t item) {
+// This CTA's items: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped without divisions.
+struct ItemCursor {
+  int32_t rb, kc, step_rb, step_kc;
+  __device__ __forceinline__ explicit ItemCursor(const KernelArgs& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
+    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    rb += step_rb;
+    kc += step_kc;
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
+template <int kRows, int kTileKeys>
+__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc) {
   Item<kRows> it;
-  const int64_t rb = item % a.row_blocks;
-  const int32_t kc = int32_t(item / a.row_blocks);
-  it.row0 = rb * kRows;
+  it.row0 = int64_t(rb) * kRows;
   const int32_t c0 = kc * a.chunk_tiles;
   const int32_t c1 = min(c0 + a.chunk_tiles, a.key_tiles);
   const int32_t n = a.keys;
@@ -266,14 +303,30 @@ __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int64_t 
   return it;
 }
 
-template <int kMode, int kHeads>
+template <int kMode, int kHeads, int kWgs>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t full, uint32_t empty) {
-  using C = Cfg<kMode>;
+  using C = Cfg<kMode, kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
   constexpr int kRows = kN / kHeads;
+  // A lane always copies the same 16-byte column `ch` of rows r0, r0 + kStep, ... : the swizzled
+  // destination repeats every 8 rows, so every copy's address is a base plus a constant.
+  constexpr int kStep = 32 / C::kKvChunks;        // rows per pass of the warp
+  constexpr int kPasses = kTileKeys / kStep;
+  constexpr int kPeriod = 8 / kStep;              // passes per 8 rows (one swizzle period)
   const int lane = threadIdx.x & 31;
+  const int ch = lane % C::kKvChunks;
+  const int r0 = lane / C::kKvChunks;
+  uint32_t dst_off[kPeriod];
+#pragma unroll
+  for (int p = 0; p < kPeriod; ++p) {
+    const int r = r0 + p * kStep;
+    dst_off[p] = uint32_t(r * C::kKvRowBytes + ((ch ^ (r & 7)) << 4));
+  }
+  const int64_t pass_stride = int64_t(kStep) * a.kv_row_stride;
+  const uint8_t* lane_src = a.kv + int64_t(r0) * a.kv_row_stride + ch * 16;
   uint32_t it = 0;
-  for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
-    const Item<kRows> t = decode_item<kRows>(a, item);
+  for (ItemCursor cur(a); cur.valid(a); cur.next(a)) {
+    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb, cur.kc);
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
       if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
@@ -281,13 +334,21 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
       }
       const uint32_t dst = stages + stage * C::kStageBytes;
       const int32_t key0 = tile * kTileKeys;
+      const uint8_t* src = lane_src + int64_t(key0) * a.kv_row_stride;
+      if (key0 + kTileKeys <= a.keys) {
+#pragma unroll
+        for (int j = 0; j < kPasses; ++j) {
+          cp_async16(dst + dst_off[j % kPeriod] + (j / kPeriod) * 8 * C::kKvRowBytes, src, 16u);
+          src += pass_stride;
+        }
+      } else {  // the last tile: rows past N are zero-filled, never read
 #pragma unroll 4
-      for (int i = lane; i < kTileKeys * C::kKvChunks; i += 32) {
-        const int r = i / C::kKvChunks;
-        const int ch = i % C::kKvChunks;
-        const bool ok = key0 + r < a.keys;
-        const uint8_t* src = a.kv + (ok ? int64_t(key0 + r) * a.kv_row_stride + ch * 16 : 0);
-        cp_async16(dst + r * C::kKvRowBytes + ((ch ^ (r & 7)) << 4), src, ok ? 16u : 0u);
+        for (int j = 0; j < kPasses; ++j) {
+          const bool ok = key0 + r0 + j * kStep < a.keys;
+          cp_async16(dst + dst_off[j % kPeriod] + (j / kPeriod) * 8 * C::kKvRowBytes, ok ? src : a.kv,
+                     ok ? 16u : 0u);
+          src += pass_stride;
+        }
       }
       cp_async_arrive(full + stage * 8);
     }
@@ -299,7 +360,7 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 // to match the A fragments (see the header comment), widened to fp16 in kFp8AsF16.
 template <int kMode, int kHeads>
 __device__ __forceinline__ void stage_q(const KernelArgs& a, int64_t row0, uint32_t q_smem) {
-  const int tid = threadIdx.x;  // 0 .. kMathThreads - 1: two threads per Q row, 64 of D each
+  const int tid = threadIdx.x;  // 0 .. 255: two threads per Q row, 64 of D each
   const int n = tid >> 1;
   const int half = tid & 1;
   const int64_t row = row0 + n / kHeads;
@@ -347,22 +408,39 @@ __device__ __forceinline__ void stage_q(const KernelArgs& a, int64_t row0, uint3
   }
 }
 
-// relu, weight, sum this thread's heads of each (key, row), scale, sum across the quad.
+// relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r].
 // kSigned: some key scale is negative, so relu(x * s) = s * min(x, 0) there (not s * max(x, 0)).
-template <int kHeads, bool kSigned>
-__device__ __forceinline__ void head_sums(const float (&d)[64], const float (&w)[32], float s0, float s1,
-                                          float (&sum)[2][kN / kHeads]) {
+// kWSmem: the weights are read from shared memory at w_smem, 4 at a time as they are used
+// (128-register variant); otherwise from `w`.
+template <int kHeads, bool kSigned, bool kWSmem>
+__device__ __forceinline__ void head_sums(const float (&d)[64], const float (&w)[32], uint32_t w_smem, float s0,
+                                          float s1, float (&v)[2 * (kN / kHeads)]) {
   constexpr int kRows = kN / kHeads;
+  float part[2][kRows][2];  // two chains per (key, row): half the dependent FMA latency
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    sum[0][r] = 0.f;
-    sum[1][r] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      part[0][r][e] = 0.f;
+      part[1][r][e] = 0.f;
+    }
   }
+  float ws[4];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const int r = (8 * i) / kHeads;
+    if constexpr (kWSmem) {
+      if (i % 2 == 0) {
+        const uint4 x = lds128(w_smem + i * 8);
+        ws[0] = __uint_as_float(x.x);
+        ws[1] = __uint_as_float(x.y);
+        ws[2] = __uint_as_float(x.z);
+        ws[3] = __uint_as_float(x.w);
+      }
+    }
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
+      const float wt = kWSmem ? ws[2 * (i % 2) + e] : w[2 * i + e];
       const float x0 = d[4 * i + e];
       const float x1 = d[4 * i + 2 + e];
       float v0, v1;
@@ -373,27 +451,44 @@ __device__ __forceinline__ void head_sums(const float (&d)[64], const float (&w)
         v0 = fmaxf(x0, 0.f);
         v1 = fmaxf(x1, 0.f);
       }
-      sum[0][r] = fmaf(w[2 * i + e], v0, sum[0][r]);
-      sum[1][r] = fmaf(w[2 * i + e], v1, sum[1][r]);
+      part[0][r][e] = fmaf(wt, v0, part[0][r][e]);
+      part[1][r][e] = fmaf(wt, v1, part[1][r][e]);
     }
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    sum[0][r] *= s0;
-    sum[1][r] *= s1;
-    sum[0][r] += __shfl_xor_sync(0xffffffffu, sum[0][r], 1);
-    sum[1][r] += __shfl_xor_sync(0xffffffffu, sum[1][r], 1);
-    sum[0][r] += __shfl_xor_sync(0xffffffffu, sum[0][r], 2);
-    sum[1][r] += __shfl_xor_sync(0xffffffffu, sum[1][r], 2);
+    v[r] = (part[0][r][0] + part[0][r][1]) * s0;
+    v[kRows + r] = (part[1][r][0] + part[1][r][1]) * s1;
+  }
+}
+
+// Sum each of the quad's values over its 4 lanes, leaving lane c with the totals of v[4 b + c]
+// (b < kValues / 4): a reduce-scatter, half the shuffles of an all-reduce.
+template <int kValues>
+__device__ __forceinline__ void quad_reduce_scatter(const float (&v)[kValues], int c, float (&out)[kValues / 4]) {
+  const bool hi2 = (c & 2) != 0;
+  const bool hi1 = (c & 1) != 0;
+#pragma unroll
+  for (int b = 0; b < kValues / 4; ++b) {
+    float keep[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {  // lanes c, c ^ 2: keep v[4b + q + 2 (c >> 1)], send the other
+      const float lo = v[4 * b + q], hi = v[4 * b + q + 2];
+      keep[q] = (hi2 ? hi : lo) + __shfl_xor_sync(0xffffffffu, hi2 ? lo : hi, 2);
+    }
+    out[b] = (hi1 ? keep[1] : keep[0]) + __shfl_xor_sync(0xffffffffu, hi1 ? keep[0] : keep[1], 1);
   }
 }
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <int kMode, int kHeads>
-__global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
+template <int kMode, int kHeads, int kWgs>
+__global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
+    indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  using C = Cfg<kMode>;
+  using C = Cfg<kMode, kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
+  constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -401,6 +496,8 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __gri
   const uint32_t stages = base + C::kQBytes;
   const uint32_t full = stages + C::kStages * C::kStageBytes;
   const uint32_t empty = full + C::kStages * 8;
+  const uint32_t w_smem = empty + C::kStages * 8;  // [c][i][e]: lane column c's 32 weights contiguous
+  const uint32_t win_smem = w_smem + kN * 4;       // [r]: (lo, hi) of the item's row r
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
@@ -414,8 +511,8 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __gri
   pdl_launch_dependents();
 
   const int warp = threadIdx.x >> 5;
-  if (warp == kProducerWarp) {
-    producer<kMode, kHeads>(a, stages, full, empty);
+  if (warp == C::kProducerWarp) {
+    producer<kMode, kHeads, kWgs>(a, stages, full, empty);
     return;
   }
 
@@ -430,23 +527,45 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __gri
   float acc[64];
   float w[32];
   uint32_t it = 0;
-  for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
-    const Item<kRows> t = decode_item<kRows>(a, item);
-    math_barrier();  // both warpgroups' MMAs on the previous Q tile have completed
-    stage_q<kMode, kHeads>(a, t.row0, q_smem);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * i + 2 * c + e;
+  for (ItemCursor cur(a); cur.valid(a); cur.next(a)) {
+    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb, cur.kc);
+    math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
+    if (threadIdx.x < 2 * kN) {
+      stage_q<kMode, kHeads>(a, t.row0, q_smem);
+    }
+    if constexpr (C::kItemInSmem) {
+      if (threadIdx.x < kN) {  // thread c * 32 + 2 i + e writes column 8 i + 2 c + e
+        const int cc = threadIdx.x >> 5, i = (threadIdx.x & 31) >> 1, e = threadIdx.x & 1;
+        const int col = 8 * i + 2 * cc + e;
         const int64_t row = t.row0 + col / kHeads;
-        w[2 * i + e] =
+        const float v =
             row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
+        sts32(w_smem + threadIdx.x * 4, __float_as_uint(v));
+      }
+      if (threadIdx.x < kRows) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (int(threadIdx.x) == r) {
+            sts32(win_smem + r * 8, uint32_t(t.lo[r]));
+            sts32(win_smem + r * 8 + 4, uint32_t(t.hi[r]));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * i + 2 * c + e;
+          const int64_t row = t.row0 + col / kHeads;
+          w[2 * i + e] =
+              row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
+        }
       }
     }
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    math_barrier();
+    math_barrier<kMathThreads>();
 
     if (a.clean) {  // keys of the chunk outside the computed tiles: -inf, no math
       const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
@@ -473,15 +592,20 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __gri
       const int32_t key_b = key0 + kr1;
       float s0 = 1.f, s1 = 1.f;
       if constexpr (kMode != kBf16) {
-        s0 = key_a < a.keys ? __ldg(a.kv_scale + int64_t(key_a) * a.kv_scale_stride) : 0.f;
-        s1 = key_b < a.keys ? __ldg(a.kv_scale + int64_t(key_b) * a.kv_scale_stride) : 0.f;
+        const float x0 = ldg_early(a.kv_scale + int64_t(min(key_a, a.keys - 1)) * a.kv_scale_stride);
+        const float x1 = ldg_early(a.kv_scale + int64_t(min(key_b, a.keys - 1)) * a.kv_scale_stride);
+        s0 = key_a < a.keys ? x0 : 0.f;
+        s1 = key_b < a.keys ? x1 : 0.f;
       }
       mbar_wait(full + stage * 8, (it / C::kStages) & 1);
       const uint32_t tile_smem = stages + stage * C::kStageBytes;
+      // A fragments of k-step s: {row g K-lo, row g+8 K-lo, row g K-hi, row g+8 K-hi}, from the
+      // thread's 16-byte chunks of its two key rows (kFp8AsF16 widens e4m3 to fp16 here).
+      constexpr int kChunks = C::kRowWords / 4;
       uint32_t r0[C::kRowWords], r1[C::kRowWords];
 #pragma unroll
-      for (int v = 0; v < C::kRowWords / 4; ++v) {
-        const int ch = (C::kRowWords / 4) * c + v;  // 16-byte chunk of the key row
+      for (int v = 0; v < kChunks; ++v) {
+        const int ch = kChunks * c + v;
         const uint4 x = lds128(tile_smem + kr0 * C::kKvRowBytes + ((ch ^ (kr0 & 7)) << 4));
         const uint4 y = lds128(tile_smem + kr1 * C::kKvRowBytes + ((ch ^ (kr1 & 7)) << 4));
         r0[4 * v + 0] = x.x;
@@ -493,7 +617,6 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __gri
         r1[4 * v + 2] = y.z;
         r1[4 * v + 3] = y.w;
       }
-      // A fragments for every k-step: a[s] = {row g K-lo, row g+8 K-lo, row g K-hi, row g+8 K-hi}.
       uint32_t fa[C::kSteps][4];
 #pragma unroll
       for (int s = 0; s < C::kSteps; ++s) {
@@ -523,24 +646,38 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_logits_kernel(const __gri
       wgmma_wait_all();
       fence_acc(acc);
 
-      float sum[2][kRows];
+      float part[2 * kRows];
       const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
       if (any_negative) {
-        head_sums<kHeads, true>(acc, w, s0, s1, sum);
+        head_sums<kHeads, true, C::kItemInSmem>(acc, w, w_smem + c * 128, s0, s1, part);
       } else {
-        head_sums<kHeads, false>(acc, w, s0, s1, sum);
+        head_sums<kHeads, false, C::kItemInSmem>(acc, w, w_smem + c * 128, s0, s1, part);
       }
-      // Every lane of the quad holds all 2 * kRows sums: lane c stores those with index % 4 == c.
+      float total[2 * kRows / 4];
+      quad_reduce_scatter<2 * kRows>(part, c, total);
+      // Lane c stores value 4 b + c = kh * kRows + r.
 #pragma unroll
-      for (int kh = 0; kh < 2; ++kh) {
-        const int32_t key = kh ? key_b : key_a;
+      for (int b = 0; b < 2 * kRows / 4; ++b) {
+        const int v = 4 * b + c;
+        const int kh = v / kRows;
+        const int r = v % kRows;
+        int32_t lo, hi;
+        if constexpr (C::kItemInSmem) {
+          lo = int32_t(lds32(win_smem + r * 8));
+          hi = int32_t(lds32(win_smem + r * 8 + 4));
+        } else {
+          lo = t.lo[0];
+          hi = t.hi[0];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const int64_t row = t.row0 + r;
-          if (((kh * kRows + r) & 3) == c && row < a.rows && key < a.keys) {
-            const bool inside = key >= t.lo[r] && key < t.hi[r];
-            a.out[row * a.out_row_stride + key] = inside ? sum[kh][r] : kNegInf;
+          for (int rr = 1; rr < kRows; ++rr) {  // select, not a dynamic index (which would go to local memory)
+            lo = r == rr ? t.lo[rr] : lo;
+            hi = r == rr ? t.hi[rr] : hi;
           }
+        }
+        const int64_t row = t.row0 + r;
+        const int32_t key = kh ? key_b : key_a;
+        if (row < a.rows && key < a.keys) {
+          a.out[row * a.out_row_stride + key] = key >= lo && key < hi ? total[b] : kNegInf;
         }
       }
     }
