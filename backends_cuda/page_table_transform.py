@@ -10,17 +10,20 @@ from typing import Optional
 
 OP = "page_table_transform"
 _KERNEL = "page_table_transform_out"
-_fn = None  # the loaded OpOverload, resolved on the first call
+_fn = None  # the loaded kernel's C++ entry point, resolved on the first call
 
 
 def run(indices, page_table, row_to_batch, page_table_row_starts, page_size, out) -> None:
-    global _fn
-    fn = _fn
-    if fn is None:
-        from . import op
+    (_fn or _load(indices.device))(indices, page_table, row_to_batch, page_table_row_starts, page_size, out)
 
-        fn = _fn = op(_KERNEL, indices.device)
-    fn(indices, page_table, row_to_batch, page_table_row_starts, page_size, out)
+
+def _load(device):
+    global _fn
+    from . import op
+    from .providers_topk import _entry
+
+    _fn = _entry(op(_KERNEL, device))
+    return _fn
 
 
 def supports(indices, page_table, row_to_batch, page_table_row_starts, page_size, out) -> Optional[str]:

@@ -31,6 +31,11 @@ def _supports(scores: torch.Tensor, k: int) -> Optional[str]:
     return None
 
 
+def _entry(overload):
+    """What calling `overload` runs (OpOverload.__call__ only forwards to it): one Python frame less per call."""
+    return getattr(overload, "_op", overload)
+
+
 def register_topk(Provider, register_provider, op: Callable[[str, torch.device], object],
                   available: Callable[[torch.device], Optional[str]]) -> None:
     """Register the three providers with backend "cuda".
@@ -39,17 +44,18 @@ def register_topk(Provider, register_provider, op: Callable[[str, torch.device],
     or loading the library on first use; available(device) says why the library cannot run on a
     device (None when it can). Both come from the backend package (backends_cuda/__init__.py).
     """
-    entry = []  # the OpOverload, looked up on the first call
+    entry = None  # topk_out's C++ entry point, resolved on the first call
 
     def kernel(device):
-        if not entry:
-            entry.append(op("topk_out", device))
-        return entry[0]
+        nonlocal entry
+        if entry is None:
+            entry = _entry(op("topk_out", device))
+        return entry
 
     def topk_fn(scores, k, lengths, row_starts, deterministic):
         out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-        kernel(scores.device)(scores, k, lengths, row_starts, deterministic, None, None, None, 64, None, out,
-                              None)
+        (entry or kernel(scores.device))(scores, k, lengths, row_starts, deterministic, None, None, None, 64, None,
+                                         out, None)
         return out
 
     def topk_supports(scores, k, lengths, row_starts, deterministic):
@@ -57,15 +63,16 @@ def register_topk(Provider, register_provider, op: Callable[[str, torch.device],
 
     def page_fn(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
                 deterministic, out, out_raw):
-        kernel(scores.device)(scores, k, lengths, row_starts, deterministic, page_table,
-                              page_table_row_starts, row_to_batch, page_size, None, out, out_raw)
+        (entry or kernel(scores.device))(scores, k, lengths, row_starts, deterministic, page_table,
+                                         page_table_row_starts, row_to_batch, page_size, None, out, out_raw)
 
     def page_supports(scores, page_table, lengths, k, *_):
         return _supports(scores, k)
 
     def ragged_fn(scores, offsets, lengths, k, row_starts):
         out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-        kernel(scores.device)(scores, k, lengths, row_starts, True, None, None, None, 64, offsets, out, None)
+        (entry or kernel(scores.device))(scores, k, lengths, row_starts, True, None, None, None, 64, offsets, out,
+                                         None)
         return out
 
     def ragged_supports(scores, offsets, lengths, k, row_starts):

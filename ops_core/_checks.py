@@ -1,4 +1,10 @@
-"""Host-side argument validation: every failure names the argument and what was expected."""
+"""Host-side argument validation: every failure names the argument and what was expected.
+
+The hot ops' validators first try a fast path (the ``*_ok`` predicates at the end): a short conjunction
+that is True only when every check of the full path would pass, for plain tensors (``type(t) is
+torch.Tensor``: fakes, functional tensors and other subclasses always take the full path, so tracing
+sees the same checks as before). When it says False, the full checks run and raise the usual error.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,10 @@ import torch
 
 INDEX_DTYPE = torch.int32
 SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+_Tensor = torch.Tensor
+_INT32 = torch.int32
 
 
 class DsaArgumentError(ValueError):
@@ -69,3 +79,34 @@ def check_out(op, name, out, shape, dtype, like):
     check_tensor(op, name, out, dtypes=dtype, device_like=like)
     check_shape(op, name, out, shape)
     check_unit_last_stride(op, name, out)
+
+
+# Fast-path predicates: True only when the matching checks above would pass; they never raise.
+
+
+def pow2_ok(v) -> bool:
+    """check_int(..., lo=1, pow2=True) passes (plain ints only)."""
+    return type(v) is int and v >= 1 and (v & (v - 1)) == 0
+
+
+def int32_rows_ok(t, rows, device) -> bool:
+    """A plain int32 [rows] tensor on `device`: check_tensor(dtypes=int32, dim=1, device_like) and
+    check_shape((rows,)) pass."""
+    return type(t) is _Tensor and t.dtype is _INT32 and t.dim() == 1 and t.shape[0] == rows and t.device == device
+
+
+def optional_int32_rows_ok(a, b, rows, device) -> bool:
+    """int32_rows_ok for two optional tensors (None passes)."""
+    return (a is None or int32_rows_ok(a, rows, device)) and (b is None or int32_rows_ok(b, rows, device))
+
+
+def int32_table_ok(t, device) -> bool:
+    """A plain int32 2-D tensor on `device` with unit last stride (check_tensor + check_unit_last_stride)."""
+    return (type(t) is _Tensor and t.dtype is _INT32 and t.dim() == 2 and t.device == device
+            and (t.stride(-1) == 1 or t.shape[-1] <= 1))
+
+
+def out_ok(out, shape, device) -> bool:
+    """check_out(op, name, out, shape, int32, like) passes, `like` being on `device`."""
+    return (type(out) is _Tensor and out.dtype is _INT32 and out.device == device and out.shape == shape
+            and (out.stride(-1) == 1 or out.shape[-1] <= 1))

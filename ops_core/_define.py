@@ -4,10 +4,15 @@ Every op file in ``dsa_ops.ops`` calls :func:`define_op` once. For ops that take
 second overload ``dsa::<op>.out`` (mutating its out arguments, returning nothing) is defined next to
 the functional one; device providers implement that out form, and the functional form allocates and
 calls it, so each backend writes one kernel entry per op.
+
+The functions registered with torch are generated from the schema with the op's real Python signature
+(see :func:`_compile_impl`): the dispatcher passes keyword-only arguments as keywords and leaves out
+defaulted ones, and letting Python bind them costs far less per call than normalizing by hand.
 """
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -40,15 +45,24 @@ class OpDef:
     defaults: tuple
     out_arg_names: tuple = ()
     out_defaults: tuple = ()
+    # The routers registered for the CUDA key (functional and `.out` forms), for tests and benchmarks.
+    device_impl: Optional[Callable] = None
+    out_device_impl: Optional[Callable] = None
 
 
 _NO_DEFAULT = object()
 
 
-def _signature(full_schema: str):
+def _parse(full_schema: str):
+    """(names, defaults, kwarg_only flags) of a schema's arguments."""
     s = torch._C.parse_schema(full_schema)
     names = tuple(a.name for a in s.arguments)
     defaults = tuple(a.default_value if a.has_default_value() else _NO_DEFAULT for a in s.arguments)
+    return names, defaults, tuple(a.kwarg_only for a in s.arguments)
+
+
+def _signature(full_schema: str):
+    names, defaults, _ = _parse(full_schema)
     return names, defaults
 
 
@@ -65,61 +79,69 @@ def _normalize(op: str, names, defaults, args, kwargs) -> tuple:
     return tuple(full)
 
 
+def _compile_impl(op: str, full_schema: str, body: str, env: dict, n_out: int = 0) -> Callable:
+    """A function with the schema's Python signature whose body sees every argument by name.
+
+    `body` may use {ARGS} (every argument, comma-separated, schema order) and {IN} (all but the trailing
+    `n_out` out arguments). The dispatcher calls these on every op call, so the body is plain code over
+    the op's own names: no per-call argument lists, dict lookups or loops.
+    """
+    names, defaults, kwarg_only = _parse(full_schema)
+    if any(not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_") for n in names):
+        raise ValueError(f"dsa::{op}: argument names must be plain Python identifiers: {names}")
+    params, star = [], False
+    for i, (n, d, kw) in enumerate(zip(names, defaults, kwarg_only)):
+        if kw and not star:
+            params.append("*")
+            star = True
+        params.append(n if d is _NO_DEFAULT else f"{n}=_D[{i}]")
+    args = ", ".join(names)
+    n_in = len(names) - n_out
+    src = f"def {op}({', '.join(params)}):\n" + body.format(ARGS=args, IN=", ".join(names[:n_in]) + ",")
+    scope = dict(env, _D=defaults)
+    exec(compile(src, f"<dsa::{op} impl>", "exec"), scope)
+    return scope[op]
+
+
 def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm] = None) -> OpDef:
-    names, defaults = _signature(f"dsa::{name}{schema}")
+    full = f"dsa::{name}{schema}"
+    names, defaults = _signature(full)
     d = OpDef(name, schema, validate, reference, fake, out, names, defaults)
     LIB.define(f"{name}{schema}")
+    env = {"_validate": validate, "_fake": fake, "_reference": reference, "_select": registry.select,
+           "_op_name": name}
 
-    def fake_impl(*args, **kwargs):
-        a = _normalize(name, names, defaults, args, kwargs)
-        validate(*a)
-        return fake(*a)
-
-    def cpu_impl(*args, **kwargs):
-        a = _normalize(name, names, defaults, args, kwargs)
-        validate(*a)
-        return reference(*a)
+    fake_impl = _compile_impl(name, full, "    _validate({ARGS})\n    return _fake({ARGS})\n", env)
+    cpu_impl = _compile_impl(name, full, "    _validate({ARGS})\n    return _reference({ARGS})\n", env)
 
     if out is None:
-
-        def device_impl(*args, **kwargs):
-            a = _normalize(name, names, defaults, args, kwargs)
-            validate(*a)
-            return registry.select(name, a).fn(*a)
-
+        device_impl = _compile_impl(
+            name, full, "    _validate({ARGS})\n    return _select(_op_name, ({ARGS},)).fn({ARGS})\n", env)
         provider_fn = reference
     else:
-        d.out_arg_names, d.out_defaults = _signature(f"dsa::{name}.out{out.schema}")
+        out_full = f"dsa::{name}.out{out.schema}"
+        d.out_arg_names, d.out_defaults = _signature(out_full)
         LIB.define(f"{name}.out{out.schema}")
+        env.update(_alloc=out.alloc, _check_outs=out.check_outs, _reference_out=out.reference)
 
-        def device_impl(*args, **kwargs):
-            a = _normalize(name, names, defaults, args, kwargs)
-            validate(*a)
-            outs = out.alloc(*a)
-            full = a + outs
-            registry.select(name, full).fn(*full)
-            return outs[0]
+        device_impl = _compile_impl(name, full, (
+            "    _validate({ARGS})\n"
+            "    outs = _alloc({ARGS})\n"
+            "    _select(_op_name, ({ARGS}, *outs)).fn({ARGS}, *outs)\n"
+            "    return outs[0]\n"), env)
+        checks = "    _validate({IN})\n    _check_outs({ARGS})\n"
+        n = out.n_out
+        out_fake = _compile_impl(name, out_full, checks + "    return None\n", env, n)
+        out_cpu = _compile_impl(name, out_full, checks + "    _reference_out({ARGS})\n", env, n)
+        out_device = _compile_impl(name, out_full, checks + "    _select(_op_name, ({ARGS},)).fn({ARGS})\n", env, n)
 
-        def out_fake(*args, **kwargs):
-            a = _normalize(name, d.out_arg_names, d.out_defaults, args, kwargs)
-            validate(*a[: -out.n_out])
-            out.check_outs(*a)
-            return None
-
-        def out_impl_for(kernel):
-            def impl(*args, **kwargs):
-                a = _normalize(name, d.out_arg_names, d.out_defaults, args, kwargs)
-                validate(*a[: -out.n_out])
-                out.check_outs(*a)
-                kernel(a)
-
-            return impl
-
+        d.out_device_impl = out_device
         torch.library.register_fake(f"dsa::{name}.out", out_fake, lib=LIB)
-        LIB.impl(f"{name}.out", out_impl_for(lambda a: out.reference(*a)), "CPU")
-        LIB.impl(f"{name}.out", out_impl_for(lambda a: registry.select(name, a).fn(*a)), "CUDA")
+        LIB.impl(f"{name}.out", out_cpu, "CPU")
+        LIB.impl(f"{name}.out", out_device, "CUDA")
         provider_fn = out.reference
 
+    d.device_impl = device_impl
     torch.library.register_fake(f"dsa::{name}", fake_impl, lib=LIB)
     LIB.impl(name, cpu_impl, "CPU")
     LIB.impl(name, device_impl, "CUDA")

@@ -6,6 +6,11 @@ For tensors on a GPU (the CUDA dispatch key, which ROCm builds of torch use too)
 the exact reference. ``DSA_OPS_BACKEND=cuda|hip|triton|reference`` (read once, at import) or
 ``dsa_ops.use_backend(name)`` forces one backend; a forced backend that cannot serve raises, it never
 falls back silently.
+
+Per call, ``select`` only asks ``supports`` of the providers that can run on the device: which
+providers those are (availability, and the forced backend) is worked out once per (op, device, forced
+backend) and kept until a provider is registered again. ``supports`` itself is never cached, so a
+call that a provider declines is never served by it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class Provider:
 
 _providers: dict[str, dict[str, Provider]] = {}
 _available_cache: dict[tuple[str, str, torch.device], Optional[str]] = {}
+# (op, device, forced backend) -> the providers that may serve it, in order (available ones only).
+_candidates_cache: dict[tuple[str, torch.device, Optional[str]], tuple[Provider, ...]] = {}
 _forced: Optional[str] = None
 
 
@@ -60,6 +67,23 @@ def register_provider(p: Provider) -> None:
     if p.backend not in BACKENDS:
         raise ValueError(f"unknown backend {p.backend!r}")
     _providers.setdefault(p.op, {})[p.backend] = p
+    _forget(p.op, p.backend)
+
+
+def unregister_provider(op: str, backend: Optional[str] = None) -> None:
+    """Remove one backend's provider of `op` (every provider of `op` when backend is None)."""
+    if backend is None:
+        _providers.pop(op, None)
+    else:
+        _providers.get(op, {}).pop(backend, None)
+    _forget(op, backend)
+
+
+def _forget(op: str, backend: Optional[str]) -> None:
+    """Drop what was worked out about the providers a (un)registration replaced."""
+    for key in [k for k in _available_cache if k[0] == op and backend in (None, k[1])]:
+        del _available_cache[key]
+    _candidates_cache.clear()
 
 
 def providers(op: str) -> dict[str, Provider]:
@@ -99,23 +123,41 @@ def _device_of(args) -> torch.device:
     raise DispatchError("no tensor argument")
 
 
+def _order() -> tuple:
+    return (_forced,) if _forced is not None else AUTO_ORDER
+
+
+def _candidates(op: str, device: torch.device) -> tuple[Provider, ...]:
+    table = providers(op)
+    return tuple(p for p in (table.get(b) for b in _order()) if p is not None and availability(p, device) is None)
+
+
 def select(op: str, args: tuple) -> Provider:
     """The provider that serves `op` for these arguments, or DispatchError listing why none did."""
     device = _device_of(args)
+    key = (op, device, _forced)
+    cands = _candidates_cache.get(key)
+    if cands is None:
+        cands = _candidates_cache[key] = _candidates(op, device)
+    for p in cands:
+        if p.supports(*args) is None:
+            return p
+    raise _no_provider(op, args, device)
+
+
+def _no_provider(op: str, args: tuple, device: torch.device) -> DispatchError:
+    """The error for a call no provider serves, with every backend tried and why it declined."""
     table = providers(op)
-    order = (_forced,) if _forced is not None else AUTO_ORDER
     tried = []
-    for backend in order:
+    for backend in _order():
         p = table.get(backend)
         if p is None:
             tried.append(f"{backend}: no {backend} kernel for this op")
             continue
         why = availability(p, device) or p.supports(*args)
-        if why is None:
-            return p
         tried.append(f"{backend}: {why}")
     how = f"forced by {ENV_VAR}/use_backend" if _forced else "automatic order " + " > ".join(AUTO_ORDER)
-    raise DispatchError(
+    return DispatchError(
         f"dsa.{op}: no provider serves this call on {device} ({how}):\n  "
         + "\n  ".join(tried)
         + f"\n(the exact reference runs on any device with {ENV_VAR}=reference)"

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import dsa_ops
 import pytest
 import torch
 from dsa_ops import registry
@@ -19,7 +20,7 @@ def fake_op():
     registry.register_provider(Provider(op, "cuda", lambda *a: calls.append("cuda"),
                                         supports=lambda x: None, available=lambda dev: "needs sm_90"))
     yield op, calls
-    registry._providers.pop(op)
+    registry.unregister_provider(op)
 
 
 def test_automatic_order_skips_unavailable(fake_op):
@@ -87,3 +88,109 @@ def test_reference_module_runs_every_op_directly():
         want = op(*args, **kwargs)
         for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
             assert torch.equal(g, w), name
+
+
+# The provider choice is cached per (op, device, forced backend); these show it never serves stale.
+
+
+def test_cache_follows_use_backend(fake_op):
+    op, calls = fake_op
+    x = torch.zeros(2)
+    assert registry.select(op, (x,)).backend == "triton"  # cached for the automatic order
+    with registry.use_backend("cuda"):
+        with pytest.raises(DispatchError, match="forced"):
+            registry.select(op, (x,))
+    with registry.use_backend("reference"):
+        with pytest.raises(DispatchError, match="reference: no reference kernel"):
+            registry.select(op, (x,))
+    with registry.use_backend("triton"):
+        assert registry.select(op, (x,)).backend == "triton"
+    assert registry.select(op, (x,)).backend == "triton"
+
+
+def test_cache_never_serves_a_call_supports_declines(fake_op):
+    op, _ = fake_op
+    assert registry.select(op, (torch.zeros(2),)).backend == "triton"
+    with pytest.raises(DispatchError, match="triton: too many rows"):
+        registry.select(op, (torch.zeros(8),))
+    # A provider later in the order serves what the first declines, call by call.
+    registry.register_provider(Provider(op, "hip", lambda *a: None, supports=lambda x: None,
+                                        available=lambda dev: None))
+    assert registry.select(op, (torch.zeros(2),)).backend == "hip"
+    registry.unregister_provider(op, "hip")
+    assert registry.select(op, (torch.zeros(2),)).backend == "triton"
+
+
+def test_cache_follows_register_and_unregister(fake_op):
+    op, calls = fake_op
+    assert registry.select(op, (torch.zeros(2),)).backend == "triton"
+    registry.register_provider(Provider(op, "cuda", lambda *a: calls.append("cuda2"), supports=lambda x: None,
+                                        available=lambda dev: None))
+    registry.select(op, (torch.zeros(8),)).fn()
+    assert calls == ["cuda2"]
+    registry.unregister_provider(op, "cuda")
+    with pytest.raises(DispatchError, match="cuda: no cuda kernel"):
+        registry.select(op, (torch.zeros(8),))
+
+
+def test_cache_is_per_device(fake_op):
+    op, _ = fake_op
+    registry.register_provider(Provider(op, "hip", lambda *a: None, supports=lambda x: None,
+                                        available=lambda dev: None if dev.type == "meta" else "meta only"))
+    assert registry.select(op, (torch.zeros(2, device="meta"),)).backend == "hip"
+    assert registry.select(op, (torch.zeros(2),)).backend == "triton"
+    assert registry.select(op, (torch.zeros(2, device="meta"),)).backend == "hip"
+
+
+@pytest.fixture
+def stub_topk_on_cpu():
+    """The real dsa.topk router (the function dsa_ops registers for the CUDA key), run on CPU with a
+    stub "triton" provider of topk (triton has no topk kernel, so nothing real is displaced)."""
+    from dsa_ops._define import OPS
+
+    calls = []
+
+    def fn(scores, k, lengths, row_starts, deterministic):
+        calls.append((k, lengths is not None, row_starts is not None, deterministic))
+        return torch.full((scores.shape[0], k), 7, dtype=torch.int32)
+
+    registry.register_provider(Provider("topk", "triton", fn, supports=lambda s, k, *a: None if k <= 4 else "k > 4",
+                                        available=lambda dev: None))
+    yield OPS["topk"].device_impl, calls
+    registry.unregister_provider("topk", "triton")
+
+
+def test_router_uses_the_current_provider(stub_topk_on_cpu):
+    router, calls = stub_topk_on_cpu
+    x = torch.randn(2, 16)
+    assert router(x, 3).eq(7).all()  # automatic order: cuda and hip are unavailable for CPU tensors
+    assert router(x, 2, lengths=torch.ones(2, dtype=torch.int32), deterministic=True).shape == (2, 2)
+    assert calls == [(3, False, False, False), (2, True, False, True)]
+    with pytest.raises(DispatchError, match="triton: k > 4"):
+        router(x, 5)  # the cached triton provider declines: nothing else serves, nothing falls back
+    with registry.use_backend("reference"):
+        assert torch.equal(router(x, 5), dsa_ops.reference.topk(x, 5))
+    with registry.use_backend("cuda"):
+        with pytest.raises(DispatchError, match="forced"):
+            router(x, 3)
+    assert len(calls) == 2
+    with pytest.raises(dsa_ops.DsaArgumentError, match="`k` must be >= 1"):  # validation still runs first
+        router(x, 0)
+
+
+def test_generated_impls_have_the_schema_signature():
+    import inspect
+
+    from dsa_ops._define import _NO_DEFAULT, OPS
+
+    for name, d in OPS.items():
+        impls = [(d.device_impl, d.arg_names, d.defaults)]
+        if d.out is not None:
+            impls.append((d.out_device_impl, d.out_arg_names, d.out_defaults))
+        for fn, names, defaults in impls:
+            params = list(inspect.signature(fn).parameters.values())
+            assert tuple(p.name for p in params) == names, name
+            for p, want in zip(params, defaults):
+                assert (p.default is inspect.Parameter.empty) == (want is _NO_DEFAULT), (name, p.name)
+                if want is not _NO_DEFAULT:
+                    assert p.default == want, (name, p.name)

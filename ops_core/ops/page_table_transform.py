@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_int, check_out, check_shape, check_tensor, check_unit_last_stride, fail
+from .._checks import (
+    check_int,
+    check_out,
+    check_shape,
+    check_tensor,
+    check_unit_last_stride,
+    fail,
+    int32_table_ok,
+    optional_int32_rows_ok,
+    out_ok,
+    pow2_ok,
+)
 from .._define import OutForm, define_op
 from ._common import map_through_page_table
 
@@ -23,6 +34,10 @@ _ARGS = (
 
 
 def validate(indices, page_table, row_to_batch, page_table_row_starts, page_size):
+    if (type(indices) is torch.Tensor and indices.dtype is torch.int32 and indices.dim() == 2
+            and indices.is_contiguous() and pow2_ok(page_size) and int32_table_ok(page_table, indices.device)
+            and optional_int32_rows_ok(row_to_batch, page_table_row_starts, indices.shape[0], indices.device)):
+        return
     check_tensor(NAME, "indices", indices, dtypes=torch.int32, dim=2)
     if not indices.is_contiguous():
         fail(NAME, f"`indices` must be contiguous (one flat grid over its elements), got strides {indices.stride()}")
@@ -49,6 +64,8 @@ def _alloc(indices, *_):
 
 
 def _check_outs(indices, page_table, row_to_batch, page_table_row_starts, page_size, out):
+    if out_ok(out, indices.shape, indices.device) and out.is_contiguous():
+        return
     check_out(NAME, "out", out, tuple(indices.shape), torch.int32, indices)
     if not out.is_contiguous():
         fail(NAME, f"`out` must be contiguous, got strides {out.stride()}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import SCORE_DTYPES, check_int, check_shape, check_tensor, check_unit_last_stride
+from .._checks import SCORE_DTYPES, check_int, check_shape, check_tensor, check_unit_last_stride, optional_int32_rows_ok
 from .._define import define_op
 from ._common import window_topk
 
@@ -17,8 +17,18 @@ NAME = "topk"
 SCHEMA = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, bool deterministic=False) -> Tensor"
 
 
+def scores_and_windows_ok(scores, k, lengths, row_starts) -> bool:
+    """Fast path of check_scores_and_windows: True only when it would pass (see _checks)."""
+    return (type(scores) is torch.Tensor and type(k) is int and k >= 1 and scores.dtype in SCORE_DTYPES
+            and scores.dim() == 2 and (scores.stride(-1) == 1 or scores.shape[-1] <= 1)
+            and ((lengths is None and row_starts is None)
+                 or optional_int32_rows_ok(lengths, row_starts, scores.shape[0], scores.device)))
+
+
 def check_scores_and_windows(op, scores, k, lengths, row_starts):
     """Shared by every op of the top-k family."""
+    if scores_and_windows_ok(scores, k, lengths, row_starts):
+        return
     check_tensor(op, "scores", scores, dtypes=SCORE_DTYPES, dim=2)
     check_unit_last_stride(op, "scores", scores)
     check_int(op, "k", k, lo=1)

@@ -11,10 +11,20 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_int, check_out, check_shape, check_tensor, check_unit_last_stride
+from .._checks import (
+    check_int,
+    check_out,
+    check_shape,
+    check_tensor,
+    check_unit_last_stride,
+    int32_table_ok,
+    optional_int32_rows_ok,
+    out_ok,
+    pow2_ok,
+)
 from .._define import OutForm, define_op
 from ._common import map_through_page_table, window_topk
-from .topk import check_scores_and_windows
+from .topk import check_scores_and_windows, scores_and_windows_ok
 
 NAME = "topk_page_table_transform"
 _ARGS = (
@@ -25,6 +35,10 @@ _ARGS = (
 
 def validate(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
              deterministic):
+    if (lengths is not None and pow2_ok(page_size) and scores_and_windows_ok(scores, k, lengths, row_starts)
+            and int32_table_ok(page_table, scores.device)
+            and optional_int32_rows_ok(page_table_row_starts, row_to_batch, scores.shape[0], scores.device)):
+        return
     check_scores_and_windows(NAME, scores, k, lengths, row_starts)
     check_tensor(NAME, "lengths", lengths)
     check_tensor(NAME, "page_table", page_table, dtypes=torch.int32, dim=2, device_like=scores)
@@ -56,6 +70,9 @@ def _alloc(scores, page_table, lengths, k, *_):
 
 def _check_outs(*a):
     scores, k, out, out_raw = a[0], a[3], a[-2], a[-1]
+    shape, dev = (scores.shape[0], k), scores.device
+    if out_ok(out, shape, dev) and (out_raw is None or out_ok(out_raw, shape, dev)):
+        return
     check_out(NAME, "out", out, (scores.shape[0], k), torch.int32, scores)
     if out_raw is not None:
         check_out(NAME, "out_raw", out_raw, (scores.shape[0], k), torch.int32, scores)

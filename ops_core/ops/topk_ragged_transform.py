@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_shape, check_tensor
+from .._checks import check_shape, check_tensor, int32_rows_ok
 from .._define import define_op
 from ._common import INT32_MAX, window_topk
-from .topk import check_scores_and_windows
+from .topk import check_scores_and_windows, scores_and_windows_ok
 
 NAME = "topk_ragged_transform"
 SCHEMA = "(Tensor scores, Tensor offsets, Tensor lengths, int k, *, Tensor? row_starts=None) -> Tensor"
 
 
 def validate(scores, offsets, lengths, k, row_starts):
+    if (lengths is not None and scores_and_windows_ok(scores, k, lengths, row_starts)
+            and int32_rows_ok(offsets, scores.shape[0], scores.device)):
+        return
     check_scores_and_windows(NAME, scores, k, lengths, row_starts)
     check_tensor(NAME, "offsets", offsets, dtypes=torch.int32, dim=1, device_like=scores)
     check_shape(NAME, "offsets", offsets, (scores.shape[0],))

@@ -1,0 +1,193 @@
+"""Per-call host overhead of the device router on CPU (no GPU): `python benchmarks/host_overhead_cpu.py [--calls N]`.
+
+What it runs: exactly the Python that torch.ops.dsa.<op> runs for CUDA tensors (the functions dsa_ops
+registers for the CUDA key, captured at import and registered for CPU in this process only), with the
+"cuda" providers of topk and page_table_transform swapped for stubs that do what the real ones do on
+the host: the same `supports`, a `torch.empty` for the output (functional forms) and one call of a
+compiled stable-ABI op with the real binding's schema (built here with the host C++ compiler, a few
+seconds, cached) that only checks `out`'s rank. What it cannot see: the CUDA-only host costs (the
+CUDA caching allocator, the kernel launch and the current-stream lookup inside the binding).
+
+Baselines beside each number: a bare `torch.ops.aten` call, the stub kernel alone, and the provider's
+own work (`torch.empty` + stub kernel), which no router change can remove.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+# Capture what dsa_ops registers for the CUDA key before it is imported.
+_captured: dict = {}
+_orig_impl = torch.library.Library.impl
+
+
+def _spy(self, op_name, fn, dispatch_key="", **kwargs):
+    if self.ns == "dsa" and dispatch_key == "CUDA":
+        _captured[op_name] = fn
+    return _orig_impl(self, op_name, fn, dispatch_key, **kwargs)
+
+
+torch.library.Library.impl = _spy
+try:
+    import dsa_ops
+    from dsa_ops import registry
+finally:
+    torch.library.Library.impl = _orig_impl
+
+STUB_SRC = r"""
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <cstdint>
+#include <optional>
+using torch::stable::Tensor;
+namespace {
+void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
+              bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
+              std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
+              std::optional<Tensor> out_raw) {
+  STD_TORCH_CHECK(out.dim() == 2, "topk_out stub: bad out");
+}
+void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<Tensor> row_to_batch,
+                              std::optional<Tensor> page_table_row_starts, int64_t page_size, Tensor out) {
+  STD_TORCH_CHECK(out.dim() == 2, "page_table_transform_out stub: bad out");
+}
+}  // namespace
+STABLE_TORCH_LIBRARY(dsa_host_overhead_stub, m) {
+  m.def("topk_out(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
+        "Tensor? page_table, Tensor? page_table_row_starts, Tensor? row_to_batch, int page_size, "
+        "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
+  m.def("page_table_transform_out(Tensor indices, Tensor page_table, Tensor? row_to_batch, "
+        "Tensor? page_table_row_starts, int page_size, Tensor(a!) out) -> ()");
+}
+STABLE_TORCH_LIBRARY_IMPL(dsa_host_overhead_stub, CPU, m) {
+  m.impl("topk_out", TORCH_BOX(&topk_out));
+  m.impl("page_table_transform_out", TORCH_BOX(&page_table_transform_out));
+}
+"""
+
+
+def build_stub():
+    """The stub ops as (topk_out, page_table_transform_out) OpOverloads."""
+    from torch.utils import cpp_extension
+
+    root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "host_overhead_stub", torch.__version__)
+    os.makedirs(root, exist_ok=True)
+    src = os.path.join(root, "stub.cpp")
+    if not os.path.exists(src) or open(src).read() != STUB_SRC:
+        with open(src, "w") as f:
+            f.write(STUB_SRC)
+    cpp_extension.load(name="dsa_host_overhead_stub", sources=[src], build_directory=root, is_python_module=False,
+                       extra_cflags=["-O2", "-DTORCH_TARGET_VERSION=0x020b000000000000"], verbose=False)
+    ns = torch.ops.dsa_host_overhead_stub
+    return ns.topk_out.default, ns.page_table_transform_out.default
+
+
+def install(stub_topk, stub_ptt):
+    """Route dsa.* CPU calls through the CUDA-key router, and serve them by the real "cuda" provider code
+    (backends_cuda/providers_topk.py, page_table_transform.py) with its kernel lookup pointed at the stubs."""
+    import dsa_ops.backends.cuda as cuda_backend
+    from dsa_ops.backends.cuda import page_table_transform as cuda_ptt
+    from dsa_ops.backends.cuda import providers_topk
+
+    lib = torch.library.Library("dsa", "FRAGMENT")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, fn in _captured.items():
+            lib.impl(name, fn, "CPU")
+    stubs = {"topk_out": stub_topk, "page_table_transform_out": stub_ptt}
+    cuda_backend.op = lambda name, device=None: stubs[name]
+    cuda_ptt._fn = None
+    ok = lambda dev: None  # noqa: E731
+    providers_topk.register_topk(registry.Provider, registry.register_provider, cuda_backend.op, ok)
+    registry.register_provider(registry.Provider("page_table_transform", "cuda", cuda_ptt.run, cuda_ptt.supports, ok))
+
+    def topk_work(scores, k):  # what a topk provider must do at least: allocate, call the kernel
+        out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
+        stub_topk(scores, k, None, None, False, None, None, None, 64, None, out, None)
+        return out
+
+    # The floor of any Python impl: a no-op with topk's schema, called through the dispatcher.
+    lib.define("host_overhead_noop(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
+               "bool deterministic=False) -> Tensor")
+    lib.impl("host_overhead_noop", lambda scores, k, **kw: scores, "CPU")
+    return lib, topk_work
+
+
+def per_call_us(fn, calls: int, repeats: int) -> tuple[float, float]:
+    """(median, min) over `repeats` runs of `calls` back-to-back calls, in us of this thread's CPU time
+    per call (time the machine spends on other work does not count; torch runs on this thread only)."""
+    for _ in range(min(calls, 500)):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        for _ in range(calls):
+            fn()
+        runs.append((time.thread_time() - t0) / calls * 1e6)
+    return statistics.median(runs), min(runs)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=5000, help="back-to-back calls per run")
+    ap.add_argument("--runs", type=int, default=21, help="runs per row (min is the least disturbed one)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    stub_topk, stub_ptt = build_stub()
+    _lib, topk_work = install(stub_topk, stub_ptt)
+    topk_fn = registry.providers("topk")["cuda"].fn
+
+    scores = torch.randn(1, 131072)
+    out_k = torch.empty(1, 2048, dtype=torch.int32)
+    lengths = torch.full((1,), 100000, dtype=torch.int32)
+    row_starts = torch.zeros(1, dtype=torch.int32)
+    idx = torch.randint(-1, 4096 * 64, (64, 2048), dtype=torch.int32)
+    pt = torch.randint(0, 1 << 20, (8, 4096), dtype=torch.int32)
+    rtb = torch.randint(0, 8, (64,), dtype=torch.int32)
+    out_p = torch.empty_like(idx)
+
+    # The router really runs (and reaches the stub): a wrong path fails here, not in the numbers.
+    assert registry.select("topk", (scores, 2048, None, None, False)).fn is topk_fn
+    assert dsa_ops.topk(scores, 2048).shape == (1, 2048)
+
+    rows = [
+        ("baseline: torch.ops.aten.zero_.default(out)", lambda: torch.ops.aten.zero_.default(out_k), None),
+        ("baseline: stub kernel alone (12-arg stable-ABI op)",
+         lambda: stub_topk(scores, 2048, None, None, False, None, None, None, 64, None, out_k, None), None),
+        ("baseline: topk provider work (torch.empty + stub kernel)", lambda: topk_work(scores, 2048), None),
+        ("topk provider fn alone (real glue, stub kernel)", lambda: topk_fn(scores, 2048, None, None, False), None),
+        ("floor: dispatcher -> Python no-op with topk's schema",
+         lambda: torch.ops.dsa.host_overhead_noop(scores, 2048), None),
+        ("router alone: topk's CUDA-key function called directly", lambda: _captured["topk"](scores, 2048), None),
+        ("torch.ops.dsa.topk(scores, 2048)  [auto order]", lambda: torch.ops.dsa.topk(scores, 2048), None),
+        ("torch.ops.dsa.topk(scores, 2048)  [use_backend('cuda')]", lambda: torch.ops.dsa.topk(scores, 2048),
+         "cuda"),
+        ("dsa_ops.topk(scores, 2048, lengths=, row_starts=)  [auto]",
+         lambda: dsa_ops.topk(scores, 2048, lengths=lengths, row_starts=row_starts), None),
+        ("baseline: stub page_table_transform_out alone",
+         lambda: stub_ptt(idx, pt, rtb, None, 64, out_p), None),
+        ("dsa_ops.page_table_transform(..., out=out)  [use_backend('cuda')]",
+         lambda: dsa_ops.page_table_transform(idx, pt, row_to_batch=rtb, page_size=64, out=out_p), "cuda"),
+        ("torch.ops.dsa.page_table_transform(idx, pt, row_to_batch=rtb)  [auto]",
+         lambda: torch.ops.dsa.page_table_transform(idx, pt, row_to_batch=rtb), None),
+    ]
+    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {args.runs} runs x {args.calls} calls, "
+          "1 thread, us of thread CPU time per call")
+    print(f"{'call':<72} {'median us':>10} {'min us':>8}")
+    for name, fn, backend in rows:
+        with registry.use_backend(backend):
+            med, lo = per_call_us(fn, args.calls, args.runs)
+        print(f"{name:<72} {med:>10.2f} {lo:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
