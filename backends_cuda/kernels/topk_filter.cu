@@ -291,6 +291,57 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
+// The filter compares scores as floats (one instruction a key) with the float of the key E:
+// x >= e  <=>  key(x) >= E for every non-NaN x (-0.0 == +0.0 as keys and as floats); NaN (key 0)
+// passes only when E == 0. E below -inf's key: every non-NaN passes (e = -inf); E above +inf's
+// key: nothing passes (e = NaN).
+struct FloatThreshold {
+  float e;
+  bool nan_passes;
+  __device__ __forceinline__ explicit FloatThreshold(uint32_t E) {
+    nan_passes = E == 0u;
+    if (E <= 0x007FFFFFu) {
+      e = -__int_as_float(0x7F800000);
+    } else if (E > 0xFF800000u) {
+      e = __int_as_float(0x7FC00000);
+    } else {
+      e = __uint_as_float((E & 0x80000000u) ? (E & 0x7FFFFFFFu) : ~E);
+    }
+  }
+  __device__ __forceinline__ uint32_t pass(float x) const { return uint32_t((x >= e) | (nan_passes & (x != x))); }
+};
+
+// Bit j: item j of the raw 16-byte vector passes.
+template <typename T>
+__device__ __forceinline__ uint32_t pass_bits(const uint4& x, const FloatThreshold& t);
+template <>
+__device__ __forceinline__ uint32_t pass_bits<float>(const uint4& x, const FloatThreshold& t) {
+  return t.pass(__uint_as_float(x.x)) | (t.pass(__uint_as_float(x.y)) << 1) | (t.pass(__uint_as_float(x.z)) << 2) |
+         (t.pass(__uint_as_float(x.w)) << 3);
+}
+template <>
+__device__ __forceinline__ uint32_t pass_bits<__nv_bfloat16>(const uint4& x, const FloatThreshold& t) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  uint32_t p = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    p |= t.pass(__uint_as_float(w[q] << 16)) << (2 * q);
+    p |= t.pass(__uint_as_float(w[q] & 0xFFFF0000u)) << (2 * q + 1);
+  }
+  return p;
+}
+template <>
+__device__ __forceinline__ uint32_t pass_bits<__half>(const uint4& x, const FloatThreshold& t) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  uint32_t p = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    p |= t.pass(radix::fp16_bits_to_float(w[q] & 0xFFFFu)) << (2 * q);
+    p |= t.pass(radix::fp16_bits_to_float(w[q] >> 16)) << (2 * q + 1);
+  }
+  return p;
+}
+
 // Append every key >= E of the part, with its column, to the candidates (keys past kCapacity are
 // counted in cnt.cand, not stored). One 16-byte vector per thread per round, kStages rounds ahead
 // in flight through the thread's own slots of `stage` (cp.async): the loads never wait for the
@@ -301,15 +352,16 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, u
   constexpr int I = GlobalSrc<T>::kItems;
   const int32_t rounds = vec_rounds(g, kThreads);
   const int tid = int(threadIdx.x);
-  // Vectors wholly inside the window are copied ahead; the (at most two) partial ones load in place.
-  auto whole = [&](int32_t v) {
-    const int64_t i0 = g.a0 + int64_t(v) * I;
-    return v < g.vecs && i0 >= g.lo && i0 + I <= g.hi;
-  };
+  const FloatThreshold t(E);
+  // Vectors [vf, ve) lie wholly inside the window and are copied ahead; the (at most two) partial
+  // ones load their in-window items in place (nothing outside the window is read).
+  const uint4* src = reinterpret_cast<const uint4*>(g.row + g.a0);
+  const int32_t vf = g.a0 == g.lo ? 0 : 1;
+  const int32_t ve = int32_t((g.hi - g.a0) / I);
   auto issue = [&](int32_t rr) {
     const int32_t v = rr * kThreads + tid;
-    if (rr < rounds && whole(v)) {
-      cp_async16(stage + (rr % kStages) * kThreads + tid, g.row + g.a0 + int64_t(v) * I);
+    if (v >= vf && v < ve) {
+      cp_async16(stage + (rr & (kStages - 1)) * kThreads + tid, src + v);
     }
     cp_async_commit();  // (empty groups too: the wait below counts groups)
   };
@@ -320,29 +372,40 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, u
   for (int32_t rr = 0; rr < rounds; ++rr) {
     cp_async_wait<kStages - 1>();
     const int32_t v = rr * kThreads + tid;
-    uint32_t key[I] = {};
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
     uint32_t m = 0u;
-    if (whole(v)) {
-      radix::KeyOf<T>::vec(stage[(rr % kStages) * kThreads + tid], key);
+    if (v >= vf && v < ve) {
+      x = stage[(rr & (kStages - 1)) * kThreads + tid];
       m = (1u << I) - 1u;
     } else if (v < g.vecs) {
-      m = g.load(v, key);
-    }
-    issue(rr + kStages);  // the slot is free: its keys are in registers
-    uint32_t pass = 0;
+      alignas(16) T part[I];
 #pragma unroll
-    for (int j = 0; j < I; ++j) {
-      pass |= uint32_t(((m >> j) & 1u) && key[j] >= E) << j;
+      for (int j = 0; j < I; ++j) {
+        const int64_t i = g.a0 + int64_t(v) * I + j;
+        const bool in = i >= g.lo && i < g.hi;
+        part[j] = in ? g.row[i] : T();
+        m |= uint32_t(in) << j;
+      }
+      x = *reinterpret_cast<const uint4*>(part);
+    }
+    issue(rr + kStages);  // the slot is free: its vector is in registers
+    const uint32_t pass = m & pass_bits<T>(x, t);
+    if (__ballot_sync(0xFFFFFFFFu, pass != 0u) == 0u) {
+      continue;  // (warp-uniform)
     }
     uint32_t pos = reserve(uint32_t(__popc(pass)), &cnt.cand);
+    if (pass != 0u) {
+      uint32_t key[I];
+      radix::KeyOf<T>::vec(x, key);
 #pragma unroll
-    for (int j = 0; j < I; ++j) {
-      if ((pass >> j) & 1u) {
-        if (pos < uint32_t(kCapacity)) {
-          keys[pos] = key[j];
-          cols[pos] = int32_t(g.col(v, j));
+      for (int j = 0; j < I; ++j) {
+        if ((pass >> j) & 1u) {
+          if (pos < uint32_t(kCapacity)) {
+            keys[pos] = key[j];
+            cols[pos] = int32_t(g.a0 + int64_t(v) * I + j);
+          }
+          ++pos;
         }
-        ++pos;
       }
     }
   }
