@@ -22,21 +22,33 @@ for backend in ("cuda", "hip", "triton"):
         assert torch.equal(got, want), backend
         ran.append(f"page_table_transform[{backend}]")
 
-# Top-k: one shape per path (single CTA from shared memory, long rows from global memory, short windows,
-# the list path with its compacted candidates).
-# (3, 40000, 2048): the list path whose first-level candidates are compacted after the list.
-for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 70000, 300), (3, 40000, 2048)):
+# Top-k: one shape per path. deterministic=True: the ordered kernel (kernels/topk.cu): shared-memory
+# list, streamed rows, short windows, compacted list candidates. deterministic=False: the filter kernel
+# (kernels/topk_filter.cu): whole window as candidates (3000), sampled threshold with a cluster split of
+# few rows (70000, 40000), short windows, and the exact fallback with ordered ties (the all-equal row)
+# and the plateau early exit (relu zeros, 20000).
+def as_sets(x):
+    return torch.sort(torch.where(x < 0, torch.full_like(x, 2**31 - 1), x), dim=1).values
+
+
+for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 70000, 300), (3, 40000, 2048),
+                       (2, 20000, 2048)):
     s = torch.randn(rows, width, device=dev, generator=g)
-    if rows == 1:  # all-equal row: the candidates never fit, so the exact 4-read rescan runs
+    if rows == 1:  # all-equal row: the candidates never fit, so the exact rescan / ordered ties run
         s.fill_(0.5)
+    if width == 20000:  # relu plateau: the k-th largest is 0, shared by most of the row
+        s = torch.relu(s - 2.5)
     lengths = torch.randint(-5, width + 10, (rows,), device=dev, dtype=torch.int32, generator=g)
+    want = window_topk(s, k, lengths)
     for backend in ("cuda", "hip", "triton"):
         with registry.use_backend(backend):
             try:
                 got = dsa_ops.topk(s, k, lengths=lengths, deterministic=True)
+                got_any = dsa_ops.topk(s, k, lengths=lengths)
             except registry.DispatchError:
                 continue
-            assert torch.equal(got, window_topk(s, k, lengths)), (backend, rows, width, k)
+            assert torch.equal(got, want), (backend, rows, width, k)
+            assert torch.equal(as_sets(got_any), as_sets(want)), (backend, rows, width, k, "any order")
             ran.append(f"topk[{backend}] {rows}x{width} k={k}")
 # Native HIP top-k: the row-split kernel sequence (forced through its one override) and the
 # single-workgroup tie-buffer overflow (an all-equal long row), with page-table outputs.

@@ -5,8 +5,8 @@
 // rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
-//   1. Sample: 2048 to 8192 evenly spaced keys give a threshold E such that, with high
-//      probability, k to about 1.5k keys of the window are >= E (E = 0, every key, when the window
+//   1. Sample: 2048 to 16384 keys (evenly spaced runs of 32) give a threshold E such that, with
+//      high probability, k to about 2k keys of the window are >= E (E = 0, every key, when the window
 //      fits the candidate buffer). When the samples say far more keys than the buffer holds would
 //      pass (a plateau at E), the row goes to the exact fallback at once.
 //   2. Filter: one pass over device memory (cp.async, several 16-byte vectors per thread in
@@ -28,6 +28,10 @@
 #include "dsa_cuda/sm90_topk_heuristics.cuh"
 #include "dsa_cuda/topk.cuh"
 
+#ifdef DSA_TOPK_TRACE
+#include <cstdio>
+#endif
+
 namespace dsa_cuda {
 namespace topk_filter_detail {
 
@@ -39,8 +43,22 @@ constexpr int kThreads = 512;
 constexpr int kCapacity = 8192;
 // cp.async stages of the filter pass: one 16-byte vector per thread each.
 constexpr int kStages = 4;
-constexpr int kMaxSamples = 8192;  // <= kCapacity: the samples sit in the candidate buffer
+constexpr int kMaxSamples = 16384;  // <= 2 * kCapacity: the samples sit in the candidate keys and columns
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
+
+// Phase timestamps of a few CTAs, printed (dev builds with -DDSA_TOPK_TRACE only).
+#ifdef DSA_TOPK_TRACE
+__device__ __forceinline__ void trace(const char* what) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  __syncthreads();
+  if (threadIdx.x == 0 && (blockIdx.x % 512) == 7) {
+    printf("trace %u %s %llu\n", blockIdx.x, what, (unsigned long long)t);
+  }
+}
+#else
+__device__ __forceinline__ void trace(const char*) {}
+#endif
 
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
@@ -239,13 +257,16 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
 // Samples taken from a window of n keys: enough that the threshold's relative error stays small
 // for long windows (at most kCapacity: the samples sit in the candidate buffer).
 __device__ __forceinline__ int sample_count(int64_t n) {
-  return n >= 131072 ? kMaxSamples : (n >= 65536 ? kMaxSamples / 2 : kMaxSamples / 4);
+  return n >= 262144 ? kMaxSamples : (n >= 131072 ? kMaxSamples / 2 : (n >= 65536 ? kMaxSamples / 4 : kMaxSamples / 8));
 }
 
-// A threshold E such that, with high probability, at least k and not many more keys of the window
-// are >= E: E is (close to) the j-th largest of S evenly spaced samples, j = the expected count of
-// samples among the top k plus three standard deviations. Uses `buf` (S words) and `hist`.
-// Ends with a barrier.
+// Keys per sampled run: single keys spread over the row cost one DRAM access each (random
+// accesses, the slowest pattern there is); runs of 32 consecutive keys read whole lines.
+constexpr int kSampleRun = 32;
+
+// A threshold E such that, with high probability, at least k and at most the buffer's keys of the
+// window are >= E: E is (close to) the j-th largest of S samples (S / 32 evenly spaced runs of 32
+// consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
 // `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
 // e.g. relu zeros, puts most of the window at E: the filter pass would overflow; skip it).
 template <typename T>
@@ -253,12 +274,15 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
                                                      SelectShared& sh, bool& promising) {
   const int S = sample_count(n);
+  const int log2_runs = 31 - __clz(S / kSampleRun);
   for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
     uint32_t v[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = base + u * kThreads + int(threadIdx.x);
-      v[u] = i < S ? radix::KeyOf<T>::one(row + lo + (int64_t(i) * n + n / 2) / S) : 0u;
+      const int64_t run = i / kSampleRun;
+      const int64_t at = lo + ((run * (n - kSampleRun)) >> log2_runs) + (i % kSampleRun);
+      v[u] = i < S ? radix::KeyOf<T>::one(row + at) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
@@ -268,10 +292,15 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
       }
     }
   }
+  // j0 samples are expected among the top k, j_hi at the most the buffer should take: aim between
+  // them, and at least 4 standard deviations above j0 (a row that misses costs extra passes, and a
+  // split row's miss delays the whole launch).
   const float j0 = float(S) * float(k) / float(n);
-  uint32_t j = uint32_t(j0 + 3.0f * sqrtf(j0) + 2.0f);
+  const float j_hi = float(S) * 0.75f * float(kCapacity) / float(n);
+  uint32_t j = uint32_t(fmaxf(0.5f * (j0 + j_hi), j0 + 4.0f * sqrtf(j0) + 2.0f));
   j = j > uint32_t(S) ? uint32_t(S) : j;
   __syncthreads();  // the samples are in place
+  trace("sampled");
   // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
   const ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, hist, cnt, sh);
   const uint32_t at_or_above = (j - sel.st.krem) + sel.st.count;
@@ -596,6 +625,7 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
 
   pdl_wait();
   pdl_launch_dependents();
+  trace("start");
 
   const uint32_t csize = uint32_t(a.cluster);
   const int64_t r = blockIdx.x / csize;
@@ -643,7 +673,9 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
     const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
     GlobalSrc<T> g;
     g.init(row, p_lo, p_hi);
+    trace("threshold");
     filter_pass(g, E, keys, cols, stage, cnt);
+    trace("filtered");
     if (csize > 1) {
       // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
       radix::cluster_sync();
@@ -686,6 +718,7 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
     __syncthreads();
     if (cnt.ok != 0u) {
       finish(keys, cols, int(cnt.cand), k, o, hist, cnt, k, sh);
+      trace("finished");
       return;
     }
   } else if (rank != 0) {
