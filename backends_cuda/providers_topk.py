@@ -5,8 +5,9 @@ All three call one compiled entry, ``torch.ops.dsa_cuda.topk_out`` (csrc/topk.cp
     topk_out(scores, k, lengths, row_starts, deterministic, page_table, page_table_row_starts,
              row_to_batch, page_size, offsets, out, out_raw) -> ()
 
-`page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k. Every
-output row comes back in ascending index order, so `deterministic=True` costs nothing extra.
+`page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k.
+`deterministic=True` runs the ordered kernel (kernels/topk.cu: ascending rows, bitwise reproducible);
+the default runs the filter kernel (kernels/topk_filter.cu: the same set, in any order, faster).
 """
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
-"""GPU tests of the CUDA top-k family (backends_cuda/kernels/topk.cu) against the exact reference.
+"""GPU tests of the CUDA top-k family against the exact reference: the ordered kernel
+(backends_cuda/kernels/topk.cu, deterministic=True) and the filter kernel (kernels/topk_filter.cu, the
+default).
 
 The reference (dsa_ops.ops._common.window_topk, map_through_page_table) runs on the GPU tensors
 themselves. Order inside a row is unspecified unless deterministic=True, so the plain calls are compared
 as sets (each row sorted) and deterministic=True exactly; a test that compares rows exactly passes
-deterministic=True (today's kernel returns ascending rows always; an unordered write may not).
+deterministic=True.
 Run on the H200: `pytest -m gpu tests/test_gpu_topk.py`.
 
-Few long rows are split over a thread-block cluster by default, and long rows with one CTA each try
-a sampled threshold first (sm90_topk_heuristics.cuh). DSA_OPS_TOPK_CLUSTER forces the CTAs per row
-and DSA_OPS_TOPK_SAMPLE=0 turns sampling off, so the `cluster` fixtures below reach every path on the
-same inputs: the heuristics' choice, one CTA per row with and without sampling, tiny split parts.
+Few long rows are split over a thread-block cluster by default, and long rows try a sampled threshold
+first (sm90_topk_heuristics.cuh). DSA_OPS_TOPK_CLUSTER forces the CTAs per row and
+DSA_OPS_TOPK_SAMPLE=0 turns sampling off (the filter kernel then runs its exact fallback), so the
+`cluster` fixtures below reach every path of both kernels on the same inputs: the heuristics' choice,
+one CTA per row with and without sampling, 8-CTA clusters with and without sampling.
 """
 
 from __future__ import annotations
