@@ -1,9 +1,8 @@
 """Probe where the filter top-k kernel's time goes (H200): medians of CUDA-event timings over shapes
 and k, next to a plain read of the same bytes. Dev tool: `python benchmarks/probe_topk.py`."""
 
+import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
 import torch
-
-import dsa_ops
 
 
 def t(fn, it=20):
@@ -23,9 +22,14 @@ def t(fn, it=20):
     return ts[len(ts) // 2]
 
 
-for rows, n in ((264, 32768), (1056, 32768), (4096, 32768), (264, 131072), (4096, 8192), (4096, 4096)):
-    x = torch.randn(rows, n, device="cuda")
-    line = f"{rows}x{n}: read {t(lambda: x.sum(dim=1)):.1f} us"
-    for k in (1, 64, 512, 2048):
-        line += f" | k={k} {t(lambda: torch.ops.dsa.topk(x, k)):.1f}"
-    print(line, flush=True)
+def main():
+    for rows, n in ((264, 32768), (1056, 32768), (4096, 32768), (264, 131072), (4096, 8192), (4096, 4096)):
+        x = torch.randn(rows, n, device="cuda")
+        line = f"{rows}x{n}: read {t(lambda x=x: x.sum(dim=1)):.1f} us"
+        for k in (1, 64, 512, 2048):
+            line += f" | k={k} {t(lambda x=x, k=k: torch.ops.dsa.topk(x, k)):.1f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
