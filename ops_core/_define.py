@@ -82,13 +82,13 @@ def _normalize(op: str, names, defaults, args, kwargs) -> tuple:
 def _compile_impl(op: str, full_schema: str, body: str, env: dict, n_out: int = 0) -> Callable:
     """A function with the schema's Python signature whose body sees every argument by name.
 
-    `body` may use {ARGS} (every argument, comma-separated, schema order) and {IN} (all but the trailing
-    `n_out` out arguments). The dispatcher calls these on every op call, so the body is plain code over
-    the op's own names: no per-call argument lists, dict lookups or loops.
+    `body` may use {ARGS} (every argument, comma-separated, schema order), {IN} (all but the trailing
+    `n_out` out arguments) and {F} (the first argument). The dispatcher calls these on every op call,
+    so the body is plain code over the op's own names: no per-call argument lists, dict lookups or loops.
     """
     names, defaults, kwarg_only = _parse(full_schema)
-    if any(not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_") for n in names):
-        raise ValueError(f"dsa::{op}: argument names must be plain Python identifiers: {names}")
+    if any(not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_") or n == "outs" for n in names):
+        raise ValueError(f"dsa::{op}: argument names must be plain Python identifiers (not `outs`): {names}")
     params, star = [], False
     for i, (n, d, kw) in enumerate(zip(names, defaults, kwarg_only)):
         if kw and not star:
@@ -97,18 +97,27 @@ def _compile_impl(op: str, full_schema: str, body: str, env: dict, n_out: int = 
         params.append(n if d is _NO_DEFAULT else f"{n}=_D[{i}]")
     args = ", ".join(names)
     n_in = len(names) - n_out
-    src = f"def {op}({', '.join(params)}):\n" + body.format(ARGS=args, IN=", ".join(names[:n_in]) + ",")
+    src = f"def {op}({', '.join(params)}):\n" + body.format(ARGS=args, IN=", ".join(names[:n_in]) + ",", F=names[0])
     scope = dict(env, _D=defaults)
     exec(compile(src, f"<dsa::{op} impl>", "exec"), scope)
     return scope[op]
 
 
+def given(**optional_tensors) -> dict:
+    """The keyword arguments that are not None. For a `Tensor? x=None` argument, leaving None out is the
+    same call, and every keyword passed to a torch op costs parsing time (~0.5 us) on each call."""
+    return {k: v for k, v in optional_tensors.items() if v is not None}
+
+
 def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm] = None) -> OpDef:
     full = f"dsa::{name}{schema}"
     names, defaults = _signature(full)
+    # The routers take the device from the first argument: the dispatcher guarantees it is a tensor.
+    if str(torch._C.parse_schema(full).arguments[0].type) != "Tensor":
+        raise ValueError(f"dsa::{name}: the first argument must be a (non-optional) Tensor")
     d = OpDef(name, schema, validate, reference, fake, out, names, defaults)
     LIB.define(f"{name}{schema}")
-    env = {"_validate": validate, "_fake": fake, "_reference": reference, "_select": registry.select,
+    env = {"_validate": validate, "_fake": fake, "_reference": reference, "_select": registry.select_on,
            "_op_name": name}
 
     fake_impl = _compile_impl(name, full, "    _validate({ARGS})\n    return _fake({ARGS})\n", env)
@@ -116,7 +125,7 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
 
     if out is None:
         device_impl = _compile_impl(
-            name, full, "    _validate({ARGS})\n    return _select(_op_name, ({ARGS},)).fn({ARGS})\n", env)
+            name, full, "    _validate({ARGS})\n    return _select(_op_name, {F}.device, ({ARGS},)).fn({ARGS})\n", env)
         provider_fn = reference
     else:
         out_full = f"dsa::{name}.out{out.schema}"
@@ -127,13 +136,14 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
         device_impl = _compile_impl(name, full, (
             "    _validate({ARGS})\n"
             "    outs = _alloc({ARGS})\n"
-            "    _select(_op_name, ({ARGS}, *outs)).fn({ARGS}, *outs)\n"
+            "    _select(_op_name, {F}.device, ({ARGS}, *outs)).fn({ARGS}, *outs)\n"
             "    return outs[0]\n"), env)
         checks = "    _validate({IN})\n    _check_outs({ARGS})\n"
         n = out.n_out
         out_fake = _compile_impl(name, out_full, checks + "    return None\n", env, n)
         out_cpu = _compile_impl(name, out_full, checks + "    _reference_out({ARGS})\n", env, n)
-        out_device = _compile_impl(name, out_full, checks + "    _select(_op_name, ({ARGS},)).fn({ARGS})\n", env, n)
+        out_device = _compile_impl(name, out_full, checks + "    _select(_op_name, {F}.device, ({ARGS},)).fn({ARGS})\n",
+                                   env, n)
 
         d.out_device_impl = out_device
         torch.library.register_fake(f"dsa::{name}.out", out_fake, lib=LIB)

@@ -134,7 +134,11 @@ def _candidates(op: str, device: torch.device) -> tuple[Provider, ...]:
 
 def select(op: str, args: tuple) -> Provider:
     """The provider that serves `op` for these arguments, or DispatchError listing why none did."""
-    device = _device_of(args)
+    return select_on(op, _device_of(args), args)
+
+
+def select_on(op: str, device: torch.device, args: tuple) -> Provider:
+    """select() for callers that know the device (the op routers: their first argument's)."""
     key = (op, device, _forced)
     cands = _candidates_cache.get(key)
     if cands is None:

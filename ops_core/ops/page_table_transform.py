@@ -23,7 +23,7 @@ from .._checks import (
     out_ok,
     pow2_ok,
 )
-from .._define import OutForm, define_op
+from .._define import OutForm, define_op, given
 from ._common import map_through_page_table
 
 NAME = "page_table_transform"
@@ -83,6 +83,7 @@ OP = define_op(
     fake=fake,
     out=OutForm(_ARGS + ", Tensor(a!) out) -> ()", 1, _alloc, _reference_out, _check_outs),
 )
+_OP, _OUT = torch.ops.dsa.page_table_transform.default, torch.ops.dsa.page_table_transform.out
 
 
 def page_table_transform(
@@ -108,13 +109,8 @@ def page_table_transform(
         int32 [R, k]: ``page_table[b, ps + i // P] * P + i % P``, and -1 wherever the index is
         negative or its batch row, page slot or page entry is out of range.
     """
+    kw = given(row_to_batch=row_to_batch, page_table_row_starts=page_table_row_starts)
     if out is None:
-        return torch.ops.dsa.page_table_transform(
-            indices, page_table, row_to_batch=row_to_batch,
-            page_table_row_starts=page_table_row_starts, page_size=page_size,
-        )
-    torch.ops.dsa.page_table_transform.out(
-        indices, page_table, row_to_batch=row_to_batch,
-        page_table_row_starts=page_table_row_starts, page_size=page_size, out=out,
-    )
+        return _OP(indices, page_table, **kw, page_size=page_size)
+    _OUT(indices, page_table, **kw, page_size=page_size, out=out)
     return out

@@ -52,6 +52,7 @@ def fake(scores, k, lengths, row_starts, deterministic):
 
 
 OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+_OP = torch.ops.dsa.topk.default
 
 
 def topk(
@@ -75,4 +76,6 @@ def topk(
         int32 [R, k]: the true top-k under the ranking (larger first, ties to the smaller index,
         NaN last, +0.0 == -0.0), -1 where the window holds fewer than k keys.
     """
-    return torch.ops.dsa.topk(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)
+    if lengths is None and row_starts is None and deterministic is False:
+        return _OP(scores, k)  # the same call: arguments at their defaults are cheaper left out
+    return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)

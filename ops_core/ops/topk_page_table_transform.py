@@ -22,7 +22,7 @@ from .._checks import (
     out_ok,
     pow2_ok,
 )
-from .._define import OutForm, define_op
+from .._define import OutForm, define_op, given
 from ._common import map_through_page_table, window_topk
 from .topk import check_scores_and_windows, scores_and_windows_ok
 
@@ -95,6 +95,7 @@ OP = define_op(
     out=OutForm(_ARGS + ", Tensor(a!) out, Tensor(b!)? out_raw=None) -> ()", 2, _alloc, _reference_out,
                 _check_outs),
 )
+_OP, _OUT = torch.ops.dsa.topk_page_table_transform.default, torch.ops.dsa.topk_page_table_transform.out
 
 
 def topk_page_table_transform(
@@ -126,11 +127,10 @@ def topk_page_table_transform(
         int32 [R, k] physical slots, -1 for missing tokens or unmapped pages.
     """
     args = (scores, page_table, lengths, k)
-    kw = dict(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch,
-              page_size=page_size, deterministic=deterministic)
+    kw = given(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch)
     if out is None and out_raw is None:
-        return torch.ops.dsa.topk_page_table_transform(*args, **kw)
+        return _OP(*args, **kw, page_size=page_size, deterministic=deterministic)
     if out is None:
         out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-    torch.ops.dsa.topk_page_table_transform.out(*args, **kw, out=out, out_raw=out_raw)
+    _OUT(*args, **kw, page_size=page_size, deterministic=deterministic, out=out, out_raw=out_raw)
     return out

@@ -38,6 +38,7 @@ def fake(scores, offsets, lengths, k, row_starts):
 
 
 OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+_OP = torch.ops.dsa.topk_ragged_transform.default
 
 
 def topk_ragged_transform(
@@ -59,4 +60,6 @@ def topk_ragged_transform(
     Returns:
         int32 [R, k]; -1 where the window holds fewer than k keys (or the sum leaves int32).
     """
-    return torch.ops.dsa.topk_ragged_transform(scores, offsets, lengths, k, row_starts=row_starts)
+    if row_starts is None:
+        return _OP(scores, offsets, lengths, k)  # the same call: a default is cheaper left out
+    return _OP(scores, offsets, lengths, k, row_starts=row_starts)
