@@ -8,8 +8,10 @@ compiled stable-ABI op with the real binding's schema (built here with the host 
 seconds, cached) that only checks `out`'s rank. What it cannot see: the CUDA-only host costs (the
 CUDA caching allocator, the kernel launch and the current-stream lookup inside the binding).
 
-Baselines beside each number: a bare `torch.ops.aten` call, the stub kernel alone, and the provider's
-own work (`torch.empty` + stub kernel), which no router change can remove.
+Baselines beside each number: a bare `torch.ops.aten` call, the stub kernel alone, the provider's own
+work (`torch.empty` + stub kernel), which no router change can remove, the dispatcher -> Python hop
+that any Python impl pays, and a C++ impl of topk's functional schema (checks + allocation): the
+cost if the op's CUDA impl were C++ instead of a Python router.
 """
 
 from __future__ import annotations
@@ -43,11 +45,32 @@ finally:
 
 STUB_SRC = r"""
 #include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
 #include <cstdint>
 #include <optional>
 using torch::stable::Tensor;
+using torch::headeronly::ScalarType;
 namespace {
+// The alternative to a Python router: a C++ impl with the functional op's own schema that checks its
+// arguments (as far as C++ can name them), allocates the output and would launch the kernel.
+Tensor topk(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
+            bool deterministic) {
+  STD_TORCH_CHECK(scores.dim() == 2 && k >= 1, "dsa.topk: bad arguments");
+  auto st = scores.scalar_type();
+  STD_TORCH_CHECK(st == ScalarType::Float || st == ScalarType::BFloat16 || st == ScalarType::Half,
+                  "dsa.topk: `scores` dtype");
+  STD_TORCH_CHECK(scores.stride(1) == 1 || scores.size(1) <= 1, "dsa.topk: `scores` stride");
+  for (const auto* t : {&lengths, &row_starts}) {
+    STD_TORCH_CHECK(!t->has_value() || ((*t)->dim() == 1 && (*t)->size(0) == scores.size(0) &&
+                                        (*t)->scalar_type() == ScalarType::Int &&
+                                        (*t)->get_device_index() == scores.get_device_index()),
+                    "dsa.topk: window tensors");
+  }
+  int64_t size[2] = {scores.size(0), k};
+  return torch::stable::new_empty(scores, {size, 2}, ScalarType::Int);
+}
 void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
@@ -65,16 +88,20 @@ STABLE_TORCH_LIBRARY(dsa_host_overhead_stub, m) {
         "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
   m.def("page_table_transform_out(Tensor indices, Tensor page_table, Tensor? row_to_batch, "
         "Tensor? page_table_row_starts, int page_size, Tensor(a!) out) -> ()");
+  m.def("topk(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
+        "bool deterministic=False) -> Tensor");
 }
 STABLE_TORCH_LIBRARY_IMPL(dsa_host_overhead_stub, CPU, m) {
   m.impl("topk_out", TORCH_BOX(&topk_out));
   m.impl("page_table_transform_out", TORCH_BOX(&page_table_transform_out));
+  m.impl("topk", TORCH_BOX(&topk));
 }
 """
 
 
 def build_stub():
-    """The stub ops as (topk_out, page_table_transform_out) OpOverloads."""
+    """The stub kernels as (topk_out, page_table_transform_out) OpOverloads (and torch.ops.dsa_host_overhead_stub.topk,
+    a C++ impl of topk's functional schema: what registering C++ directly for the op would cost)."""
     from torch.utils import cpp_extension
 
     root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "host_overhead_stub", torch.__version__)
@@ -167,9 +194,12 @@ def main(argv=None) -> int:
         ("floor: dispatcher -> Python no-op with topk's schema",
          lambda: torch.ops.dsa.host_overhead_noop(scores, 2048), None),
         ("router alone: topk's CUDA-key function called directly", lambda: _captured["topk"](scores, 2048), None),
+        ("alternative: C++ impl with topk's schema (checks, alloc; no Python)",
+         lambda: torch.ops.dsa_host_overhead_stub.topk(scores, 2048), None),
         ("torch.ops.dsa.topk(scores, 2048)  [auto order]", lambda: torch.ops.dsa.topk(scores, 2048), None),
         ("torch.ops.dsa.topk(scores, 2048)  [use_backend('cuda')]", lambda: torch.ops.dsa.topk(scores, 2048),
          "cuda"),
+        ("dsa_ops.topk(scores, 2048)  [auto]", lambda: dsa_ops.topk(scores, 2048), None),
         ("dsa_ops.topk(scores, 2048, lengths=, row_starts=)  [auto]",
          lambda: dsa_ops.topk(scores, 2048, lengths=lengths, row_starts=row_starts), None),
         ("baseline: stub page_table_transform_out alone",
