@@ -1,12 +1,13 @@
 """Per-call host overhead of the device router on CPU (no GPU): `python benchmarks/host_overhead_cpu.py [--calls N]`.
 
 What it runs: exactly the Python that torch.ops.dsa.<op> runs for CUDA tensors (the functions dsa_ops
-registers for the CUDA key, captured at import and registered for CPU in this process only), with the
-"cuda" providers of topk and page_table_transform swapped for stubs that do what the real ones do on
-the host: the same `supports`, a `torch.empty` for the output (functional forms) and one call of a
-compiled stable-ABI op with the real binding's schema (built here with the host C++ compiler, a few
-seconds, cached) that only checks `out`'s rank. What it cannot see: the CUDA-only host costs (the
-CUDA caching allocator, the kernel launch and the current-stream lookup inside the binding).
+registers for the CUDA key, captured at import and registered for CPU in this process only), served by
+the real "cuda" provider code of topk and page_table_transform (backends_cuda) with its availability
+forced to yes and its kernel lookup pointed at stubs: compiled stable-ABI ops with the real bindings'
+schemas (built here with the host C++ compiler, a few seconds, cached) that only check `out`'s rank.
+What it cannot see: the CUDA-only host costs (the CUDA caching allocator, the kernel launch and the
+current-stream lookup inside the binding). Times are this thread's CPU time (other load on the
+machine does not count, though it still disturbs caches: read the min column).
 
 Baselines beside each number: a bare `torch.ops.aten` call, the stub kernel alone, the provider's own
 work (`torch.empty` + stub kernel), which no router change can remove, the dispatcher -> Python hop
