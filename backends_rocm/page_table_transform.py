@@ -10,7 +10,7 @@ from typing import Optional
 
 OP = "page_table_transform"
 _KERNEL = "page_table_transform_out"
-_fn = None  # the loaded OpOverload, resolved on the first call
+_fn = None  # the loaded kernel's C++ entry point (OpOverload._op: one Python frame less per call)
 
 
 def run(indices, page_table, row_to_batch, page_table_row_starts, page_size, out) -> None:
@@ -19,7 +19,8 @@ def run(indices, page_table, row_to_batch, page_table_row_starts, page_size, out
     if fn is None:
         from . import op
 
-        fn = _fn = op(_KERNEL, indices.device)
+        o = op(_KERNEL, indices.device)
+        fn = _fn = getattr(o, "_op", o)
     fn(indices, page_table, row_to_batch, page_table_row_starts, page_size, out)
 
 

@@ -23,7 +23,7 @@ from . import topk_heuristics
 INT32_MAX = 2**31 - 1
 MAX_WIDTH = INT32_MAX - 16
 
-_fn = None  # the loaded OpOverload, resolved on the first call
+_fn = None  # the loaded kernel's C++ entry point (OpOverload._op: one Python frame less per call)
 _cus: dict = {}
 
 
@@ -32,7 +32,8 @@ def _kernel(device):
     if _fn is None:
         from . import op
 
-        _fn = op("topk_out", device)
+        o = op("topk_out", device)
+        _fn = getattr(o, "_op", o)
     return _fn
 
 
@@ -52,14 +53,12 @@ def _launch(scores, k, lengths, row_starts, page_table, page_table_row_starts, r
     if split > 1:
         words = topk_heuristics.workspace_words(rows, split)
         ws = torch.empty(words, dtype=torch.int32, device=scores.device)
-    _kernel(scores.device)(scores, k, lengths, row_starts, True, page_table, page_table_row_starts,
-                           row_to_batch, page_size, offsets, out, out_raw, split, ws)
+    (_fn or _kernel(scores.device))(scores, k, lengths, row_starts, True, page_table, page_table_row_starts,
+                                    row_to_batch, page_size, offsets, out, out_raw, split, ws)
 
 
 def _supports(scores: torch.Tensor, k: int) -> Optional[str]:
-    from . import forced_reason
-
-    why = forced_reason()
+    why = _forced_reason()
     if why is not None:
         return why
     rows, width = scores.shape
@@ -70,6 +69,14 @@ def _supports(scores: torch.Tensor, k: int) -> Optional[str]:
     if k > INT32_MAX:
         return f"k={k} (the HIP kernel takes at most {INT32_MAX})"
     return None
+
+
+def _forced_reason():
+    from . import forced_reason  # the package imports this module: bind on the first call
+
+    global _forced_reason
+    _forced_reason = forced_reason
+    return forced_reason()
 
 
 def topk_fn(scores, k, lengths, row_starts, deterministic):
