@@ -64,18 +64,7 @@ __device__ __forceinline__ void fill_list(const GlobalSrc<T>& src, uint32_t* key
   for (int32_t r = 0; r < rounds; ++r) {
     uint32_t key[U][I];
     uint32_t m[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      m[u] = 0u;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        key[u][j] = 0u;
-      }
-      if (v < src.vecs) {
-        m[u] = src.load(v, key[u]);
-      }
-    }
+    load_round<U>(src, r, key, m);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
@@ -416,23 +405,7 @@ cudaError_t clusters_fit(Kernel kernel, int which, int device, int max_dyn, bool
       return cudaSuccess;
     }
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(topk_heuristics::kMaxCluster);
-  config.blockDim = dim3(kMaxThreads);
-  config.dynamicSmemBytes = size_t(max_dyn);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = topk_heuristics::kMaxCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // a device or driver without clusters: one CTA per row
-    clusters = 0;
-  }
-  *fit = clusters >= 1;
+  *fit = max_cluster_fits(kernel, kMaxThreads, max_dyn);
   if (cached) {
     cache[which][device].store(*fit ? 1 : 2, std::memory_order_relaxed);
   }
@@ -515,28 +488,7 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   a.cand_words = int32_t(cand_words);
   const int smem = smem0 + int(cand_words) * 4;
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(p.rows * cluster));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = size_t(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  int n_attrs = 0;
-  if (major >= 9) {  // programmatic dependent launch (the kernel waits before its first read)
-    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attrs;
-  }
-  if (cluster > 1) {
-    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
-    attrs[n_attrs].val.clusterDim.y = 1;
-    attrs[n_attrs].val.clusterDim.z = 1;
-    ++n_attrs;
-  }
-  config.attrs = attrs;
-  config.numAttrs = unsigned(n_attrs);
-  return cudaLaunchKernelEx(&config, kernel, a);
+  return topk_row::launch_rows(kernel, a, p.rows * cluster, threads, smem, cluster, major, stream);
 }
 
 }  // namespace dsa_cuda

@@ -522,18 +522,7 @@ __device__ __forceinline__ void level_pass(const GlobalSrc<T>& g, const SelectSt
   for (int32_t r = 0; r < rounds; ++r) {
     uint32_t key[U][I];
     uint32_t m[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      m[u] = 0u;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        key[u][j] = 0u;
-      }
-      if (v < g.vecs) {
-        m[u] = g.load(v, key[u]);
-      }
-    }
+    load_round<U>(g, r, key, m);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -756,23 +745,7 @@ cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
     }
   }
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynSmem));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(topk_heuristics::kMaxCluster);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = size_t(kDynSmem);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = topk_heuristics::kMaxCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // a device or driver without clusters: one CTA per row
-    n = 0;
-  }
-  *clusters = n >= 1;
+  *clusters = max_cluster_fits(kernel, kThreads, kDynSmem);
   if (cached) {
     state[which][device].store(*clusters ? 1 : 2, std::memory_order_relaxed);
   }
@@ -804,28 +777,7 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(p.rows * cluster));
-  config.blockDim = dim3(unsigned(d::kThreads));
-  config.dynamicSmemBytes = size_t(d::kDynSmem);
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  int n_attrs = 0;
-  if (major >= 9) {  // programmatic dependent launch (the kernel waits before its first read)
-    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attrs;
-  }
-  if (cluster > 1) {
-    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
-    attrs[n_attrs].val.clusterDim.y = 1;
-    attrs[n_attrs].val.clusterDim.z = 1;
-    ++n_attrs;
-  }
-  config.attrs = attrs;
-  config.numAttrs = unsigned(n_attrs);
-  return cudaLaunchKernelEx(&config, kernel, a);
+  return topk_row::launch_rows(kernel, a, p.rows * cluster, d::kThreads, d::kDynSmem, cluster, major, stream);
 }
 
 }  // namespace dsa_cuda

@@ -10,6 +10,7 @@
 
 #include "dsa_cuda/common_launch.cuh"
 #include "dsa_cuda/common_radix_select.cuh"
+#include "dsa_cuda/sm90_topk_heuristics.cuh"
 #include "dsa_cuda/topk.cuh"
 
 namespace dsa_cuda {
@@ -206,6 +207,26 @@ __device__ __forceinline__ int32_t vec_rounds(const Src& src, int per_round) {
   return (src.vecs + per_round - 1) / per_round;
 }
 
+// Round r of a pass over `src` with U 16-byte vectors per thread (vector u of this thread:
+// r * U * blockDim.x + u * blockDim.x + threadIdx.x): their keys (0 outside the window) and masks.
+template <int U, class Src>
+__device__ __forceinline__ void load_round(const Src& src, int32_t r, uint32_t (&key)[U][Src::kItems],
+                                           uint32_t (&m)[U]) {
+  const int per_round = U * int(blockDim.x);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
+    m[u] = 0u;
+#pragma unroll
+    for (int j = 0; j < Src::kItems; ++j) {
+      key[u][j] = 0u;
+    }
+    if (v < src.vecs) {
+      m[u] = src.load(v, key[u]);
+    }
+  }
+}
+
 // One level's histogram over the candidates (keys equal to the prefix under the mask).
 template <class Src>
 __device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st, int shift, uint32_t* hist) {
@@ -216,18 +237,7 @@ __device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st,
   for (int32_t r = 0; r < rounds; ++r) {
     uint32_t key[U][I];
     uint32_t m[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int32_t v = r * per_round + u * int(blockDim.x) + int(threadIdx.x);
-      m[u] = 0u;
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        key[u][j] = 0u;
-      }
-      if (v < src.vecs) {
-        m[u] = src.load(v, key[u]);
-      }
-    }
+    load_round<U>(src, r, key, m);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -336,6 +346,59 @@ inline KernelArgs make_args(const TopkParams& p) {
   }
   a.log2_page = log2_page;
   return a;
+}
+
+
+using RowKernel = void (*)(KernelArgs);
+
+// Whether one cluster of kMaxCluster CTAs (threads, smem bytes of dynamic shared memory each) of
+// `kernel` can be scheduled on the current device. A device or driver without clusters says no.
+inline bool max_cluster_fits(RowKernel kernel, int threads, int smem) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(topk_heuristics::kMaxCluster);
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = topk_heuristics::kMaxCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    clusters = 0;
+  }
+  return clusters >= 1;
+}
+
+// Launch `ctas` CTAs of `kernel` on the flat grid.x, in clusters of `cluster` CTAs when > 1, with
+// programmatic dependent launch on SM90+ (the kernels wait before their first read).
+inline cudaError_t launch_rows(RowKernel kernel, const KernelArgs& a, int64_t ctas, int threads, int smem,
+                               int cluster, int arch_major, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(ctas));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = size_t(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  int n_attrs = 0;
+  if (arch_major >= 9) {
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
+  if (cluster > 1) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
+    attrs[n_attrs].val.clusterDim.y = 1;
+    attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  config.attrs = attrs;
+  config.numAttrs = unsigned(n_attrs);
+  return cudaLaunchKernelEx(&config, kernel, a);
 }
 
 }  // namespace topk_row

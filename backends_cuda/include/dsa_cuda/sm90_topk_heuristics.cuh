@@ -12,17 +12,26 @@ constexpr int kMaxCluster = 8;
 // Each CTA of a split row gets at least this many keys.
 constexpr int64_t kMinPart = 8192;
 
+// DSA_OPS_TOPK_CLUSTER=1..8: the CTAs per row, forced (tests use it to reach every path on any
+// shape); 0 when unset or out of range.
+inline int forced_cluster() {
+  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
+    const int forced = std::atoi(env);
+    if (forced >= 1 && forced <= kMaxCluster) {
+      return forced;
+    }
+  }
+  return 0;
+}
+
 // CTAs per row. Few long rows (decode: 1 to 64 rows of 64K to 1M keys) would leave most SMs idle
 // with one CTA per row, so each row is split over a cluster whose CTAs merge their histograms
 // through distributed shared memory; enough rows to fill the GPU keep one CTA per row.
 // DSA_OPS_TOPK_CLUSTER=1..8 forces the size (1 turns splitting off; tests use it to reach both
 // paths on any shape).
 inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
-  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
-    const int forced = std::atoi(env);
-    if (forced >= 1 && forced <= kMaxCluster) {
-      return forced;
-    }
+  if (const int forced = forced_cluster()) {
+    return forced;
   }
   if (rows <= 0 || sms <= 0 || width <= k) {
     return 1;
@@ -36,11 +45,8 @@ inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
 // CTAs per row of the filter kernel (deterministic=False; two 512-thread CTAs per SM): split rows
 // while the rows alone would fill fewer than 2 * sms CTA slots. Same override as cluster_size.
 inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
-  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
-    const int forced = std::atoi(env);
-    if (forced >= 1 && forced <= kMaxCluster) {
-      return forced;
-    }
+  if (const int forced = forced_cluster()) {
+    return forced;
   }
   if (rows <= 0 || sms <= 0 || width <= k) {
     return 1;
