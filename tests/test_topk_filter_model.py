@@ -1,0 +1,277 @@
+"""CPU model of the CUDA top-k filter kernel's arithmetic (backends_cuda/kernels/topk_filter.cu), checked
+against the reference.
+
+What it pins down, step by step as the kernel does it:
+- FloatThreshold: the filter compares scores as floats with the float of the threshold key E; it must
+  agree with `key(x) >= E` for every float (NaN, +-0, +-inf, denormals) and every E, including the
+  edges of the key space.
+- select_list: the radix select over a list in offset space (d = value - min, first level's bins over
+  the list's range, clamped last level, early stop with slack), and the tie split by a second select
+  on inverted columns.
+- the row: sampled threshold (runs of 32 keys), filter into a bounded buffer, finish, and the exact
+  fallback (levels over the row, single-valued bin detection, gather, ordered ties).
+Capacities are parameters, so small rows reach every path. It cannot see races or CUDA semantics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from dsa_ops.ops._common import window_topk
+
+from tests.test_topk_radix_model import float_keys
+
+BINS = 2048
+
+
+# ---- FloatThreshold --------------------------------------------------------------------------------
+
+def float_threshold(E: int):
+    """(e, nan_passes) as the kernel's FloatThreshold(E) builds them."""
+    nan_passes = E == 0
+    if E <= 0x007FFFFF:
+        e = np.float32(-np.inf)
+    elif E > 0xFF800000:
+        e = np.float32(np.nan)
+    else:
+        bits = (E & 0x7FFFFFFF) if (E & 0x80000000) else (~E & 0xFFFFFFFF)
+        e = np.array([bits], dtype=np.uint32).view(np.float32)[0]
+    return e, nan_passes
+
+
+def test_float_threshold_matches_key_compare():
+    rng = np.random.default_rng(0)
+    special = np.array([0, 1, 0x007FFFFF, 0x00800000, 0x00800001, 0x7F7FFFFF, 0x7F800000, 0x7F800001,
+                        0x7FFFFFFE, 0x7FFFFFFF, 0x80000000, 0x80000001, 0x80800000, 0xBF800000,
+                        0xFF7FFFFF, 0xFF800000, 0xFF800001, 0xFFFFFFFE, 0xFFFFFFFF], dtype=np.uint64)
+    bits = np.concatenate([
+        rng.integers(0, 2**32, 200000, dtype=np.uint64),
+        special, (special ^ 0x80000000) & 0xFFFFFFFF,  # the keys' own float patterns
+        np.array([0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x7F800000, 0xFF800000, 0x7FC00000,
+                  0xFFC00000, 0x7F800001, 0xFFFFFFFF, 0x007FFFFF, 0x807FFFFF], dtype=np.uint64),
+    ]).astype(np.uint32)
+    x = bits.view(np.float32)
+    keys = float_keys(torch.from_numpy(x.copy())).astype(np.uint64)
+    Es = np.concatenate([special, rng.integers(0, 2**32, 300, dtype=np.uint64), keys[:200]])
+    with np.errstate(invalid="ignore"):
+        for E in Es.tolist():
+            e, nan_passes = float_threshold(int(E))
+            got = (x >= e) | (nan_passes & np.isnan(x))
+            want = keys >= E
+            bad = np.nonzero(got != want)[0]
+            assert bad.size == 0, (hex(int(E)), [hex(int(b)) for b in bits[bad[:4]]])
+
+
+# ---- select_list ----------------------------------------------------------------------------------
+
+def hist_level(d, valid, prefix, mask, shift):
+    sel = valid & ((d & mask) == prefix)
+    return np.bincount(((d[sel] >> shift) & 0x7FF).astype(np.int64), minlength=BINS)
+
+
+def refine_at(hist, shift, st):
+    """The kernel's refine_at: the bin of the krem-th largest, scanning bins from the top."""
+    prefix, mask, krem, count = st
+    acc = 0
+    for b in range(BINS - 1, -1, -1):
+        h = int(hist[b])
+        if acc < krem <= acc + h:
+            prefix |= b << shift
+            mask = 0xFFFFFFFF if shift == 0 else (~((1 << shift) - 1)) & 0xFFFFFFFF
+            return prefix, mask, krem - acc, h
+        acc += h
+    raise AssertionError("krem beyond the entries")
+
+
+def select_list(values, valid, r, slack=0):
+    """(base, prefix, mask, krem, count), as the kernel's select_list."""
+    values = values.astype(np.uint64)
+    n_valid = int(valid.sum())
+    st = (0, 0, r, n_valid)
+    if n_valid == r:
+        return (0,) + st
+    lo = int(values[valid].min())
+    hi = int(values[valid].max())
+    span = hi - lo
+    if span == 0:
+        return (lo, 0, 0xFFFFFFFF, r, n_valid)
+    d = (values - lo) & 0xFFFFFFFF
+    bits = span.bit_length()
+    shift = bits - 11 if bits > 11 else 0
+    while True:
+        st = refine_at(hist_level(d, valid, st[0], st[1], shift), shift, st)
+        if shift == 0 or (r - st[2]) + st[3] <= r + slack:
+            return (lo,) + st
+        shift = shift - 11 if shift > 11 else 0
+
+
+def taken(v, sel):
+    base, prefix, mask, krem, count = sel
+    d = (int(v) - base) & mask & 0xFFFFFFFF
+    return d > prefix or (d == prefix and count == krem)
+
+
+def finish(keys, cols, r):
+    """The r largest candidates (ties: smallest columns), as a set of columns."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    cols = np.asarray(cols, dtype=np.int64)
+    ks = select_list(keys, np.ones(len(keys), bool), r)
+    split = ks[4] != ks[3]
+    tie = ks[0] + ks[1]
+    out = []
+    if split:
+        inv = (~cols) & 0xFFFFFFFF
+        cs = select_list(inv, keys == tie, ks[3])
+    for key, col in zip(keys.tolist(), cols.tolist()):
+        if split:
+            take = ((key - ks[0]) & 0xFFFFFFFF) > ks[1] or (key == tie and taken((~col) & 0xFFFFFFFF, cs))
+        else:
+            take = taken(key, ks)
+        if take:
+            out.append(col)
+    assert len(out) == r
+    return sorted(out)
+
+
+def lists(rng):
+    n = 3000
+    yield rng.integers(0, 2**32, n, dtype=np.uint64)  # full range
+    yield 0xBF800000 + rng.integers(0, 1 << 21, n, dtype=np.uint64)  # narrow
+    yield np.full(n, 0x80000000, dtype=np.uint64)  # all equal
+    yield rng.integers(0, 8, n, dtype=np.uint64) + 0xC0000000  # 8 values
+    yield np.where(rng.random(n) < 0.01, 0xC0000000 + rng.integers(0, 1 << 20, n), 0x80000000).astype(np.uint64)
+    yield np.array([0, 0xFFFFFFFF] * (n // 2), dtype=np.uint64)  # the span's extremes
+
+
+@pytest.mark.parametrize("r", [1, 2, 100, 2047, 2999, 3000])
+def test_finish_is_the_exact_top_r(r):
+    rng = np.random.default_rng(r)
+    for keys in lists(rng):
+        cols = rng.permutation(10**6)[: len(keys)]  # unordered, distinct columns
+        order = sorted(range(len(keys)), key=lambda i: (-int(keys[i]), int(cols[i])))
+        want = sorted(int(cols[i]) for i in order[:r])
+        assert finish(keys, cols, r) == want
+
+
+def test_sample_select_stops_within_slack():
+    rng = np.random.default_rng(5)
+    for keys in lists(rng):
+        for j in (1, 50, 400):
+            slack = j // 8 + 1
+            base, prefix, mask, krem, count = select_list(keys, np.ones(len(keys), bool), j, slack=slack)
+            at_or_above = int((keys >= base + prefix).sum())
+            assert at_or_above == (j - krem) + count >= j  # E is never above the j-th largest
+            assert at_or_above <= j + slack or mask == 0xFFFFFFFF  # close enough, or exact
+
+
+# ---- the row ---------------------------------------------------------------------------------------
+
+def sample_count(n, max_samples):
+    """The kernel's sample_count, with its thresholds scaled by max_samples / 16384."""
+    scale = max_samples / 16384
+    if n >= 262144 * scale:
+        return max_samples
+    if n >= 131072 * scale:
+        return max_samples // 2
+    if n >= 65536 * scale:
+        return max_samples // 4
+    return max_samples // 8
+
+
+def filter_row(x: torch.Tensor, k: int, lo: int, hi: int, capacity: int, max_samples: int, sample=True):
+    """Relative columns chosen by the filter kernel for one window (a set), as the kernel runs it."""
+    keys = float_keys(x).astype(np.uint64)
+    n = hi - lo
+    if n <= k:
+        return list(range(n))
+    fits = n <= capacity
+    fast = fits or (sample and 4 * k <= capacity)
+    if fast:
+        E, promising = 0, True
+        if not fits:
+            S = sample_count(n, max_samples)
+            runs = S // 32
+            i = np.arange(S)
+            at = lo + ((i // 32) * (n - 32)) // runs + i % 32
+            samples = keys[at]
+            j0 = S * k / n
+            j_hi = S * 0.75 * capacity / n
+            j = min(int(max(0.5 * (j0 + j_hi), j0 + 4 * math.sqrt(j0) + 2)), S)
+            sel = select_list(samples, np.ones(S, bool), j, slack=j // 8 + 1)
+            at_or_above = (j - sel[3]) + sel[4]
+            promising = at_or_above * n / S <= 0.75 * capacity
+            E = sel[0] + sel[1]
+        if promising:
+            win = keys[lo:hi]
+            passing = np.nonzero(win >= E)[0]
+            if k <= len(passing) <= capacity:
+                return finish(win[passing], passing, k)
+    return exact_row(keys[lo:hi], k, capacity)
+
+
+def exact_row(win, k, capacity):
+    cols = np.arange(len(win))
+    prefix, mask, krem, count = 0, 0, k, len(win)
+    shifts, masks = (21, 10, 0), (0xFFE00000, 0xFFFFFC00, 0xFFFFFFFF)
+    for level in range(3):
+        sel = (win & mask) == prefix
+        digits = (win[sel] >> shifts[level]) & 0x7FF
+        hist = np.bincount(digits.astype(np.int64), minlength=BINS)
+        acc = 0
+        for b in range(BINS - 1, -1, -1):
+            if acc < krem <= acc + int(hist[b]):
+                break
+            acc += int(hist[b])
+        in_bin = win[sel][digits == b]
+        prefix |= b << shifts[level]
+        mask = masks[level]
+        krem -= acc
+        count = int(hist[b])
+        if count == krem or count <= capacity:
+            break
+        if int(np.bitwise_or.reduce(in_bin)) == int(np.bitwise_and.reduce(in_bin)):  # one value
+            prefix, mask = int(in_bin[0]), 0xFFFFFFFF
+            break
+    out = [int(c) for c in cols[(win & mask) > prefix]]
+    in_bin = (win & mask) == prefix
+    if count == krem:
+        return sorted(out + [int(c) for c in cols[in_bin]])
+    if count <= capacity:
+        return sorted(out + finish(win[in_bin], cols[in_bin], krem))
+    return sorted(out + [int(c) for c in cols[in_bin][:krem]])  # ordered ties: the first ones
+
+
+def rows(g):
+    w = 5000
+    yield torch.randn(w, generator=g)
+    yield torch.full((w,), 0.6875)
+    yield torch.relu(torch.randn(w, generator=g) - 2.5)
+    yield torch.randint(0, 8, (w,), generator=g).float()
+    yield 1.0 + 0.245 * torch.rand(w, generator=g)
+    yield torch.sort(torch.randn(w, generator=g)).values  # ascending: the sample is all that helps
+    x = torch.randn(w, generator=g)
+    u = torch.rand(w, generator=g)
+    yield torch.where(u < 0.1, float("nan"), torch.where(u > 0.95, float("inf"), x))
+    # Hostile to the sample: the full window's sampled runs hold the only large values, so the
+    # threshold passes fewer than k keys and the row must go to the exact fallback.
+    x = torch.rand(w, generator=g)
+    S = sample_count(w, 1024)
+    i = np.arange(S)
+    x[torch.from_numpy(((i // 32) * (w - 32)) // (S // 32) + i % 32)] += 10.0
+    yield x
+
+
+@pytest.mark.parametrize("k", [1, 64, 300])
+@pytest.mark.parametrize("sample", [True, False])
+def test_filter_row_model_matches_reference(k, sample):
+    g = torch.Generator().manual_seed(k)
+    for x in rows(g):
+        for lo, hi in ((0, len(x)), (7, len(x) - 3), (100, 100 + k + 1)):
+            # small buffer and sample sizes, so 5000-key windows take the sampled path and overflow
+            got = filter_row(x, k, lo, hi, capacity=1200, max_samples=1024, sample=sample)
+            ref = window_topk(x[None, :], k, torch.tensor([hi - lo]), torch.tensor([lo]))[0]
+            want = sorted(int(i) for i in ref.tolist() if i >= 0)
+            assert got == want, (k, lo, hi)
