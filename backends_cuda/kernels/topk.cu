@@ -488,7 +488,9 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   a.cand_words = int32_t(cand_words);
   const int smem = smem0 + int(cand_words) * 4;
 
-  return topk_row::launch_rows(kernel, a, p.rows * cluster, threads, smem, cluster, major, stream);
+  // Rows on the flat grid.x, `cluster` CTAs each.
+  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(threads)), size_t(smem), stream,
+                              cluster, a);
 }
 
 }  // namespace dsa_cuda

@@ -777,7 +777,9 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;
 
-  return topk_row::launch_rows(kernel, a, p.rows * cluster, d::kThreads, d::kDynSmem, cluster, major, stream);
+  // Rows on the flat grid.x, `cluster` CTAs each.
+  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)), size_t(d::kDynSmem), stream,
+                              cluster, a);
 }
 
 }  // namespace dsa_cuda

@@ -57,11 +57,11 @@ inline cudaError_t current_arch_major(int* major) {
 }
 
 // Launch `kernel` on `stream`, with programmatic stream serialization on SM90+ so it overlaps the
-// tail of the kernel before it (the kernel must call pdl_wait() before reading its inputs).
-// Works under CUDA graph capture.
+// tail of the kernel before it (the kernel must call pdl_wait() before reading its inputs), in
+// thread-block clusters of `cluster` CTAs along x when cluster > 1. Works under CUDA graph capture.
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                       cudaStream_t stream, Args&&... args) {
+cudaError_t launch_pdl_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                                 cudaStream_t stream, int cluster, Args&&... args) {
   int major = 0;
   DSA_CUDA_CHECK(current_arch_major(&major));
   cudaLaunchConfig_t config = {};
@@ -69,14 +69,30 @@ cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, siz
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attrs[1];
+  cudaLaunchAttribute attrs[2];
+  unsigned n_attrs = 0;
   if (major >= 9) {
-    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attrs;
-    config.numAttrs = 1;
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
   }
+  if (cluster > 1) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
+    attrs[n_attrs].val.clusterDim.y = 1;
+    attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  config.attrs = n_attrs > 0 ? attrs : nullptr;
+  config.numAttrs = n_attrs;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// launch_pdl_clustered without clusters.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                       cudaStream_t stream, Args&&... args) {
+  return launch_pdl_clustered(kernel, grid, block, smem_bytes, stream, 1, std::forward<Args>(args)...);
 }
 
 }  // namespace dsa_cuda

@@ -373,34 +373,6 @@ inline bool max_cluster_fits(RowKernel kernel, int threads, int smem) {
   return clusters >= 1;
 }
 
-// Launch `ctas` CTAs of `kernel` on the flat grid.x, in clusters of `cluster` CTAs when > 1, with
-// programmatic dependent launch on SM90+ (the kernels wait before their first read).
-inline cudaError_t launch_rows(RowKernel kernel, const KernelArgs& a, int64_t ctas, int threads, int smem,
-                               int cluster, int arch_major, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(ctas));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = size_t(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  int n_attrs = 0;
-  if (arch_major >= 9) {
-    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attrs;
-  }
-  if (cluster > 1) {
-    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
-    attrs[n_attrs].val.clusterDim.y = 1;
-    attrs[n_attrs].val.clusterDim.z = 1;
-    ++n_attrs;
-  }
-  config.attrs = attrs;
-  config.numAttrs = unsigned(n_attrs);
-  return cudaLaunchKernelEx(&config, kernel, a);
-}
-
 }  // namespace topk_row
 
 // The filter kernel's launcher (kernels/topk_filter.cu): launch_topk's path for deterministic=False.
