@@ -72,14 +72,7 @@ inline bool filter_sampling() {
 // Whether a row too long for shared memory (one CTA per row) first tries the sampled-threshold
 // filter: one read of the row when it works, one extra read when it does not (ties, plateaus).
 // DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to reach the plain stream path).
-inline bool sampled_filter(int cluster) {
-  if (const char* env = std::getenv("DSA_OPS_TOPK_SAMPLE")) {
-    if (env[0] == '0') {
-      return false;
-    }
-  }
-  return cluster == 1;
-}
+inline bool sampled_filter(int cluster) { return filter_sampling() && cluster == 1; }
 
 // Threads per CTA: a power of two from 128 to 1024 (it must divide the 2048 histogram bins), about
 // 16 keys per thread at least. At up to 64 registers a thread an SM holds one 1024-thread CTA or two
