@@ -14,18 +14,11 @@ import pytest
 import torch
 from dsa_ops.ops._common import window_topk
 
+from tests.test_topk_radix_model import float_keys
+
 SHIFTS = (20, 8, 0)
 DIGIT_MASKS = (0xFFF, 0xFFF, 0xFF)
 MASKS = (0xFFF00000, 0xFFFFFF00, 0xFFFFFFFF)
-
-
-def keys_of(x: torch.Tensor) -> np.ndarray:
-    f = x.float().numpy().astype(np.float32)
-    b = f.view(np.uint32).copy()
-    b[f == 0] = 0
-    k = np.where(b & 0x80000000, ~b, b | 0x80000000).astype(np.uint32)
-    k[np.isnan(f)] = 0
-    return k
 
 
 def select(parts: list, k: int):
@@ -112,7 +105,7 @@ def model(scores, k, lengths=None, starts=None, split=1, threads=8):
     rows, width = scores.shape
     res = np.zeros((rows, k), dtype=np.int64)
     for r in range(rows):
-        keys = keys_of(scores[r])
+        keys = float_keys(scores[r])  # the CUDA kernels' order-preserving keys
         start = int(starts[r]) if starts is not None else 0
         ln = int(lengths[r]) if lengths is not None else width - start
         ln = max(ln, 0)
