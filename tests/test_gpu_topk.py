@@ -132,6 +132,22 @@ def test_distributions(dist, dtype, shape, cluster):
         check_topk(x, k, what=f"{dist} {dtype} {shape} k={k}")
 
 
+def test_plateau_the_sample_overstates(cluster3):
+    """The filter kernel's sampled runs (2048 samples in runs of 32 for a 40000-key window) hold a value
+    V that the rest of the row lacks: to the sample V is a plateau, yet the row has fewer keys equal to
+    V (1024) than k = 2048 needs, so the plateau path must notice and redo the row exactly."""
+    width, samples = 40000, 2048
+    runs = samples // 32
+    i = torch.arange(samples)
+    at = (i // 32) * (width - 32) // runs + i % 32
+    g = torch.Generator().manual_seed(7)
+    x = torch.rand(3, width, generator=g)
+    x[:, at[: samples // 2]] = 5.0
+    x = x.to(DEV)
+    for k in (1, 64, 1024, 1025, 2048):
+        check_topk(x, k, what=f"k={k}")
+
+
 def test_list_candidates_compacted_or_not(cluster3):
     # 4096x32768-like rows (the main benchmark shape, list path with compaction) with the
     # distributions that overflow the candidate area (plateaus, ties) or barely fit it.

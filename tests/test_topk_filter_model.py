@@ -86,7 +86,7 @@ def refine_at(hist, shift, st):
     raise AssertionError("krem beyond the entries")
 
 
-def select_list(values, valid, r, slack=0):
+def select_list(values, valid, r, slack=0, small=0):
     """(base, prefix, mask, krem, count), as the kernel's select_list."""
     values = values.astype(np.uint64)
     n_valid = int(valid.sum())
@@ -103,7 +103,7 @@ def select_list(values, valid, r, slack=0):
     shift = bits - 11 if bits > 11 else 0
     while True:
         st = refine_at(hist_level(d, valid, st[0], st[1], shift), shift, st)
-        if shift == 0 or (r - st[2]) + st[3] <= r + slack:
+        if shift == 0 or (r - st[2]) + st[3] <= r + slack or st[3] <= small:
             return (lo,) + st
         shift = shift - 11 if shift > 11 else 0
 
@@ -114,25 +114,36 @@ def taken(v, sel):
     return d > prefix or (d == prefix and count == krem)
 
 
+WARP_BIN = 32  # the kernel's kWarpBin
+
+
 def finish(keys, cols, r):
-    """The r largest candidates (ties: smallest columns), as a set of columns."""
+    """The r largest candidates (ties: smallest columns), as a set of columns, as the kernel's finish:
+    a select that stops at a bin of at most WARP_BIN entries, then the whole bin, a warp's ranking of
+    the bin by (key, column), or a column select over the ties of a single-key bin."""
     keys = np.asarray(keys, dtype=np.uint64)
     cols = np.asarray(cols, dtype=np.int64)
-    ks = select_list(keys, np.ones(len(keys), bool), r)
-    split = ks[4] != ks[3]
-    tie = ks[0] + ks[1]
-    out = []
-    if split:
-        inv = (~cols) & 0xFFFFFFFF
-        cs = select_list(inv, keys == tie, ks[3])
+    base, prefix, mask, krem, count = ks = select_list(keys, np.ones(len(keys), bool), r, small=WARP_BIN)
+    whole_bin = count == krem
+    warp_bin = not whole_bin and count <= WARP_BIN
+    tie = base + prefix
+    if not whole_bin and not warp_bin:
+        assert mask == 0xFFFFFFFF  # a single key
+        cs = select_list((~cols) & 0xFFFFFFFF, keys == tie, krem)
+    out, in_bin = [], []
     for key, col in zip(keys.tolist(), cols.tolist()):
-        if split:
-            take = ((key - ks[0]) & 0xFFFFFFFF) > ks[1] or (key == tie and taken((~col) & 0xFFFFFFFF, cs))
-        else:
-            take = taken(key, ks)
-        if take:
+        d = (key - base) & mask & 0xFFFFFFFF
+        if d == prefix and warp_bin:
+            in_bin.append((key, col))
+        if d > prefix or (d == prefix and (whole_bin or (not warp_bin and taken((~col) & 0xFFFFFFFF, cs)))):
             out.append(col)
-    assert len(out) == r
+    if warp_bin:
+        assert len(in_bin) == count
+        for key, col in in_bin:
+            rank = sum(kj > key or (kj == key and cj < col) for kj, cj in in_bin)
+            if rank < krem:
+                out.append(col)
+    assert len(out) == r, ks
     return sorted(out)
 
 
@@ -144,6 +155,7 @@ def lists(rng):
     yield rng.integers(0, 8, n, dtype=np.uint64) + 0xC0000000  # 8 values
     yield np.where(rng.random(n) < 0.01, 0xC0000000 + rng.integers(0, 1 << 20, n), 0x80000000).astype(np.uint64)
     yield np.array([0, 0xFFFFFFFF] * (n // 2), dtype=np.uint64)  # the span's extremes
+    yield 0xC0000000 + rng.integers(0, n // 2, n, dtype=np.uint64) * 4096  # pairs and triples: ties in small bins
 
 
 @pytest.mark.parametrize("r", [1, 2, 100, 2047, 2999, 3000])
@@ -203,12 +215,21 @@ def filter_row(x: torch.Tensor, k: int, lo: int, hi: int, capacity: int, max_sam
             sel = select_list(samples, np.ones(S, bool), j, slack=j // 8 + 1)
             at_or_above = (j - sel[3]) + sel[4]
             promising = at_or_above * n / S <= 0.75 * capacity
+            single = sel[2] == 0xFFFFFFFF
             E = sel[0] + sel[1]
+        win = keys[lo:hi]
         if promising:
-            win = keys[lo:hi]
             passing = np.nonzero(win >= E)[0]
             if k <= len(passing) <= capacity:
                 return finish(win[passing], passing, k)
+        elif single:  # a plateau at V = E: the keys above V, then the first keys equal to V
+            passing = np.nonzero(win > E)[0]
+            if len(passing) <= capacity:
+                if len(passing) >= k:
+                    return finish(win[passing], passing, k)
+                ties = np.nonzero(win == E)[0][: k - len(passing)]
+                if len(ties) == k - len(passing):
+                    return sorted([int(c) for c in passing] + [int(c) for c in ties])
     return exact_row(keys[lo:hi], k, capacity)
 
 

@@ -52,7 +52,7 @@ __device__ __forceinline__ void trace(const char* what) {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   __syncthreads();
-  if (threadIdx.x == 0 && (blockIdx.x % 512) == 7) {
+  if (threadIdx.x == 0 && (blockIdx.x % 512) == 0) {
     printf("trace %u %s %llu\n", blockIdx.x, what, (unsigned long long)t);
   }
 }
@@ -66,9 +66,43 @@ struct Counters {
   uint32_t ok;    // split rows: rank 0 gathered every candidate
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
+  uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
+  uint32_t bin_key[32];
+  int32_t bin_col[32];
 };
 
+// A finish whose threshold bin holds at most this many entries ranks them in one warp (ties by
+// column included) instead of running more select levels.
+constexpr uint32_t kWarpBin = 32;
+
+// Fold v into this row's list range cnt.lo / cnt.hi (reset by range_reset, with a barrier between).
+__device__ __forceinline__ void range_add(uint32_t lo, uint32_t hi, Counters& cnt) {
+  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&cnt.lo, lo);
+    atomicMax(&cnt.hi, hi);
+  }
+}
+__device__ __forceinline__ void range_reset(Counters& cnt) {
+  if (threadIdx.x == 0) {
+    cnt.lo = 0xFFFFFFFFu;
+    cnt.hi = 0u;
+  }
+}
+
 __device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
+
+// Shared-memory atomic add by one lane. Plain atomicAdd in a one-lane branch gets the compiler's
+// warp aggregation (a vote and a second shuffle scan) that one lane does not need.
+__device__ __forceinline__ uint32_t lane_atomic_add(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(v)
+               : "memory");
+  return old;
+}
 
 // Write `col` at the next free output position for every lane with `take` (one shared atomic per
 // warp). The warp must be converged.
@@ -80,7 +114,7 @@ __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, ui
   const int leader = __ffs(ballot) - 1;
   uint32_t base = 0;
   if (int(threadIdx.x & 31) == leader) {
-    base = atomicAdd(counter, uint32_t(__popc(ballot)));
+    base = lane_atomic_add(counter, uint32_t(__popc(ballot)));
   }
   base = __shfl_sync(0xFFFFFFFFu, base, leader);
   const uint32_t pos = base + uint32_t(__popc(ballot & lanemask_lt()));
@@ -105,7 +139,7 @@ __device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter) {
   }
   uint32_t base = 0;
   if ((threadIdx.x & 31) == 31) {
-    base = atomicAdd(counter, incl);
+    base = lane_atomic_add(counter, incl);
   }
   base = __shfl_sync(0xFFFFFFFFu, base, 31);
   return base + incl - n;
@@ -156,21 +190,11 @@ __device__ __forceinline__ void refine_at(const uint32_t* hist, int shift, Selec
   st.count = sh.count;
 }
 
-// The r-th largest of the m list entries (`valid` of them: r <= valid). Stops early once the
-// entries at or above the bin number at most r + slack (slack 0: the exact select). Ends with a
-// barrier.
+// The valid entries' range into cnt.lo / cnt.hi. Starts and ends with a barrier.
 template <class List>
-__device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
-                                                  uint32_t slack, uint32_t* hist, Counters& cnt, SelectShared& sh) {
-  ListSelect sel{0u, SelectState{0u, 0u, r, valid}};
-  if (valid == r) {
-    return sel;  // every entry is taken
-  }
-  // The valid entries' range.
-  if (threadIdx.x == 0) {
-    cnt.lo = 0xFFFFFFFFu;
-    cnt.hi = 0u;
-  }
+__device__ __forceinline__ void list_range(const List& list, int m, Counters& cnt) {
+  __syncthreads();  // earlier readers of cnt.lo / cnt.hi are done
+  range_reset(cnt);
   __syncthreads();
   uint32_t lo = 0xFFFFFFFFu;
   uint32_t hi = 0u;
@@ -182,13 +206,21 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
       hi = max(hi, v);
     }
   }
-  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-  if ((threadIdx.x & 31) == 0) {
-    atomicMin(&cnt.lo, lo);
-    atomicMax(&cnt.hi, hi);
-  }
+  range_add(lo, hi, cnt);
   __syncthreads();
+}
+
+// The r-th largest of the m list entries (`valid` of them: r <= valid), whose range is in cnt.lo /
+// cnt.hi. Stops early once the entries at or above the bin number at most r + slack (slack 0: the
+// exact select), or once the bin holds at most `small` entries. Ends with a barrier.
+template <class List>
+__device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
+                                                  uint32_t slack, uint32_t small, uint32_t* hist, Counters& cnt,
+                                                  SelectShared& sh) {
+  ListSelect sel{0u, SelectState{0u, 0u, r, valid}};
+  if (valid == r) {
+    return sel;  // every entry is taken
+  }
   sel.base = cnt.lo;
   const uint32_t span = cnt.hi - cnt.lo;
   if (span == 0u) {  // one value: exact ties
@@ -208,7 +240,7 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     }
     __syncthreads();
     refine_at(hist, shift, sel.st, sh);
-    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack) {
+    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small) {
       return sel;
     }
   }
@@ -229,28 +261,61 @@ struct TieColumnList {
   __device__ __forceinline__ uint32_t value(int i) const { return ~uint32_t(cols[i]); }
 };
 
-// The r largest of the m candidates (ties: smallest columns) to the output.
+// The r largest of the m candidates (ties: smallest columns) to the output. The candidates' range
+// is in cnt.lo / cnt.hi. After the select, one of: the whole threshold bin is taken; the bin holds
+// at most kWarpBin entries, which one warp ranks by (key, column); or the bin is one key with more
+// ties than needed, split by a second select on the inverted columns.
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh) {
-  const ListSelect ks = select_list(KeyList{keys}, m, r, uint32_t(m), 0u, hist, cnt, sh);
-  const bool split_ties = ks.st.count != ks.st.krem;  // more keys == T than needed
+  if (threadIdx.x == 0) {
+    cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
+  }
+  const ListSelect ks = select_list(KeyList{keys}, m, r, uint32_t(m), 0u, kWarpBin, hist, cnt, sh);
+  trace("selected");
+  const bool whole_bin = ks.st.count == ks.st.krem;
+  const bool warp_bin = !whole_bin && ks.st.count <= kWarpBin;
   const uint32_t tie = ks.value_at_prefix();
   ListSelect cs{0u, SelectState{0u, 0u, 0u, 0u}};
-  if (split_ties) {
-    cs = select_list(TieColumnList{keys, cols, tie}, m, ks.st.krem, ks.st.count, 0u, hist, cnt, sh);
+  if (!whole_bin && !warp_bin) {  // (the bin is the single key `tie`)
+    const TieColumnList ties{keys, cols, tie};
+    list_range(ties, m, cnt);
+    cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh);
   }
   for (int base = 0; base < m; base += kThreads) {
     const int i = base + int(threadIdx.x);
     bool take = false;
+    bool in_bin = false;
     int32_t col = 0;
     if (i < m) {
       const uint32_t key = keys[i];
+      const uint32_t d = (key - ks.base) & ks.st.mask;
       col = cols[i];
-      take = split_ties ? (((key - ks.base) & ks.st.mask) > ks.st.prefix || (key == tie && cs.taken(~uint32_t(col))))
-                        : ks.taken(key);
+      in_bin = d == ks.st.prefix;
+      take = d > ks.st.prefix || (in_bin && (whole_bin || (!warp_bin && cs.taken(~uint32_t(col)))));
+      if (in_bin && warp_bin) {
+        const uint32_t p = atomicAdd(&cnt.nbin, 1u);  // < kWarpBin: the bin holds count entries
+        cnt.bin_key[p] = key;
+        cnt.bin_col[p] = col;
+      }
     }
     emit(take, col, o, &cnt.out, k);
+  }
+  if (warp_bin) {
+    __syncthreads();
+    if (threadIdx.x < 32) {  // rank of each bin entry: entries with a larger key or an equal key and smaller column
+      const uint32_t nb = cnt.nbin;
+      const uint32_t lane = threadIdx.x;
+      const uint32_t key = lane < nb ? cnt.bin_key[lane] : 0u;
+      const int32_t col = lane < nb ? cnt.bin_col[lane] : 0;
+      uint32_t rank = 0;
+      for (uint32_t j = 0; j < nb; ++j) {
+        const uint32_t kj = __shfl_sync(0xFFFFFFFFu, key, int(j));
+        const int32_t cj = __shfl_sync(0xFFFFFFFFu, col, int(j));
+        rank += uint32_t(kj > key || (kj == key && cj < col));
+      }
+      emit(lane < nb && rank < ks.st.krem, col, o, &cnt.out, k);
+    }
   }
 }
 
@@ -268,13 +333,16 @@ constexpr int kSampleRun = 32;
 // window are >= E: E is (close to) the j-th largest of S samples (S / 32 evenly spaced runs of 32
 // consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
 // `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
-// e.g. relu zeros, puts most of the window at E: the filter pass would overflow; skip it).
+// e.g. relu zeros, puts most of the window at E: the filter pass would overflow), and `single`
+// whether E is the one value of its bin (the j-th largest sample exactly: a plateau's value).
 template <typename T>
 __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
-                                                     SelectShared& sh, bool& promising) {
+                                                     SelectShared& sh, bool& promising, bool& single) {
   const int S = sample_count(n);
   const int log2_runs = 31 - __clz(S / kSampleRun);
+  uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
+  uint32_t v_hi = 0u;
   for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
     uint32_t v[8];
 #pragma unroll
@@ -289,9 +357,12 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
       const int i = base + u * kThreads + int(threadIdx.x);
       if (i < S) {
         buf[i] = v[u];
+        v_lo = min(v_lo, v[u]);
+        v_hi = max(v_hi, v[u]);
       }
     }
   }
+  range_add(v_lo, v_hi, cnt);
   // j0 samples are expected among the top k, j_hi at the most the buffer should take: aim between
   // them, and at least 4 standard deviations above j0 (a row that misses costs extra passes, and a
   // split row's miss delays the whole launch).
@@ -302,9 +373,10 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   __syncthreads();  // the samples are in place
   trace("sampled");
   // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
-  const ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, hist, cnt, sh);
+  const ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
   const uint32_t at_or_above = (j - sel.st.krem) + sel.st.count;
   promising = float(at_or_above) * float(n) / float(S) <= 0.75f * float(kCapacity);
+  single = sel.st.mask == 0xFFFFFFFFu;
   return sel.value_at_prefix();  // the lower edge of the bin (its unfixed offset bits are 0)
 }
 
@@ -322,8 +394,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // The filter compares scores as floats (one instruction a key) with the float of the key E:
 // x >= e  <=>  key(x) >= E for every non-NaN x (-0.0 == +0.0 as keys and as floats); NaN (key 0)
-// passes only when E == 0. E below -inf's key: every non-NaN passes (e = -inf); E above +inf's
-// key: nothing passes (e = NaN).
+// passes only when E == 0, where the filter takes every key without comparing. E below -inf's key:
+// every non-NaN passes (e = -inf); E above +inf's key: nothing passes (e = NaN).
 struct FloatThreshold {
   float e;
   bool nan_passes;
@@ -337,10 +409,11 @@ struct FloatThreshold {
       e = __uint_as_float((E & 0x80000000u) ? (E & 0x7FFFFFFFu) : ~E);
     }
   }
-  __device__ __forceinline__ uint32_t pass(float x) const { return uint32_t((x >= e) | (nan_passes & (x != x))); }
+  // For E != 0 (NaN fails the compare, as its key 0 < E).
+  __device__ __forceinline__ uint32_t pass(float x) const { return uint32_t(x >= e); }
 };
 
-// Bit j: item j of the raw 16-byte vector passes.
+// Bit j: item j of the raw 16-byte vector passes (E != 0).
 template <typename T>
 __device__ __forceinline__ uint32_t pass_bits(const uint4& x, const FloatThreshold& t);
 template <>
@@ -371,26 +444,60 @@ __device__ __forceinline__ uint32_t pass_bits<__half>(const uint4& x, const Floa
   return p;
 }
 
-// Append every key >= E of the part, with its column, to the candidates (keys past kCapacity are
-// counted in cnt.cand, not stored). One 16-byte vector per thread per round, kStages rounds ahead
-// in flight through the thread's own slots of `stage` (cp.async): the loads never wait for the
-// compare-and-append work.
+// Item j of a raw 16-byte vector of T, as its bits (16-bit types: zero-extended).
+// (j is a constant after unrolling: no dynamic register indexing.)
+template <typename T>
+__device__ __forceinline__ uint32_t raw_item(const uint4& x, int j) {
+  const int word = j * int(sizeof(T)) / 4;
+  const uint32_t w = word == 0 ? x.x : word == 1 ? x.y : word == 2 ? x.z : x.w;
+  return sizeof(T) == 4 ? w : (j & 1) ? (w >> 16) : (w & 0xFFFFu);
+}
+
+// The key of raw bits stored by the filter.
+template <typename T>
+__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
+  return radix::float_key(radix::bf16_bits_to_float(bits));
+}
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
+  return radix::float_key(radix::fp16_bits_to_float(bits));
+}
+
+// 16-byte vectors per thread per round: 8 keys (two for fp32, one for 16-bit types: more spill at
+// 64 registers on sm_107a). The round's candidates are stored unconverted (raw bits: only the few
+// that pass pay for the key), and `raw_to_keys` converts the buffer after.
+template <typename T>
+__host__ __device__ constexpr int round_vecs() {
+  return sizeof(T) == 4 ? 2 : 1;
+}
+
+// Append every key >= E of the part (every key when E == 0), with its column, to the candidates,
+// as raw bits (keys past kCapacity are counted in cnt.cand, not stored). kRoundVecs 16-byte vectors
+// per thread per round, loaded kStages vectors ahead through the thread's own slots of `stage`
+// (cp.async): the loads never wait for the compare-and-append work.
 template <typename T>
 __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, uint32_t* keys, int32_t* cols,
                                             uint4* stage, Counters& cnt) {
   constexpr int I = GlobalSrc<T>::kItems;
-  const int32_t rounds = vec_rounds(g, kThreads);
+  constexpr int kRoundVecs = round_vecs<T>();
+  static_assert(kStages % kRoundVecs == 0, "a round's vectors are whole stages");
+  const int32_t vecs_per_thread = vec_rounds(g, kThreads);
   const int tid = int(threadIdx.x);
   const FloatThreshold t(E);
+  const bool take_all = E == 0u;
   // Vectors [vf, ve) lie wholly inside the window and are copied ahead; the (at most two) partial
   // ones load their in-window items in place (nothing outside the window is read).
   const uint4* src = reinterpret_cast<const uint4*>(g.row + g.a0);
   const int32_t vf = g.a0 == g.lo ? 0 : 1;
   const int32_t ve = int32_t((g.hi - g.a0) / I);
-  auto issue = [&](int32_t rr) {
-    const int32_t v = rr * kThreads + tid;
+  auto issue = [&](int32_t s) {  // the thread's vector of stage s
+    const int32_t v = s * kThreads + tid;
     if (v >= vf && v < ve) {
-      cp_async16(stage + (rr & (kStages - 1)) * kThreads + tid, src + v);
+      cp_async16(stage + (s & (kStages - 1)) * kThreads + tid, src + v);
     }
     cp_async_commit();  // (empty groups too: the wait below counts groups)
   };
@@ -398,47 +505,76 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, u
   for (int s = 0; s < kStages; ++s) {
     issue(s);
   }
-  for (int32_t rr = 0; rr < rounds; ++rr) {
-    cp_async_wait<kStages - 1>();
-    const int32_t v = rr * kThreads + tid;
-    uint4 x = make_uint4(0u, 0u, 0u, 0u);
-    uint32_t m = 0u;
-    if (v >= vf && v < ve) {
-      x = stage[(rr & (kStages - 1)) * kThreads + tid];
-      m = (1u << I) - 1u;
-    } else if (v < g.vecs) {
-      alignas(16) T part[I];
+  for (int32_t s0 = 0; s0 < vecs_per_thread; s0 += kRoundVecs) {
+    cp_async_wait<kStages - kRoundVecs>();  // stages s0 .. s0 + kRoundVecs - 1 have landed
+    uint4 x[kRoundVecs];
+    uint32_t pass = 0u;
 #pragma unroll
-      for (int j = 0; j < I; ++j) {
-        const int64_t i = g.a0 + int64_t(v) * I + j;
-        const bool in = i >= g.lo && i < g.hi;
-        part[j] = in ? g.row[i] : T();
-        m |= uint32_t(in) << j;
+    for (int h = 0; h < kRoundVecs; ++h) {
+      const int32_t v = (s0 + h) * kThreads + tid;
+      uint32_t m = 0u;
+      x[h] = make_uint4(0u, 0u, 0u, 0u);
+      if (v >= vf && v < ve) {
+        x[h] = stage[((s0 + h) & (kStages - 1)) * kThreads + tid];
+        m = (1u << I) - 1u;
+      } else if (v < g.vecs) {
+        alignas(16) T part[I];
+#pragma unroll
+        for (int j = 0; j < I; ++j) {
+          const int64_t i = g.a0 + int64_t(v) * I + j;
+          const bool in = i >= g.lo && i < g.hi;
+          part[j] = in ? g.row[i] : T();
+          m |= uint32_t(in) << j;
+        }
+        x[h] = *reinterpret_cast<const uint4*>(part);
       }
-      x = *reinterpret_cast<const uint4*>(part);
+      pass |= (take_all ? m : m & pass_bits<T>(x[h], t)) << (h * I);
     }
-    issue(rr + kStages);  // the slot is free: its vector is in registers
-    const uint32_t pass = m & pass_bits<T>(x, t);
+#pragma unroll
+    for (int h = 0; h < kRoundVecs; ++h) {
+      issue(s0 + kStages + h);  // the slot is free: its vector is in registers
+    }
     if (__ballot_sync(0xFFFFFFFFu, pass != 0u) == 0u) {
       continue;  // (warp-uniform)
     }
-    uint32_t pos = reserve(uint32_t(__popc(pass)), &cnt.cand);
-    if (pass != 0u) {
-      uint32_t key[I];
-      radix::KeyOf<T>::vec(x, key);
+    const uint32_t n = uint32_t(__popc(pass));
+    uint32_t pos = reserve(n, &cnt.cand);
+    if (pos + n > uint32_t(kCapacity)) {
+      pass = 0u;  // overflow: counted, not stored (the row takes the exact fallback)
+    }
+#pragma unroll
+    for (int h = 0; h < kRoundVecs; ++h) {
+      const int32_t col0 = int32_t(g.a0 + int64_t((s0 + h) * kThreads + tid) * I);
 #pragma unroll
       for (int j = 0; j < I; ++j) {
-        if ((pass >> j) & 1u) {
-          if (pos < uint32_t(kCapacity)) {
-            keys[pos] = key[j];
-            cols[pos] = int32_t(g.a0 + int64_t(v) * I + j);
-          }
+        if ((pass >> (h * I + j)) & 1u) {
+          keys[pos] = raw_item<T>(x[h], j);
+          cols[pos] = col0 + j;
           ++pos;
         }
       }
     }
   }
   cp_async_wait<0>();  // no copy may land after the buffer is reused
+}
+
+// The filter's raw candidates (the first min(m, kCapacity)) to keys, in place, and their range
+// into cnt.lo / cnt.hi (reset, with a barrier since).
+template <typename T>
+__device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters& cnt) {
+  m = m < uint32_t(kCapacity) ? m : uint32_t(kCapacity);
+  uint32_t lo = 0xFFFFFFFFu;
+  uint32_t hi = 0u;
+  for (uint32_t base = 0; base < m; base += kThreads) {  // (uniform trip count: range_add votes)
+    const uint32_t i = base + threadIdx.x;
+    if (i < m) {
+      const uint32_t key = key_of_raw<T>(keys[i]);
+      keys[i] = key;
+      lo = min(lo, key);
+      hi = max(hi, key);
+    }
+  }
+  range_add(lo, hi, cnt);
 }
 
 // After the levels: every key above the prefix to the output; the keys in the bin to the
@@ -476,9 +612,10 @@ __device__ __forceinline__ void gather_pass(const GlobalSrc<T>& g, const SelectS
 }
 
 // The first `need` keys equal to `tie` in index order to the output positions pos0, pos0 + 1, ...
-// Stops once it has them. Ends with a barrier.
+// Stops once it has them; returns how many it found (at least `need` unless the window holds fewer).
+// Ends with a barrier.
 template <typename T>
-__device__ __forceinline__ void ordered_ties(const GlobalSrc<T>& g, uint32_t tie, uint32_t need, uint32_t pos0,
+__device__ __forceinline__ uint32_t ordered_ties(const GlobalSrc<T>& g, uint32_t tie, uint32_t need, uint32_t pos0,
                                              const RowOut& o, uint32_t k, SelectShared& sh) {
   constexpr int I = GlobalSrc<T>::kItems;
   const int32_t rounds = vec_rounds(g, int(blockDim.x));
@@ -507,6 +644,7 @@ __device__ __forceinline__ void ordered_ties(const GlobalSrc<T>& g, uint32_t tie
     run += total;
   }
   __syncthreads();
+  return run;
 }
 
 // One level of the exact path over device memory: the histogram of the keys equal to the prefix
@@ -596,6 +734,7 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   gather_pass(g, st, gather, take_bin, keys, cols, cnt, o, k);
   __syncthreads();
   if (gather) {
+    list_range(KeyList{keys}, int(st.count), cnt);
     finish(keys, cols, int(st.count), st.krem, o, hist, cnt, k, sh);
   } else if (!take_bin) {  // more than kCapacity keys equal the k-th largest: the first ones win
     ordered_ties(g, st.prefix, st.krem, k - st.krem, o, k, sh);
@@ -641,14 +780,19 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
     cnt.out = 0u;
     cnt.ok = 0u;
   }
+  range_reset(cnt);
+  __syncthreads();
   // The fast path needs the sampled 2k..4k keys to fit the buffer with room to spare.
   const bool fits = n <= uint32_t(kCapacity);
   const bool fast = fits || (a.sample != 0 && 4 * uint64_t(k) <= uint64_t(kCapacity));
   if (fast) {
     bool promising = true;
-    const uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), k, keys, hist, cnt, sh, promising);
-    __syncthreads();  // the samples are dead; the counters are initialised
-    if (!promising) {  // uniform over the row's CTAs: same samples, same decision
+    bool single = false;
+    uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), k, keys, hist, cnt, sh, promising, single);
+    range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
+    __syncthreads();  // the samples are dead
+    // Uniform over the row's CTAs (same samples, same decisions).
+    if (!promising && !single) {
       if (rank != 0) {
         return;
       }
@@ -657,6 +801,11 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
       exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
       return;
     }
+    // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
+    // when fewer than k, the first keys equal to V in index order complete the row.
+    const bool plateau = !promising;
+    const uint32_t V = E;
+    E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
     const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
     const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
     const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
@@ -664,19 +813,25 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
     g.init(row, p_lo, p_hi);
     trace("threshold");
     filter_pass(g, E, keys, cols, stage, cnt);
+    __syncthreads();  // the candidates and their count are complete
+    raw_to_keys<T>(keys, cnt.cand, cnt);
     trace("filtered");
     if (csize > 1) {
       // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
       radix::cluster_sync();
       if (rank == 0) {
         uint32_t total = 0;
+        uint32_t lo = 0xFFFFFFFFu;
+        uint32_t hi = 0u;
         bool ok = true;
         for (uint32_t c = 0; c < csize; ++c) {
           const uint32_t m = radix::cluster_load(&cnt.cand, c);
           ok = ok && m <= uint32_t(kCapacity);
           total += m <= uint32_t(kCapacity) ? m : uint32_t(kCapacity) + 1u;
+          lo = min(lo, radix::cluster_load(&cnt.lo, c));
+          hi = max(hi, radix::cluster_load(&cnt.hi, c));
         }
-        ok = ok && total >= k && total <= uint32_t(kCapacity);
+        ok = ok && (plateau || total >= k) && total <= uint32_t(kCapacity);
         if (ok) {
           uint32_t at = radix::cluster_load(&cnt.cand, 0);
           for (uint32_t c = 1; c < csize; ++c) {
@@ -692,23 +847,40 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
         if (threadIdx.x == 0) {
           cnt.cand = total;
           cnt.ok = ok ? 1u : 0u;
+          cnt.lo = lo;
+          cnt.hi = hi;
         }
       }
       radix::cluster_sync();  // no CTA leaves while rank 0 still reads its shared memory
       if (rank != 0) {
         return;
       }
+      trace("gathered");
     } else {
       __syncthreads();
       if (threadIdx.x == 0) {
-        cnt.ok = cnt.cand >= k && cnt.cand <= uint32_t(kCapacity) ? 1u : 0u;
+        cnt.ok = (plateau || cnt.cand >= k) && cnt.cand <= uint32_t(kCapacity) ? 1u : 0u;
       }
     }
     __syncthreads();
     if (cnt.ok != 0u) {
-      finish(keys, cols, int(cnt.cand), k, o, hist, cnt, k, sh);
-      trace("finished");
-      return;
+      const uint32_t m = cnt.cand;
+      if (m >= k) {
+        finish(keys, cols, int(m), k, o, hist, cnt, k, sh);
+        trace("finished");
+        return;
+      }
+      // Plateau, m < k: every candidate, then the first k - m keys equal to V.
+      finish(keys, cols, int(m), m, o, hist, cnt, k, sh);
+      GlobalSrc<T> gw;
+      gw.init(row, w.lo, w.hi);
+      if (ordered_ties(gw, V, k - m, m, o, k, sh) >= k - m) {
+        return;
+      }
+      if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
+        cnt.out = 0u;
+      }
+      __syncthreads();
     }
   } else if (rank != 0) {
     return;  // a split row without the fast path: rank 0 alone runs the exact fallback

@@ -1,0 +1,50 @@
+"""Dev tool: where the filter top-k kernel's time goes (H200). Driven by benchmarks/profile_topk.sh.
+
+    python benchmarks/profile_topk.py build "-lineinfo"     # build a variant of the CUDA library, print its .so
+    DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py run ROWS WIDTH [K]    # 3 calls (ncu target)
+    DSA_OPS_CUDA_LIB=<trace so> python benchmarks/profile_topk.py trace           # phase stamps, a few shapes
+"""
+
+import sys
+
+import torch
+
+
+def build(flags: str) -> None:
+    from dsa_ops.backends import cuda
+
+    base = cuda.build_spec
+
+    def spec(arch):
+        s = base(arch)
+        s.cuda_cflags = s.cuda_cflags + flags.split()
+        return s
+
+    cuda.build_spec = spec
+    print(cuda.build(verbose=False))
+
+
+def run(rows: int, width: int, k: int = 2048) -> None:
+    import dsa_ops  # noqa: F401
+
+    x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    for _ in range(3):
+        torch.ops.dsa.topk(x, k)
+    torch.cuda.synchronize()
+
+
+def trace() -> None:
+    # Each printed line: "trace <block> <phase> <ns>"; the phases of a block are consecutive stamps.
+    for rows, width in ((4096, 32768), (1, 131072), (20, 134868), (4096, 131072)):
+        print(f"# shape {rows}x{width}", flush=True)
+        run(rows, width)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    if what == "build":
+        build(sys.argv[2])
+    elif what == "run":
+        run(*(int(a) for a in sys.argv[2:]))
+    else:
+        trace()

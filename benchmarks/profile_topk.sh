@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Dev (GPU machine): where the filter top-k kernel's time goes. Builds a -lineinfo variant of the CUDA
+# library and writes ncu source counters per SASS line (<shape>_sass.csv, with stall sampling and
+# executed instructions) and the details page (<shape>_details.txt) for each shape, all packed into
+# $OUT/profile.tgz (only a few files come back from the device).
+#   bash benchmarks/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
+# With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records the phase stamps (trace.log):
+# each device printf costs tens of microseconds, so read them as order, not as durations.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dsa_out}; P=/tmp/dsa_profile; rm -rf "$P"; mkdir -p "$P"
+export PYTHONUNBUFFERED=1
+NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+python3 benchmarks/profile_topk.py build "-lineinfo" > "$P/build_line.log" 2>&1
+LINE_SO=$(tail -1 "$P/build_line.log")
+if [[ "${TRACE:-0}" == 1 ]]; then
+  python3 benchmarks/profile_topk.py build "-DDSA_TOPK_TRACE" > "$P/build_trace.log" 2>&1
+  DSA_OPS_CUDA_LIB=$(tail -1 "$P/build_trace.log") python3 benchmarks/profile_topk.py trace > "$P/trace.log" 2>&1
+fi
+for shape in ${*:-4096x32768 1x131072}; do
+  rows=${shape%x*}; width=${shape#*x}
+  DSA_OPS_CUDA_LIB=$LINE_SO timeout 240 "$NCU" --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --import-source yes \
+    -k regex:topk_filter --launch-skip 2 --launch-count 1 -f -o "$P/$shape" \
+    python3 benchmarks/profile_topk.py run "$rows" "$width" > "$P/${shape}_ncu.log" 2>&1
+  "$NCU" -i "$P/$shape.ncu-rep" --page details > "$P/${shape}_details.txt" 2>&1
+  "$NCU" -i "$P/$shape.ncu-rep" --page source --csv --print-source sass > "$P/${shape}_sass.csv" 2>&1
+  echo "$shape: $(wc -l < "$P/${shape}_sass.csv") sass lines"
+  grep -E "Duration|Issue Slots Busy|Executed Ipc A|DRAM Throughput" "$P/${shape}_details.txt" | head
+  rm -f "$P/$shape.ncu-rep"
+done
+tar czf "$OUT/profile.tgz" -C /tmp dsa_profile
