@@ -182,15 +182,11 @@ def test_sample_select_stops_within_slack():
 # ---- the row ---------------------------------------------------------------------------------------
 
 def sample_count(n, max_samples):
-    """The kernel's sample_count, with its thresholds scaled by max_samples / 16384."""
-    scale = max_samples / 16384
-    if n >= 262144 * scale:
-        return max_samples
-    if n >= 131072 * scale:
-        return max_samples // 2
-    if n >= 65536 * scale:
-        return max_samples // 4
-    return max_samples // 8
+    """The kernel's sample_count, with its bounds scaled by max_samples / 16384."""
+    s = 2048 * max_samples // 16384
+    while s < max_samples and s * 48 < n:
+        s *= 2
+    return s
 
 
 def filter_row(x: torch.Tensor, k: int, lo: int, hi: int, capacity: int, max_samples: int, sample=True):

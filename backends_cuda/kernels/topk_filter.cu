@@ -282,24 +282,48 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
     list_range(ties, m, cnt);
     cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh);
   }
-  for (int base = 0; base < m; base += kThreads) {
-    const int i = base + int(threadIdx.x);
-    bool take = false;
-    bool in_bin = false;
-    int32_t col = 0;
+  // Flags first (candidate i = it * kThreads + thread: at most kCapacity / kThreads per thread), then
+  // one reservation of output positions per thread and the writes.
+  static_assert(kCapacity / kThreads <= 32, "take flags fit a word");
+  uint32_t take_bits = 0u;
+  for (int it = 0; it * kThreads < m; ++it) {
+    const int i = it * kThreads + int(threadIdx.x);
     if (i < m) {
       const uint32_t key = keys[i];
       const uint32_t d = (key - ks.base) & ks.st.mask;
-      col = cols[i];
-      in_bin = d == ks.st.prefix;
-      take = d > ks.st.prefix || (in_bin && (whole_bin || (!warp_bin && cs.taken(~uint32_t(col)))));
-      if (in_bin && warp_bin) {
-        const uint32_t p = atomicAdd(&cnt.nbin, 1u);  // < kWarpBin: the bin holds count entries
-        cnt.bin_key[p] = key;
-        cnt.bin_col[p] = col;
+      const bool in_bin = d == ks.st.prefix;
+      bool take = d > ks.st.prefix || (in_bin && whole_bin);
+      if (in_bin && !whole_bin) {
+        const int32_t col = cols[i];
+        if (warp_bin) {
+          const uint32_t p = atomicAdd(&cnt.nbin, 1u);  // < kWarpBin: the bin holds count entries
+          cnt.bin_key[p] = key;
+          cnt.bin_col[p] = col;
+        } else {
+          take = cs.taken(~uint32_t(col));
+        }
       }
+      take_bits |= uint32_t(take) << it;
     }
-    emit(take, col, o, &cnt.out, k);
+  }
+  uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out);
+  while (take_bits != 0u) {  // two outputs a step: their page-table lookups overlap
+    const int it0 = __ffs(take_bits) - 1;
+    take_bits &= take_bits - 1u;
+    const bool two = take_bits != 0u;
+    const int it1 = two ? __ffs(take_bits) - 1 : it0;
+    take_bits &= take_bits - 1u;
+    const int32_t rel0 = int32_t(int64_t(cols[it0 * kThreads + int(threadIdx.x)]) - o.start);
+    const int32_t rel1 = int32_t(int64_t(cols[it1 * kThreads + int(threadIdx.x)]) - o.start);
+    const int32_t v0 = o.map(rel0);
+    const int32_t v1 = o.map(rel1);
+    if (pos < k) {  // always: exactly r entries are taken
+      o.put_mapped(pos, rel0, v0);
+    }
+    if (two && pos + 1 < k) {
+      o.put_mapped(pos + 1, rel1, v1);
+    }
+    pos += two ? 2u : 1u;
   }
   if (warp_bin) {
     __syncthreads();
@@ -319,10 +343,16 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   }
 }
 
-// Samples taken from a window of n keys: enough that the threshold's relative error stays small
-// for long windows (at most kCapacity: the samples sit in the candidate buffer).
+// Samples taken from a window of n keys: 2048, doubled (up to kMaxSamples) until n <= 48 S, so that
+// about 128 samples or more fall above the most the buffer should take (j_hi below): the threshold's
+// relative error stays small. (The samples sit in the candidate buffer: kMaxSamples <= 2 kCapacity.)
+constexpr int kMinSamples = 2048;
 __device__ __forceinline__ int sample_count(int64_t n) {
-  return n >= 262144 ? kMaxSamples : (n >= 131072 ? kMaxSamples / 2 : (n >= 65536 ? kMaxSamples / 4 : kMaxSamples / 8));
+  int s = kMinSamples;
+  while (s < kMaxSamples && int64_t(s) * 48 < n) {
+    s *= 2;
+  }
+  return s;
 }
 
 // Keys per sampled run: single keys spread over the row cost one DRAM access each (random
@@ -467,12 +497,12 @@ __device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
   return radix::float_key(radix::fp16_bits_to_float(bits));
 }
 
-// 16-byte vectors per thread per round: 8 keys (two for fp32, one for 16-bit types: more spill at
-// 64 registers on sm_107a). The round's candidates are stored unconverted (raw bits: only the few
+// 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 8 for 16-bit types (one
+// vector: two spill at 64 registers on sm_107a). The round's candidates are stored unconverted (raw bits: only the few
 // that pass pay for the key), and `raw_to_keys` converts the buffer after.
 template <typename T>
 __host__ __device__ constexpr int round_vecs() {
-  return sizeof(T) == 4 ? 2 : 1;
+  return sizeof(T) == 4 ? 4 : 1;
 }
 
 // Append every key >= E of the part (every key when E == 0), with its column, to the candidates,
@@ -654,7 +684,7 @@ template <typename T>
 __device__ __forceinline__ void level_pass(const GlobalSrc<T>& g, const SelectState& st, int shift, uint32_t* hist,
                                            uint32_t* bin_or, uint32_t* bin_and) {
   constexpr int I = GlobalSrc<T>::kItems;
-  constexpr int U = I == 4 ? 4 : 1;  // fp32: 16 keys per thread per round; 16-bit: 8 (registers)
+  constexpr int U = I == 4 ? 2 : 1;  // fp32: 8 keys per thread per round; 16-bit: 8 (registers)
   const int per_round = U * int(blockDim.x);
   const int32_t rounds = vec_rounds(g, per_round);
   for (int32_t r = 0; r < rounds; ++r) {

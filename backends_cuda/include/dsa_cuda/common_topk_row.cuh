@@ -98,10 +98,15 @@ struct RowOut {
   // the reference's cast does).
   __device__ __forceinline__ void put(uint32_t pos, int64_t col) const {
     const int32_t rel = int32_t(col - start);
+    put_mapped(pos, rel, map(rel));
+  }
+  // Output slot `pos` gets relative index `rel`, already mapped (map(rel)): callers that write several
+  // outputs map them all first, so their page-table loads overlap.
+  __device__ __forceinline__ void put_mapped(uint32_t pos, int32_t rel, int32_t mapped) const {
     if (out_raw != nullptr) {
       out_raw[pos] = rel;
     }
-    out[pos] = map(rel);
+    out[pos] = mapped;
   }
   __device__ __forceinline__ void put_none(uint32_t pos) const {
     if (out_raw != nullptr) {
