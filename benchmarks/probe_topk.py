@@ -1,8 +1,17 @@
-"""Probe where the filter top-k kernel's time goes (H200): medians of CUDA-event timings over shapes
-and k, next to a plain read of the same bytes. Dev tool: `python benchmarks/probe_topk.py`."""
+"""Probe where the filter top-k kernel's time goes (H200). Dev tool.
+
+    python benchmarks/probe_topk.py            # shapes x k, next to a plain read of the same bytes
+    python benchmarks/probe_topk.py clusters   # decode-like shapes under each forced cluster size
+"""
+
+import os
+import sys
 
 import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
 import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import Timer  # noqa: E402
 
 
 def t(fn, it=20):
@@ -22,7 +31,7 @@ def t(fn, it=20):
     return ts[len(ts) // 2]
 
 
-def main():
+def by_k():
     for rows, n in ((264, 32768), (1056, 32768), (4096, 32768), (264, 131072), (4096, 8192), (4096, 4096)):
         x = torch.randn(rows, n, device="cuda")
         line = f"{rows}x{n}: read {t(lambda x=x: x.sum(dim=1)):.1f} us"
@@ -31,5 +40,20 @@ def main():
         print(line, flush=True)
 
 
+def clusters():
+    timer = Timer()
+    for rows, n in ((1, 131072), (20, 134868), (64, 131072), (256, 131072), (64, 1048576)):
+        x = torch.randn(rows, n, device="cuda")
+        line = f"{rows}x{n}:"
+        for c in ("auto", "1", "2", "4", "8"):
+            if c == "auto":
+                os.environ.pop("DSA_OPS_TOPK_CLUSTER", None)
+            else:
+                os.environ["DSA_OPS_TOPK_CLUSTER"] = c
+            line += f" | c={c} {timer.graph_median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.1f}"
+        os.environ.pop("DSA_OPS_TOPK_CLUSTER", None)
+        print(line, flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    clusters() if sys.argv[1:] == ["clusters"] else by_k()

@@ -34,8 +34,8 @@ def run(rows: int, width: int, k: int = 2048) -> None:
 
 
 def trace() -> None:
-    # Each printed line: "trace <block> <phase> <ns>"; the phases of a block are consecutive stamps.
-    for rows, width in ((4096, 32768), (1, 131072), (20, 134868), (4096, 131072)):
+    # Each printed line: "trace <block> <phase> <SM cycles since the previous phase>".
+    for rows, width in ((4096, 32768), (1, 131072), (20, 134868), (64, 1048576), (4096, 131072)):
         print(f"# shape {rows}x{width}", flush=True)
         run(rows, width)
 

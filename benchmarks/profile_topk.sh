@@ -4,8 +4,8 @@
 # executed instructions) and the details page (<shape>_details.txt) for each shape, all packed into
 # $OUT/profile.tgz (only a few files come back from the device).
 #   bash benchmarks/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
-# With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records the phase stamps (trace.log):
-# each device printf costs tens of microseconds, so read them as order, not as durations.
+# With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records, per phase, the SM clock cycles
+# since the previous phase of every 512th CTA (trace.log, medians in trace_summary.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsa_out}; P=/tmp/dsa_profile; rm -rf "$P"; mkdir -p "$P"
@@ -16,6 +16,19 @@ LINE_SO=$(tail -1 "$P/build_line.log")
 if [[ "${TRACE:-0}" == 1 ]]; then
   python3 benchmarks/profile_topk.py build "-DDSA_TOPK_TRACE" > "$P/build_trace.log" 2>&1
   DSA_OPS_CUDA_LIB=$(tail -1 "$P/build_trace.log") python3 benchmarks/profile_topk.py trace > "$P/trace.log" 2>&1
+  python3 - "$P/trace.log" <<'PY' | tee "$P/trace_summary.txt"
+import collections, sys
+shape, acc = None, collections.OrderedDict()
+for line in open(sys.argv[1]):
+    p = line.split()
+    if line.startswith("# shape"):
+        shape = p[2]
+    elif len(p) == 4 and p[0] == "trace":
+        acc.setdefault((shape, p[2]), []).append(int(p[3]))
+for (s, ph), v in acc.items():
+    v.sort()
+    print(f"{s:>12} ->{ph:10} median {v[len(v) // 2]:8d} cycles ({v[len(v) // 2] / 1980:6.2f} us at 1.98 GHz), n={len(v)}")
+PY
 fi
 for shape in ${*:-4096x32768 1x131072}; do
   rows=${shape%x*}; width=${shape#*x}

@@ -44,20 +44,45 @@ constexpr int kCapacity = 8192;
 // cp.async stages of the filter pass: one 16-byte vector per thread each.
 constexpr int kStages = 4;
 constexpr int kMaxSamples = 16384;  // <= 2 * kCapacity: the samples sit in the candidate keys and columns
+constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
 
-// Phase timestamps of a few CTAs, printed (dev builds with -DDSA_TOPK_TRACE only).
+// Phase timestamps of a few CTAs (dev builds with -DDSA_TOPK_TRACE only): SM clock stamps kept in
+// shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
+// perturb the phases.
 #ifdef DSA_TOPK_TRACE
+constexpr int kTraceMax = 12;
+__shared__ long long trace_clock[kTraceMax];
+__shared__ const char* trace_what[kTraceMax];
+__shared__ int trace_count;
 __device__ __forceinline__ void trace(const char* what) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   __syncthreads();
+  if (threadIdx.x == 0) {
+    if (trace_count < kTraceMax) {
+      trace_clock[trace_count] = clock64();
+      trace_what[trace_count] = what;
+    }
+    ++trace_count;
+  }
+}
+__device__ __forceinline__ void trace_begin() {
+  if (threadIdx.x == 0) {
+    trace_count = 0;
+  }
+  trace("start");
+}
+__device__ __forceinline__ void trace_end() {
   if (threadIdx.x == 0 && (blockIdx.x % 512) == 0) {
-    printf("trace %u %s %llu\n", blockIdx.x, what, (unsigned long long)t);
+    const int n = trace_count < kTraceMax ? trace_count : kTraceMax;
+    for (int i = 1; i < n; ++i) {
+      printf("trace %u %s %lld\n", blockIdx.x, trace_what[i], trace_clock[i] - trace_clock[i - 1]);
+    }
   }
 }
 #else
 __device__ __forceinline__ void trace(const char*) {}
+__device__ __forceinline__ void trace_begin() {}
+__device__ __forceinline__ void trace_end() {}
 #endif
 
 struct Counters {
@@ -498,20 +523,51 @@ __device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
 }
 
 // 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 8 for 16-bit types (one
-// vector: two spill at 64 registers on sm_107a). The round's candidates are stored unconverted (raw bits: only the few
-// that pass pay for the key), and `raw_to_keys` converts the buffer after.
+// vector: two spill at 64 registers on sm_107a). The round's candidates are stored unconverted (raw
+// bits: only the few that pass pay for the key), and `raw_to_keys` converts the buffer after.
 template <typename T>
 __host__ __device__ constexpr int round_vecs() {
   return sizeof(T) == 4 ? 4 : 1;
 }
 
+// The part's vectors [vf, ve) lie wholly inside the window and are copied ahead through `stage`;
+// the (at most two) partial ones load their in-window items in place (nothing outside is read).
+template <typename T>
+struct FilterStages {
+  const uint4* src;
+  int32_t vf;
+  int32_t ve;
+  uint4* stage;
+  __device__ __forceinline__ FilterStages(const GlobalSrc<T>& g, uint4* stage_)
+      : src(reinterpret_cast<const uint4*>(g.row + g.a0)),
+        vf(g.a0 == g.lo ? 0 : 1),
+        ve(int32_t((g.hi - g.a0) / GlobalSrc<T>::kItems)),
+        stage(stage_) {}
+  // Copy the thread's vector of stage s into its slot; one commit group per stage, empty or not
+  // (the waits count groups).
+  __device__ __forceinline__ void issue(int32_t s) const {
+    const int32_t v = s * kThreads + int(threadIdx.x);
+    if (v >= vf && v < ve) {
+      cp_async16(stage + (s & (kStages - 1)) * kThreads + threadIdx.x, src + v);
+    }
+    cp_async_commit();
+  }
+  // The first kStages stages: issued before the sample select, so the filter starts on landed data.
+  __device__ __forceinline__ void prologue() const {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      issue(s);
+    }
+  }
+};
+
 // Append every key >= E of the part (every key when E == 0), with its column, to the candidates,
 // as raw bits (keys past kCapacity are counted in cnt.cand, not stored). kRoundVecs 16-byte vectors
 // per thread per round, loaded kStages vectors ahead through the thread's own slots of `stage`
-// (cp.async): the loads never wait for the compare-and-append work.
+// (cp.async; the caller issued the prologue): the loads never wait for the compare-and-append work.
 template <typename T>
-__device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, uint32_t* keys, int32_t* cols,
-                                            uint4* stage, Counters& cnt) {
+__device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, const FilterStages<T>& fs, uint32_t E,
+                                            uint32_t* keys, int32_t* cols, Counters& cnt) {
   constexpr int I = GlobalSrc<T>::kItems;
   constexpr int kRoundVecs = round_vecs<T>();
   static_assert(kStages % kRoundVecs == 0, "a round's vectors are whole stages");
@@ -519,22 +575,9 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, u
   const int tid = int(threadIdx.x);
   const FloatThreshold t(E);
   const bool take_all = E == 0u;
-  // Vectors [vf, ve) lie wholly inside the window and are copied ahead; the (at most two) partial
-  // ones load their in-window items in place (nothing outside the window is read).
-  const uint4* src = reinterpret_cast<const uint4*>(g.row + g.a0);
-  const int32_t vf = g.a0 == g.lo ? 0 : 1;
-  const int32_t ve = int32_t((g.hi - g.a0) / I);
-  auto issue = [&](int32_t s) {  // the thread's vector of stage s
-    const int32_t v = s * kThreads + tid;
-    if (v >= vf && v < ve) {
-      cp_async16(stage + (s & (kStages - 1)) * kThreads + tid, src + v);
-    }
-    cp_async_commit();  // (empty groups too: the wait below counts groups)
-  };
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    issue(s);
-  }
+  const int32_t vf = fs.vf;
+  const int32_t ve = fs.ve;
+  const uint4* stage = fs.stage;
   for (int32_t s0 = 0; s0 < vecs_per_thread; s0 += kRoundVecs) {
     cp_async_wait<kStages - kRoundVecs>();  // stages s0 .. s0 + kRoundVecs - 1 have landed
     uint4 x[kRoundVecs];
@@ -562,7 +605,7 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint32_t E, u
     }
 #pragma unroll
     for (int h = 0; h < kRoundVecs; ++h) {
-      issue(s0 + kStages + h);  // the slot is free: its vector is in registers
+      fs.issue(s0 + kStages + h);  // the slot is free: its vector is in registers
     }
     if (__ballot_sync(0xFFFFFFFFu, pass != 0u) == 0u) {
       continue;  // (warp-uniform)
@@ -771,19 +814,13 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   }
 }
 
+// One row (one CTA of its cluster).
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
-  __shared__ SelectShared sh;
-  __shared__ Counters cnt;
-  extern __shared__ uint4 dyn_smem[];
+__device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
   uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
-
-  pdl_wait();
-  pdl_launch_dependents();
-  trace("start");
 
   const uint32_t csize = uint32_t(a.cluster);
   const int64_t r = blockIdx.x / csize;
@@ -816,6 +853,14 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   const bool fits = n <= uint32_t(kCapacity);
   const bool fast = fits || (a.sample != 0 && 4 * uint64_t(k) <= uint64_t(kCapacity));
   if (fast) {
+    // This CTA's part of the window; its first stages load while the threshold is sampled.
+    const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
+    const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
+    const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
+    GlobalSrc<T> g;
+    g.init(row, p_lo, p_hi);
+    const FilterStages<T> fs(g, stage);
+    fs.prologue();
     bool promising = true;
     bool single = false;
     uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), k, keys, hist, cnt, sh, promising, single);
@@ -823,12 +868,13 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
     __syncthreads();  // the samples are dead
     // Uniform over the row's CTAs (same samples, same decisions).
     if (!promising && !single) {
+      cp_async_wait<0>();  // (the prologue's copies land before the CTA leaves)
       if (rank != 0) {
         return;
       }
-      GlobalSrc<T> g;
-      g.init(row, w.lo, w.hi);
-      exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
+      GlobalSrc<T> gw;
+      gw.init(row, w.lo, w.hi);
+      exact_row(gw, n, k, keys, cols, hist, cnt, o, sh);
       return;
     }
     // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
@@ -836,13 +882,8 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
     const bool plateau = !promising;
     const uint32_t V = E;
     E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
-    const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
-    const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
-    const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
-    GlobalSrc<T> g;
-    g.init(row, p_lo, p_hi);
     trace("threshold");
-    filter_pass(g, E, keys, cols, stage, cnt);
+    filter_pass(g, fs, E, keys, cols, cnt);
     __syncthreads();  // the candidates and their count are complete
     raw_to_keys<T>(keys, cnt.cand, cnt);
     trace("filtered");
@@ -850,27 +891,49 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
       // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
       radix::cluster_sync();
       if (rank == 0) {
+        // Every remote count and range first, then all remote candidates of a round of thread slots
+        // before any of their stores: the distributed-shared-memory loads overlap.
+        uint32_t mc[kMaxClusterCtas];
         uint32_t total = 0;
+        uint32_t most = 0;
         uint32_t lo = 0xFFFFFFFFu;
         uint32_t hi = 0u;
         bool ok = true;
-        for (uint32_t c = 0; c < csize; ++c) {
-          const uint32_t m = radix::cluster_load(&cnt.cand, c);
-          ok = ok && m <= uint32_t(kCapacity);
-          total += m <= uint32_t(kCapacity) ? m : uint32_t(kCapacity) + 1u;
-          lo = min(lo, radix::cluster_load(&cnt.lo, c));
-          hi = max(hi, radix::cluster_load(&cnt.hi, c));
+#pragma unroll
+        for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
+          mc[c] = c < csize ? radix::cluster_load(&cnt.cand, c) : 0u;
+          if (c < csize) {
+            lo = min(lo, radix::cluster_load(&cnt.lo, c));
+            hi = max(hi, radix::cluster_load(&cnt.hi, c));
+          }
+        }
+#pragma unroll
+        for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
+          ok = ok && mc[c] <= uint32_t(kCapacity);
+          total += mc[c] <= uint32_t(kCapacity) ? mc[c] : uint32_t(kCapacity) + 1u;
+          most = c > 0 && mc[c] > most ? mc[c] : most;
         }
         ok = ok && (plateau || total >= k) && total <= uint32_t(kCapacity);
         if (ok) {
-          uint32_t at = radix::cluster_load(&cnt.cand, 0);
-          for (uint32_t c = 1; c < csize; ++c) {
-            const uint32_t m = radix::cluster_load(&cnt.cand, c);
-            for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) {
-              keys[at + i] = radix::cluster_load(keys + i, c);
-              cols[at + i] = int32_t(radix::cluster_load(reinterpret_cast<const uint32_t*>(cols + i), c));
+          for (uint32_t i = threadIdx.x; i < most; i += blockDim.x) {
+            uint32_t kv[kMaxClusterCtas];
+            uint32_t cv[kMaxClusterCtas];
+#pragma unroll
+            for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
+              if (i < mc[c]) {
+                kv[c] = radix::cluster_load(keys + i, c);
+                cv[c] = radix::cluster_load(reinterpret_cast<const uint32_t*>(cols + i), c);
+              }
             }
-            at += m;
+            uint32_t at = mc[0];
+#pragma unroll
+            for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
+              if (i < mc[c]) {
+                keys[at + i] = kv[c];
+                cols[at + i] = int32_t(cv[c]);
+              }
+              at += mc[c];
+            }
           }
         }
         __syncthreads();  // every thread read cnt.cand before thread 0 overwrites it
@@ -918,6 +981,18 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   GlobalSrc<T> g;
   g.init(row, w.lo, w.hi);
   exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
+  __shared__ SelectShared sh;
+  __shared__ Counters cnt;
+  extern __shared__ uint4 dyn_smem[];
+  pdl_wait();
+  pdl_launch_dependents();
+  trace_begin();
+  filter_row<T>(a, sh, cnt, dyn_smem);
+  trace_end();
 }
 
 using Kernel = void (*)(KernelArgs);
