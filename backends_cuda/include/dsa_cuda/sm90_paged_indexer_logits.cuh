@@ -1,0 +1,383 @@
+// dsa.paged_indexer_logits on Hopper (sm_90a): the indexer scoring core (sm90_indexer_core.cuh) over
+// a paged fp8 cache, warp-specialised, persistent.
+//
+// Work: an item is (R query tokens of one request, a chunk of 128-key tiles of its positions), R = 1,
+// 2 or 4 (R * H <= 128), so the Q tile of R tokens x H heads is the MMA's N = R * H (32, 64 or 128;
+// next_n = 1 at H = 64 is N = 64, not a half-empty 128). Items are ordered chunk-major and a
+// persistent grid (one CTA per SM) strides over them; the chunk length is picked so that a few
+// requests still give every SM work.
+//
+// CTA: 2 math warpgroups + 1 producer warp, as in indexer_logits.
+// - A 128-key tile is two cache blocks (pages): warpgroup w's 64 keys are logical page 2 * tile + w,
+//   the dense kernel's 64-key warpgroup tile. The producer takes the item's page ids from block_table
+//   in one load per lane at most 32 + 32 pages ahead (the next item's are in flight while this item is
+//   copied), broadcasts each with a shuffle, and copies the page's 64 x 128 fp8 bytes (16-byte
+//   cp.async, 128-byte XOR swizzle, as the dense tiles) and its 64 fp32 scales into the stage. Pages
+//   past the item's last visible position are never looked up; a page whose id is outside
+//   [0, num_blocks) is not read, its positions score -inf.
+// - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
+//   relu / weights / head sum / key scale), then a store masked by each token's visible length.
+// - Tiles past the item's last visible position are not loaded or multiplied; their scores are
+//   written -inf directly when `clean`.
+//
+// Torch-free. Included by paged_indexer_logits.cuh under __CUDACC__.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common_launch.cuh"
+#include "sm90_indexer_core.cuh"
+
+namespace dsa_cuda {
+namespace sm90_paged_indexer {
+
+using namespace sm90_indexer;  // the scoring core: Mode, kWgKeys, kDim, PTX helpers, score_tile, ...
+
+constexpr int kPage = 64;             // positions per cache block: one warpgroup's 64 keys
+constexpr int kWgs = 2;               // math warpgroups, each one page of a tile
+constexpr int kTileKeys = kPage * kWgs;
+constexpr int kMaxChunkTiles = 32;    // tiles per item at most: 64 pages, two table loads per lane
+
+template <int kMode, int kN>
+struct Cfg {
+  static constexpr int kMathThreads = 128 * kWgs;
+  static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
+  static constexpr int kProducerWarp = kMathThreads / 32;
+  static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;  // fp8: one byte per element
+  static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
+  static constexpr int kScaleBytes = kTileKeys * 4;
+  static constexpr int kStages = 8;
+  static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
+  // 1024 of slack: the swizzled tiles start 1024-aligned. Then Q, the key stages, the scale stages,
+  // the full / empty barriers.
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
+};
+
+struct KernelArgs {
+  const uint8_t* q;
+  const uint8_t* cache;
+  const float* weights;
+  const int32_t* ctx;
+  const int32_t* table;
+  float* out;
+  int64_t q_batch_stride;  // bytes
+  int64_t q_token_stride;
+  int64_t q_head_stride;
+  int64_t block_stride;  // bytes
+  int64_t w_row_stride;
+  int64_t w_head_stride;
+  int64_t ctx_stride;
+  int64_t table_row_stride;
+  int64_t table_col_stride;
+  int64_t out_row_stride;
+  int32_t next_n;
+  int32_t groups;      // token groups of R per request
+  int32_t row_blocks;  // B * groups; items are (row block, chunk), row block fastest
+  int32_t chunks;
+  int32_t chunk_tiles;
+  int32_t key_tiles;   // ceil(L / 128)
+  int32_t width;       // L
+  int32_t limit;       // min(L, 64 * max_blocks): no position at or past it is visible
+  int32_t num_blocks;
+  bool clean;
+};
+
+// One item's tokens and tiles; identical in the producer and the math warps.
+template <int kRows>
+struct Item {
+  int64_t row0;       // output row of the group's first token
+  int32_t b;          // request
+  int32_t i0;         // the group's first token inside the request
+  int32_t ntok;       // tokens of the group (rows r >= ntok are padding)
+  int32_t hi[kRows];  // visible positions [0, hi[r]) of token r
+  int32_t pages;      // logical pages holding a visible position: block_table[b, :pages] is looked up
+  int32_t t0, t1;     // tiles to compute
+  int32_t k_begin, k_end;  // the chunk's positions, clipped to L
+};
+
+#if DSA_SM90_INDEXER_DEVICE
+
+// This CTA's items: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped without divisions.
+struct ItemCursor {
+  int32_t rb, kc, step_rb, step_kc;
+  __device__ __forceinline__ explicit ItemCursor(const KernelArgs& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
+    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    rb += step_rb;
+    kc += step_kc;
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
+// The item from its request's (untrusted) context length `ctx`.
+template <int kRows>
+__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc, int32_t ctx) {
+  Item<kRows> it;
+  it.b = rb / a.groups;
+  it.i0 = (rb - it.b * a.groups) * kRows;
+  it.ntok = min(kRows, a.next_n - it.i0);
+  it.row0 = int64_t(it.b) * a.next_n + it.i0;
+  int32_t hi_max = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    // Token i sees p < ctx - next_n + i + 1, clipped to [0, limit) (64-bit: ctx is untrusted).
+    const int64_t h = int64_t(ctx) - a.next_n + it.i0 + r + 1;
+    it.hi[r] = r < it.ntok ? int32_t(min(max(h, int64_t{0}), int64_t(a.limit))) : 0;
+    hi_max = max(hi_max, it.hi[r]);
+  }
+  it.pages = (hi_max + kPage - 1) / kPage;
+  const int32_t c0 = kc * a.chunk_tiles;
+  const int32_t c1 = min(c0 + a.chunk_tiles, a.key_tiles);
+  it.t0 = c0;
+  it.t1 = max(c0, min(c1, (hi_max + kTileKeys - 1) / kTileKeys));
+  it.k_begin = c0 * kTileKeys;
+  it.k_end = min(c1 * kTileKeys, a.width);
+  return it;
+}
+
+__device__ __forceinline__ int32_t load_ctx(const KernelArgs& a, int32_t rb) {
+  return ldg_early(a.ctx + int64_t(rb / a.groups) * a.ctx_stride);
+}
+
+// Lane j's page ids of the item: logical pages 2 t0 + j and 2 t0 + 32 + j (-1 where not looked up).
+// The loads stay in flight until the ids are used (the validity test is at the use).
+template <int kRows>
+__device__ __forceinline__ void load_pages(const KernelArgs& a, const Item<kRows>& t, int lane, int32_t (&ids)[2]) {
+  const int32_t* row = a.table + int64_t(t.b) * a.table_row_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t pg = 2 * t.t0 + 32 * h + lane;
+    ids[h] = -1;
+    if (pg < 2 * t.t1 && pg < t.pages) {
+      ids[h] = ldg_early(row + int64_t(pg) * a.table_col_stride);
+    }
+  }
+}
+
+template <int kMode, int kHeads, int kRows>
+__device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
+                                         uint32_t empty) {
+  using C = Cfg<kMode, kHeads * kRows>;
+  // As in the dense producer: a lane always copies the same 16-byte column `ch` of rows r0, r0 + 4, ...,
+  // so every copy's destination is a base plus a constant.
+  constexpr int kChunks = C::kKvRowBytes / 16;  // 8
+  constexpr int kStep = 32 / kChunks;           // rows per pass of the warp
+  constexpr int kPasses = kPage / kStep;        // passes per page
+  constexpr int kPeriod = 8 / kStep;            // passes per 8 rows (one swizzle period)
+  const int lane = threadIdx.x & 31;
+  const int ch = lane % kChunks;
+  const int r0 = lane / kChunks;
+  uint32_t dst_off[kPeriod];
+#pragma unroll
+  for (int p = 0; p < kPeriod; ++p) {
+    const int r = r0 + p * kStep;
+    dst_off[p] = uint32_t(r * C::kKvRowBytes + ((ch ^ (r & 7)) << 4));
+  }
+  const int64_t lane_src = int64_t(r0) * C::kKvRowBytes + ch * 16;
+  constexpr int kScaleOffset = kPage * kDim;  // the block's scales follow its 64 * D fp8 values
+
+  ItemCursor cur(a);
+  if (!cur.valid(a)) {
+    return;
+  }
+  Item<kRows> next = decode_item<kRows>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
+  int32_t next_ids[2];
+  load_pages(a, next, lane, next_ids);
+  uint32_t it = 0;
+  while (true) {
+    const Item<kRows> t = next;
+    const int32_t ids[2] = {next_ids[0], next_ids[1]};
+    cur.next(a);
+    const bool more = cur.valid(a);
+    if (more) {  // the next item's page ids are in flight while this item's pages are copied
+      next = decode_item<kRows>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
+      load_pages(a, next, lane, next_ids);
+    }
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
+        mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
+      }
+#pragma unroll
+      for (int w = 0; w < kWgs; ++w) {
+        const int j = 2 * (tile - t.t0) + w;  // < 64
+        const int32_t id = __shfl_sync(0xffffffffu, j < 32 ? ids[0] : ids[1], j & 31);
+        if (id >= 0 && id < a.num_blocks) {  // warp-uniform
+          const uint8_t* blk = a.cache + int64_t(id) * a.block_stride;
+          const uint8_t* src = blk + lane_src;
+          const uint32_t dst = stages + stage * C::kStageBytes + w * kPage * C::kKvRowBytes;
+#pragma unroll
+          for (int p = 0; p < kPasses; ++p) {
+            cp_async16(dst + dst_off[p % kPeriod] + (p / kPeriod) * 8 * C::kKvRowBytes,
+                       src + p * kStep * C::kKvRowBytes, 16u);
+          }
+          if (lane < kPage * 4 / 16) {
+            cp_async16(scales + stage * C::kScaleBytes + w * kPage * 4 + lane * 16, blk + kScaleOffset + lane * 16,
+                       16u);
+          }
+        }
+      }
+      cp_async_arrive(full + stage * 8);
+    }
+    if (!more) {
+      break;
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+#endif  // DSA_SM90_INDEXER_DEVICE
+
+template <int kMode, int kHeads, int kRows>
+__global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows>::kThreads, 1)
+    paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
+#if DSA_SM90_INDEXER_DEVICE
+  constexpr int kN = kHeads * kRows;
+  using C = Cfg<kMode, kN>;
+  constexpr int kMathThreads = C::kMathThreads;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_smem = base;
+  const uint32_t stages = base + C::kQBytes;
+  const uint32_t scales = stages + C::kStages * C::kStageBytes;
+  const uint32_t full = scales + C::kStages * C::kScaleBytes;
+  const uint32_t empty = full + C::kStages * 8;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full + s * 8, 32);
+      mbar_init(empty + s * 8, kMathThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int warp = threadIdx.x >> 5;
+  if (warp == C::kProducerWarp) {
+    producer<kMode, kHeads, kRows>(a, stages, scales, full, empty);
+    return;
+  }
+
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;  // accumulator row within the warp's 16
+  const int c = lane & 3;   // accumulator column pair
+  const int wg = warp >> 2;
+  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a tile
+  const int kr1 = kr0 + 8;
+  const float kNegInf = __int_as_float(int(0xff800000u));
+  const uint64_t q_desc = sw128_desc(q_smem);
+
+  float acc[kN / 2];
+  float w[kN / 4];
+  uint32_t it = 0;
+  int32_t staged_rb = -1;  // the row block whose Q tile and weights are loaded
+  for (ItemCursor cur(a); cur.valid(a); cur.next(a)) {
+    const Item<kRows> t = decode_item<kRows>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
+    if (cur.rb != staged_rb) {  // CTA-uniform: a new Q tile (few requests: a CTA keeps its row block)
+      staged_rb = cur.rb;
+      math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
+      if (threadIdx.x < 2 * kN) {  // two threads per Q row n = r * H + h
+        const int n = threadIdx.x >> 1;
+        const int r = n / kHeads;
+        const uint8_t* src = a.q + int64_t(t.b) * a.q_batch_stride + int64_t(t.i0 + r) * a.q_token_stride +
+                             int64_t(n % kHeads) * a.q_head_stride;
+        stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
+      }
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * i + 2 * c + e;
+          const int r = col / kHeads;
+          w[2 * i + e] = r < t.ntok ? __ldg(a.weights + (t.row0 + r) * a.w_row_stride +
+                                            (col % kHeads) * a.w_head_stride)
+                                    : 0.f;
+        }
+      }
+      // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      math_barrier<kMathThreads>();
+    }
+
+    if (a.clean) {  // positions of the chunk past the computed tiles: -inf, no math
+      const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r < t.ntok) {
+          float* o = a.out + (t.row0 + r) * a.out_row_stride;
+          for (int32_t k = kz + int32_t(threadIdx.x); k < t.k_end; k += kMathThreads) {
+            o[k] = kNegInf;
+          }
+        }
+      }
+    }
+
+    const int32_t* table_row = a.table + int64_t(t.b) * a.table_row_stride;
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      const int32_t key0 = tile * kTileKeys;
+      const int32_t key_a = key0 + kr0;
+      const int32_t key_b = key0 + kr1;
+      // This warpgroup's page id (in flight while the stage lands); pages past the last visible
+      // position are not looked up.
+      const int32_t pg = 2 * tile + wg;
+      int32_t id = -1;
+      if (pg < t.pages) {
+        id = ldg_early(table_row + int64_t(pg) * a.table_col_stride);
+      }
+      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
+      const bool page_ok = id >= 0 && id < a.num_blocks;
+      float s0 = 0.f, s1 = 0.f;  // a page not copied holds stale data: its scores are -inf below
+      if (page_ok) {
+        s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
+        s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
+      }
+      float part[2 * kRows];
+      score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                           acc, w, 0u, s0, s1, part);
+      if constexpr (kRows == 1) {
+        // Lanes c = 0, 1 hold key a's total, c = 2, 3 key b's; the even lane stores.
+        const float total = quad_reduce_pair(part, c);
+        const int32_t key = c < 2 ? key_a : key_b;
+        if ((c & 1) == 0 && key < a.width) {
+          a.out[t.row0 * a.out_row_stride + key] = page_ok && key < t.hi[0] ? total : kNegInf;
+        }
+      } else {
+        float total[2 * kRows / 4];
+        quad_reduce_scatter<2 * kRows>(part, c, total);
+        // Lane c stores value 4 b + c = kh * kRows + r.
+#pragma unroll
+        for (int b = 0; b < 2 * kRows / 4; ++b) {
+          const int v = 4 * b + c;
+          const int kh = v / kRows;
+          const int r = v % kRows;
+          int32_t hi = t.hi[0];
+#pragma unroll
+          for (int rr = 1; rr < kRows; ++rr) {  // select, not a dynamic index (which would go to local memory)
+            hi = r == rr ? t.hi[rr] : hi;
+          }
+          const int32_t key = kh ? key_b : key_a;
+          if (r < t.ntok && key < a.width) {
+            a.out[(t.row0 + r) * a.out_row_stride + key] = page_ok && key < hi ? total[b] : kNegInf;
+          }
+        }
+      }
+    }
+  }
+#endif  // DSA_SM90_INDEXER_DEVICE
+}
+
+}  // namespace sm90_paged_indexer
+}  // namespace dsa_cuda
