@@ -2,7 +2,7 @@
 Hopper only; the scoring core is indexer_logits' own, sm90_indexer_core.cuh).
 
 Calls ``torch.ops.dsa_cuda.paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table,
-max_context_len, clean, fp8_mma, out)``.
+max_context_len, clean, fp8_mma, math_warpgroups, out)``.
 
 fp8 operands are widened to fp16 in registers (exact) for fp16 MMAs with fp32 accumulation, which meets
 the op's 1e-5-of-row-norm contract. ``FP8_MMA = True`` (this module's attribute; ``run(..., fp8_mma=True)``
@@ -20,13 +20,16 @@ import torch
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
 FP8_MMA = False
+# Math warpgroups per CTA (2 or 3, each one 64-position page of every tile; 3 applies to next_n = 1,
+# other shapes run 2). For benchmark sweeps.
+MATH_WARPGROUPS = 2
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128
 BLOCK = 64
 
 
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, *,
-        fp8_mma: Optional[bool] = None, out=None):
+        fp8_mma: Optional[bool] = None, math_warpgroups: Optional[int] = None, out=None):
     global _fn
     fn = _fn
     if fn is None:
@@ -36,7 +39,8 @@ def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean,
     if out is None:
         out = torch.empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32, device=q.device)
     fn(q, kv_cache, weights, context_lens, block_table, int(max_context_len), bool(clean),
-       bool(FP8_MMA if fp8_mma is None else fp8_mma), out)
+       bool(FP8_MMA if fp8_mma is None else fp8_mma),
+       int(MATH_WARPGROUPS if math_warpgroups is None else math_warpgroups), out)
     return out
 
 

@@ -205,24 +205,28 @@ def test_paged_indexer_logits(bench, case):
             except registry.DispatchError as e:
                 print(f"\n  paged_indexer_logits [{provider}] {case}: skipped: {str(e).splitlines()[1]}")
                 continue
-        for mode in (False, True):
+        # CUDA: 2 and 3 math warpgroups per CTA (3 applies to next_n = 1 only).
+        wgs = (None,) if provider == "triton" else ((2, 3) if next_n == 1 else (2,))
+        for mode, wg in [(m, g) for m in (False, True) for g in wgs]:
             label = "fp8-mma" if mode else "fp16-mma"
             if provider == "triton":
                 fn = lambda m=mode: pil.launch(*args, L, True, fp8_mma=m)  # noqa: E731
             else:
                 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-                fn = lambda m=mode: ppi.run(*args, L, True, fp8_mma=m)  # noqa: E731
+                fn = lambda m=mode, g=wg: ppi.run(*args, L, True, fp8_mma=m, math_warpgroups=g)  # noqa: E731
             us = bench.timer.median_us(fn, warmup=3, iters=30)
             times[provider, label] = us
             baselines = {"torch": t_us}
             if provider == "cuda" and ("triton", label) in times:
                 baselines["triton"] = times["triton", label]
             bound = max(floor, tensor_floor[label])
+            case_d = {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
+                      "page_size": 64, "mma": label}
+            if wg is not None:
+                case_d["math_warpgroups"] = wg
             bench.add(record(
-                "paged_indexer_logits", provider,
-                {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
-                 "page_size": 64, "mma": label},
+                "paged_indexer_logits", provider, case_d,
                 us,
                 floor_us=floor, floor_kind="memory (kv cache read once + logits write + q)",
                 baselines=baselines,

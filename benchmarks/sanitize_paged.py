@@ -29,19 +29,21 @@ for h in (64, 32):
                 pages = -(-int(ctx[r]) // 64)
                 table[r, pages:] = torch.tensor([-1, 2**31 - 1, -(2**31)], device="cuda").repeat(mb)[: mb - pages]
             table[0, 3] = nb  # a visible page outside the cache: -inf, never read
-            out = torch.full((b * next_n, L), 12345.0, device="cuda")
-            ppi.run(q, cache, w, ctx, table, L, True, fp8_mma=fp8_mma, out=out)
             ref = reference(q, cache, w, ctx, table, L, True)
-            vis = torch.isfinite(ref)
-            norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
-            err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
-            inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
-            tol = 2e-3 if fp8_mma else 1e-5
-            ok = inf_ok and err <= tol
-            name = f"H{h} next_n {next_n} fp8_mma={fp8_mma}"
-            print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf exact: {inf_ok}", "ok" if ok else "FAIL")
-            if not ok:
-                failed.append(name)
+            for wg in (2, 3):
+                out = torch.full((b * next_n, L), 12345.0, device="cuda")
+                ppi.run(q, cache, w, ctx, table, L, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
+                vis = torch.isfinite(ref)
+                norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
+                err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
+                inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
+                tol = 2e-3 if fp8_mma else 1e-5
+                ok = inf_ok and err <= tol
+                name = f"H{h} next_n {next_n} fp8_mma={fp8_mma} warpgroups {wg}"
+                print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf exact: {inf_ok}",
+                      "ok" if ok else "FAIL")
+                if not ok:
+                    failed.append(name)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)

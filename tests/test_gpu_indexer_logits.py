@@ -243,21 +243,29 @@ PAGED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+# (backend, variant): the CUDA kernel with 2 and 3 math warpgroups (3 applies to next_n = 1).
+PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
+
+
+@pytest.mark.parametrize("backend,wg", PAGED_VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("case", PAGED_CASES,
                          ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}-{'hostile' if c[7] else 'ok'}")
-def test_paged_indexer_logits(backend, case):
+def test_paged_indexer_logits(backend, wg, case):
     b, next_n, h, ctx, nb, mb, L, hostile, pad = case
     args = _paged(b, next_n, h, ctx, nb, mb, hostile=hostile, pad=pad)
     with dsa_ops.use_backend(backend):
         out = dsa_ops.paged_indexer_logits(*args, max_context_len=L)
-    _check(out, ref_paged(*args, L, True))
+    ref = ref_paged(*args, L, True)
+    _check(out, ref)
     poisoned = torch.full((b * next_n, L), POISON, device="cuda")
-    _paged_direct(backend)(*args, L, True, out=poisoned)
-    assert torch.equal(poisoned, out)
+    _paged_direct(backend, wg)(*args, L, True, out=poisoned)
+    if wg in (None, 2):  # the op's default variant: bitwise the same call
+        assert torch.equal(poisoned, out)
+    else:
+        _check(poisoned, ref)
 
 
-def _paged_direct(backend):
+def _paged_direct(backend, wg=None):
     """The paged provider's kernel called directly into `out` (for the poisoned-output checks)."""
     if backend == "triton":
         from dsa_ops.backends.triton import paged_indexer_logits as pil
@@ -265,7 +273,7 @@ def _paged_direct(backend):
         return lambda *a, out: pil.launch(*a, out=out)
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-    return lambda *a, out: ppi.run(*a, out=out)
+    return lambda *a, out: ppi.run(*a, out=out, math_warpgroups=wg)
 
 
 def _nan_unused(q, cache, w, ctx, table, next_n):
@@ -322,9 +330,9 @@ PAGED_NAN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+@pytest.mark.parametrize("backend,wg", PAGED_VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("case", PAGED_NAN_CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}")
-def test_paged_nan_unused_and_poisoned_table(backend, case):
+def test_paged_nan_unused_and_poisoned_table(backend, wg, case):
     b, next_n, h, ctx, nb, mb, L = case
     q, cache, w, ctx_t, _ = _paged(b, next_n, h, ctx, nb, mb, hostile=False, seed=21)
     g = torch.Generator(device="cuda").manual_seed(22)
@@ -340,7 +348,7 @@ def test_paged_nan_unused_and_poisoned_table(backend, case):
     args = _nan_unused(q, cache, w, ctx_t, table, next_n)
     ref = ref_paged(*args, L, True)
     out = torch.full((b * next_n, L), POISON, device="cuda")
-    _paged_direct(backend)(*args, L, True, out=out)
+    _paged_direct(backend, wg)(*args, L, True, out=out)
     _check(out, ref)
     with dsa_ops.use_backend(backend):
         _check(dsa_ops.paged_indexer_logits(*args, max_context_len=L), ref)
@@ -367,12 +375,14 @@ def test_cuda_paged_fp8_mma_close():
         args = _paged(8, next_n, h, [5000, 1, 0, -7, 4096, 9000, 64, 65], 300, 100, hostile=True, seed=41)
         if ppi.supports(*args, 6400, True) is not None:
             pytest.skip(ppi.supports(*args, 6400, True))
-        out, ref = ppi.run(*args, 6400, True, fp8_mma=True), ref_paged(*args, 6400, True)
-        vis = torch.isfinite(ref)
-        assert torch.equal(torch.isfinite(out), vis)
-        norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
-        err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
-        assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())
+        ref = ref_paged(*args, 6400, True)
+        for wg in (2, 3):
+            out = ppi.run(*args, 6400, True, fp8_mma=True, math_warpgroups=wg)
+            vis = torch.isfinite(ref)
+            assert torch.equal(torch.isfinite(out), vis)
+            norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
+            err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
+            assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())
 
 
 def test_cuda_paged_matches_dense_kernel_bitwise():
@@ -385,7 +395,8 @@ def test_cuda_paged_matches_dense_kernel_bitwise():
 
     b, h, L = 3, 64, 1000
     q, cache, w, ctx, table = _paged(b, 1, h, [1000, 777, 5], 60, 16, hostile=False, seed=51)
-    out = ppi.run(q, cache, w, ctx, table, L, True)
+    out = ppi.run(q, cache, w, ctx, table, L, True, math_warpgroups=2)
+    assert torch.equal(out, ppi.run(q, cache, w, ctx, table, L, True, math_warpgroups=3))
     vals, sc = split_cache(cache, 128)
     for r in range(b):
         ids = table[r].long()

@@ -25,10 +25,10 @@ cudaError_t sm_count(int* sms) {
   return cudaSuccess;
 }
 
-template <int kMode, int kHeads, int kRows>
+template <int kMode, int kHeads, int kRows, int kWgs>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
-  auto kernel = k::paged_indexer_logits_kernel<kMode, kHeads, kRows>;
-  using C = k::Cfg<kMode, kHeads * kRows>;
+  auto kernel = k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs>;
+  using C = k::Cfg<kMode, kHeads * kRows, kWgs>;
   constexpr int kSmem = C::kSmemBytes;
   // Once per instantiation: the attribute belongs to the function, not the launch.
   static std::atomic<bool> configured{false};
@@ -39,13 +39,22 @@ cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
   return launch_pdl(kernel, dim3(unsigned(grid)), dim3(C::kThreads), size_t(kSmem), stream, a);
 }
 
+// 3 warpgroups only for one token per item (see PagedIndexerLogitsParams::math_warpgroups).
 template <int kMode>
-cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int grid, cudaStream_t stream) {
+cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, int grid, cudaStream_t stream) {
   if (heads == 64) {
-    return rows == 1 ? launch<kMode, 64, 1>(a, grid, stream) : launch<kMode, 64, 2>(a, grid, stream);
+    if (rows == 1) {
+      return wgs == 3 ? launch<kMode, 64, 1, 3>(a, grid, stream) : launch<kMode, 64, 1, 2>(a, grid, stream);
+    }
+    return launch<kMode, 64, 2, 2>(a, grid, stream);
   }
-  return rows == 1 ? launch<kMode, 32, 1>(a, grid, stream)
-                   : rows == 2 ? launch<kMode, 32, 2>(a, grid, stream) : launch<kMode, 32, 4>(a, grid, stream);
+  if (rows == 1) {
+    return wgs == 3 ? launch<kMode, 32, 1, 3>(a, grid, stream) : launch<kMode, 32, 1, 2>(a, grid, stream);
+  }
+  if (rows == 2) {
+    return launch<kMode, 32, 2, 2>(a, grid, stream);
+  }
+  return launch<kMode, 32, 4, 2>(a, grid, stream);
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
@@ -67,13 +76,16 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.head_dim != k::kDim) {
     return "the CUDA paged indexer kernel takes head dim 128";
   }
-  if (p.max_context_len > int64_t{INT32_MAX} - 2 * k::kTileKeys) {
+  if (p.math_warpgroups != 0 && p.math_warpgroups != 2 && p.math_warpgroups != 3) {
+    return "math_warpgroups must be 2 or 3 (0: the default)";
+  }
+  if (p.max_context_len > int64_t{INT32_MAX} - 4 * k::kPage) {
     return "the CUDA paged indexer kernel takes max_context_len below 2^31 - 256";
   }
   if (p.next_n > 1024 || p.batch * p.next_n >= int64_t{1} << 28) {
     return "the CUDA paged indexer kernel takes next_n <= 1024 and fewer than 2^28 query rows";
   }
-  if (p.batch * p.next_n * ((p.max_context_len + k::kTileKeys - 1) / k::kTileKeys) >= int64_t{1} << 35) {
+  if (p.batch * p.next_n * ((p.max_context_len + 2 * k::kPage - 1) / (2 * k::kPage)) >= int64_t{1} << 35) {
     return "the CUDA paged indexer kernel takes fewer than 2^35 128-position output tiles";
   }
   if (p.num_blocks >= int64_t{INT32_MAX}) {
@@ -104,14 +116,17 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   DSA_CUDA_CHECK(sm_count(&sms));
 
   const int rows = rows_per_item(p.heads, p.next_n);
+  const int wgs = p.math_warpgroups == 3 && rows == 1 ? 3 : 2;
+  const int64_t tile_keys = int64_t(k::kPage) * wgs;
+  const int64_t max_chunk_tiles = k::kItemPages / wgs;
   const int64_t groups = (p.next_n + rows - 1) / rows;
   const int64_t row_blocks = p.batch * groups;
-  const int64_t key_tiles = (p.max_context_len + k::kTileKeys - 1) / k::kTileKeys;
-  // Chunks of up to kMaxChunkTiles tiles, short enough that there are about 8 items per SM when the
-  // requests alone do not give that (decode with few requests), but never below one tile.
+  const int64_t key_tiles = (p.max_context_len + tile_keys - 1) / tile_keys;
+  // Chunks of up to 64 pages, short enough that there are about 8 items per SM when the requests alone
+  // do not give that (decode with few requests), but never below one tile.
   const int64_t total_tiles = row_blocks * key_tiles;
   const int64_t chunk_tiles =
-      std::max<int64_t>(1, std::min<int64_t>(k::kMaxChunkTiles, (total_tiles + 8 * sms - 1) / (8 * int64_t(sms))));
+      std::max<int64_t>(1, std::min<int64_t>(max_chunk_tiles, (total_tiles + 8 * sms - 1) / (8 * int64_t(sms))));
   const int64_t chunks = (key_tiles + chunk_tiles - 1) / chunk_tiles;
   const int64_t items = row_blocks * chunks;  // < 2^31 under the tile limit above
 
@@ -144,8 +159,8 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   a.clean = p.clean;
   const int grid = int(std::min<int64_t>(items, sms));
 
-  return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, rows, grid, stream)
-                   : launch_variant<k::kFp8AsF16>(a, p.heads, rows, grid, stream);
+  return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, rows, wgs, grid, stream)
+                   : launch_variant<k::kFp8AsF16>(a, p.heads, rows, wgs, grid, stream);
 }
 
 }  // namespace dsa_cuda

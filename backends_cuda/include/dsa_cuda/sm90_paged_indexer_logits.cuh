@@ -1,20 +1,21 @@
 // dsa.paged_indexer_logits on Hopper (sm_90a): the indexer scoring core (sm90_indexer_core.cuh) over
 // a paged fp8 cache, warp-specialised, persistent.
 //
-// Work: an item is (R query tokens of one request, a chunk of 128-key tiles of its positions), R = 1,
-// 2 or 4 (R * H <= 128), so the Q tile of R tokens x H heads is the MMA's N = R * H (32, 64 or 128;
-// next_n = 1 at H = 64 is N = 64, not a half-empty 128). Items are ordered chunk-major and a
-// persistent grid (one CTA per SM) strides over them; the chunk length is picked so that a few
-// requests still give every SM work.
+// Work: an item is (R query tokens of one request, a chunk of tiles of its positions), R = 1, 2 or 4
+// (R * H <= 128), so the Q tile of R tokens x H heads is the MMA's N = R * H (32, 64 or 128; next_n = 1
+// at H = 64 is N = 64, not a half-empty 128). Items are ordered chunk-major and a persistent grid (one
+// CTA per SM) strides over them; the chunk length is picked so that a few requests still give every
+// SM work.
 //
-// CTA: 2 math warpgroups + 1 producer warp, as in indexer_logits.
-// - A 128-key tile is two cache blocks (pages): warpgroup w's 64 keys are logical page 2 * tile + w,
-//   the dense kernel's 64-key warpgroup tile. The producer takes the item's page ids from block_table
-//   in one load per lane at most 32 + 32 pages ahead (the next item's are in flight while this item is
-//   copied), broadcasts each with a shuffle, and copies the page's 64 x 128 fp8 bytes (16-byte
-//   cp.async, 128-byte XOR swizzle, as the dense tiles) and its 64 fp32 scales into the stage. Pages
-//   past the item's last visible position are never looked up; a page whose id is outside
-//   [0, num_blocks) is not read, its positions score -inf.
+// CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits.
+// - A tile is kWgs cache blocks (pages of 64 positions): warpgroup w's 64 keys are logical page
+//   kWgs * tile + w, the dense kernel's 64-key warpgroup tile. The producer looks up an item's block ids
+//   (at most 64 pages: two loads per lane, the next item's in flight while this item is copied),
+//   broadcasts each with a shuffle, and copies the page's 64 x 128 fp8 bytes (16-byte cp.async, 128-byte
+//   XOR swizzle, as the dense tiles) and its 64 fp32 scales into the stage. The math warps take the
+//   same ids the same way (one lookup per item, not a dependent load per tile). Pages past the item's
+//   last visible position are never looked up; a block id outside [0, num_blocks) is never read, its
+//   positions score -inf.
 // - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
 //   relu / weights / head sum / key scale), then a store masked by each token's visible length.
 // - Tiles past the item's last visible position are not loaded or multiplied; their scores are
@@ -35,16 +36,17 @@ namespace sm90_paged_indexer {
 
 using namespace sm90_indexer;  // the scoring core: Mode, kWgKeys, kDim, PTX helpers, score_tile, ...
 
-constexpr int kPage = 64;             // positions per cache block: one warpgroup's 64 keys
-constexpr int kWgs = 2;               // math warpgroups, each one page of a tile
-constexpr int kTileKeys = kPage * kWgs;
-constexpr int kMaxChunkTiles = 32;    // tiles per item at most: 64 pages, two table loads per lane
+constexpr int kPage = 64;       // positions per cache block: one warpgroup's 64 keys
+constexpr int kItemPages = 64;  // pages per item at most: two block-table loads per lane
 
-template <int kMode, int kN>
+// kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile.
+template <int kMode, int kN, int kWgs>
 struct Cfg {
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
   static constexpr int kProducerWarp = kMathThreads / 32;
+  static constexpr int kTileKeys = kPage * kWgs;
+  static constexpr int kMaxChunkTiles = kItemPages / kWgs;
   static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;  // fp8: one byte per element
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
   static constexpr int kScaleBytes = kTileKeys * 4;
@@ -77,7 +79,7 @@ struct KernelArgs {
   int32_t row_blocks;  // B * groups; items are (row block, chunk), row block fastest
   int32_t chunks;
   int32_t chunk_tiles;
-  int32_t key_tiles;   // ceil(L / 128)
+  int32_t key_tiles;   // ceil(L / tile positions)
   int32_t width;       // L
   int32_t limit;       // min(L, 64 * max_blocks): no position at or past it is visible
   int32_t num_blocks;
@@ -120,7 +122,7 @@ struct ItemCursor {
 };
 
 // The item from its request's (untrusted) context length `ctx`.
-template <int kRows>
+template <int kRows, int kTileKeys>
 __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc, int32_t ctx) {
   Item<kRows> it;
   it.b = rb / a.groups;
@@ -149,25 +151,31 @@ __device__ __forceinline__ int32_t load_ctx(const KernelArgs& a, int32_t rb) {
   return ldg_early(a.ctx + int64_t(rb / a.groups) * a.ctx_stride);
 }
 
-// Lane j's page ids of the item: logical pages 2 t0 + j and 2 t0 + 32 + j (-1 where not looked up).
-// The loads stay in flight until the ids are used (the validity test is at the use).
-template <int kRows>
+// Lane j's block ids of the item: logical pages kWgs t0 + j and kWgs t0 + 32 + j (-1 where not looked
+// up). The loads stay in flight until the ids are used (the validity test is at the use).
+template <int kWgs, int kRows>
 __device__ __forceinline__ void load_pages(const KernelArgs& a, const Item<kRows>& t, int lane, int32_t (&ids)[2]) {
   const int32_t* row = a.table + int64_t(t.b) * a.table_row_stride;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int32_t pg = 2 * t.t0 + 32 * h + lane;
+    const int32_t pg = kWgs * t.t0 + 32 * h + lane;
     ids[h] = -1;
-    if (pg < 2 * t.t1 && pg < t.pages) {
+    if (pg < kWgs * t.t1 && pg < t.pages) {
       ids[h] = ldg_early(row + int64_t(pg) * a.table_col_stride);
     }
   }
 }
 
-template <int kMode, int kHeads, int kRows>
+// The block id of the item's page j (< 64, warp-uniform) from the lane holding it.
+__device__ __forceinline__ int32_t page_id(const int32_t (&ids)[2], int j) {
+  return __shfl_sync(0xffffffffu, j < 32 ? ids[0] : ids[1], j & 31);
+}
+
+template <int kMode, int kHeads, int kRows, int kWgs>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
                                          uint32_t empty) {
-  using C = Cfg<kMode, kHeads * kRows>;
+  using C = Cfg<kMode, kHeads * kRows, kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
   // As in the dense producer: a lane always copies the same 16-byte column `ch` of rows r0, r0 + 4, ...,
   // so every copy's destination is a base plus a constant.
   constexpr int kChunks = C::kKvRowBytes / 16;  // 8
@@ -190,9 +198,9 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
   if (!cur.valid(a)) {
     return;
   }
-  Item<kRows> next = decode_item<kRows>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
+  Item<kRows> next = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
   int32_t next_ids[2];
-  load_pages(a, next, lane, next_ids);
+  load_pages<kWgs>(a, next, lane, next_ids);
   uint32_t it = 0;
   while (true) {
     const Item<kRows> t = next;
@@ -200,8 +208,8 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
     cur.next(a);
     const bool more = cur.valid(a);
     if (more) {  // the next item's page ids are in flight while this item's pages are copied
-      next = decode_item<kRows>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
-      load_pages(a, next, lane, next_ids);
+      next = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
+      load_pages<kWgs>(a, next, lane, next_ids);
     }
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
@@ -210,8 +218,7 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
       }
 #pragma unroll
       for (int w = 0; w < kWgs; ++w) {
-        const int j = 2 * (tile - t.t0) + w;  // < 64
-        const int32_t id = __shfl_sync(0xffffffffu, j < 32 ? ids[0] : ids[1], j & 31);
+        const int32_t id = page_id(ids, kWgs * (tile - t.t0) + w);
         if (id >= 0 && id < a.num_blocks) {  // warp-uniform
           const uint8_t* blk = a.cache + int64_t(id) * a.block_stride;
           const uint8_t* src = blk + lane_src;
@@ -238,12 +245,13 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <int kMode, int kHeads, int kRows>
-__global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows>::kThreads, 1)
+template <int kMode, int kHeads, int kRows, int kWgs>
+__global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
     paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   constexpr int kN = kHeads * kRows;
-  using C = Cfg<kMode, kN>;
+  using C = Cfg<kMode, kN, kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -266,7 +274,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows>::kThreads, 1)
 
   const int warp = threadIdx.x >> 5;
   if (warp == C::kProducerWarp) {
-    producer<kMode, kHeads, kRows>(a, stages, scales, full, empty);
+    producer<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
     return;
   }
 
@@ -283,10 +291,34 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows>::kThreads, 1)
   float w[kN / 4];
   uint32_t it = 0;
   int32_t staged_rb = -1;  // the row block whose Q tile and weights are loaded
-  for (ItemCursor cur(a); cur.valid(a); cur.next(a)) {
-    const Item<kRows> t = decode_item<kRows>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
-    if (cur.rb != staged_rb) {  // CTA-uniform: a new Q tile (few requests: a CTA keeps its row block)
-      staged_rb = cur.rb;
+  // Software pipeline over the items: while item k is scored, item k + 1's block ids and item k + 2's
+  // context length are in flight, so an item starts with no dependent global load (lane j holds the
+  // ids of pages kWgs t0 + j and + 32: one lookup per item, not a load per tile). Items are decoded
+  // again from their context length when used (a few integer ops) rather than held in registers.
+  ItemCursor cur(a);
+  if (!cur.valid(a)) {
+    return;
+  }
+  ItemCursor nxt = cur;
+  nxt.next(a);
+  int32_t ctx0 = load_ctx(a, cur.rb);  // item k's
+  int32_t next_ids[2];
+  load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, ctx0), lane, next_ids);
+  int32_t ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;  // item k + 1's
+  while (true) {
+    const int32_t rb = cur.rb;
+    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, rb, cur.kc, ctx0);
+    const int32_t ids[2] = {next_ids[0], next_ids[1]};
+    const bool more = nxt.valid(a);
+    if (more) {
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.kc, ctx1), lane, next_ids);
+      cur = nxt;
+      nxt.next(a);
+      ctx0 = ctx1;
+      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+    }
+    if (rb != staged_rb) {  // CTA-uniform: a new Q tile (few requests: a CTA keeps its row block)
+      staged_rb = rb;
       math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
       if (threadIdx.x < 2 * kN) {  // two threads per Q row n = r * H + h
         const int n = threadIdx.x >> 1;
@@ -324,21 +356,15 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows>::kThreads, 1)
       }
     }
 
-    const int32_t* table_row = a.table + int64_t(t.b) * a.table_row_stride;
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
       const int32_t key0 = tile * kTileKeys;
       const int32_t key_a = key0 + kr0;
       const int32_t key_b = key0 + kr1;
-      // This warpgroup's page id (in flight while the stage lands); pages past the last visible
-      // position are not looked up.
-      const int32_t pg = 2 * tile + wg;
-      int32_t id = -1;
-      if (pg < t.pages) {
-        id = ldg_early(table_row + int64_t(pg) * a.table_col_stride);
-      }
-      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
+      // This warpgroup's block id (-1 for a page past the last visible position: never looked up).
+      const int32_t id = page_id(ids, kWgs * (tile - t.t0) + wg);
       const bool page_ok = id >= 0 && id < a.num_blocks;
+      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
       float s0 = 0.f, s1 = 0.f;  // a page not copied holds stale data: its scores are -inf below
       if (page_ok) {
         s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
@@ -374,6 +400,9 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows>::kThreads, 1)
           }
         }
       }
+    }
+    if (!more) {
+      break;
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
