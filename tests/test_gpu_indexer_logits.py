@@ -259,10 +259,9 @@ def test_paged_indexer_logits(backend, wg, case):
     _check(out, ref)
     poisoned = torch.full((b * next_n, L), POISON, device="cuda")
     _paged_direct(backend, wg)(*args, L, True, out=poisoned)
-    if wg in (None, 2):  # the op's default variant: bitwise the same call
-        assert torch.equal(poisoned, out)
-    else:
-        _check(poisoned, ref)
+    # Every element written, and bitwise the op's result: the CUDA kernel's 2- and 3-warpgroup CTAs
+    # run the same per-page arithmetic (the op's default is 3 for next_n = 1, 2 otherwise).
+    assert torch.equal(poisoned, out)
 
 
 def _paged_direct(backend, wg=None):

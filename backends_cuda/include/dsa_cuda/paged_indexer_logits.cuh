@@ -47,9 +47,9 @@ struct PagedIndexerLogitsParams {
   // misses the 1e-5 contract); false widens e4m3 to fp16 in registers (exact) for fp16 MMAs.
   bool fp8_mma;
   bool clean;  // write -inf outside the visible positions
-  // Math warpgroups per CTA, each one 64-position page of every tile: 2 or 3 (0: the default, 2).
-  // 3 applies to next_n = 1 (one token per item, MMA N = H); other shapes run 2 (3 warpgroups get 128
-  // registers a thread, which their larger Q tiles do not fit without spilling).
+  // Math warpgroups per CTA, each one 64-position page of every tile: 2 or 3 (0: the default, 3 where it
+  // applies). 3 applies to next_n = 1 (one token per item, MMA N = H); other shapes run 2 (3 warpgroups
+  // get 128 registers a thread, which their larger Q tiles do not fit without spilling).
   int32_t math_warpgroups;
 };
 

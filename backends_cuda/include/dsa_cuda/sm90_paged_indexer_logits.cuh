@@ -171,6 +171,50 @@ __device__ __forceinline__ int32_t page_id(const int32_t (&ids)[2], int j) {
   return __shfl_sync(0xffffffffu, j < 32 ? ids[0] : ids[1], j & 31);
 }
 
+// This CTA's items in order, as a software pipeline shared by the producer and the math warps: while
+// item k is worked on, item k + 1's block ids and item k + 2's context length are in flight, so an item
+// starts with no dependent global load. Items are decoded again from their context length when taken
+// (a few integer ops) rather than held in registers.
+template <int kRows, int kWgs>
+struct ItemPipeline {
+  static constexpr int kTileKeys = kPage * kWgs;
+  ItemCursor cur, nxt;
+  int32_t ctx0 = 0, ctx1 = 0;  // context lengths of items k and k + 1
+  int32_t next_ids[2] = {-1, -1};
+  bool valid;
+
+  __device__ __forceinline__ ItemPipeline(const KernelArgs& a, int lane) : cur(a), nxt(a) {
+    valid = cur.valid(a);
+    if (valid) {
+      nxt.next(a);
+      ctx0 = load_ctx(a, cur.rb);
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, ctx0), lane, next_ids);
+      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+    }
+  }
+
+  // The next item (its decode, row block and block ids); false when there is none. Starts the loads of
+  // the items after it.
+  __device__ __forceinline__ bool take(const KernelArgs& a, int lane, Item<kRows>& t, int32_t& rb, int32_t (&ids)[2]) {
+    if (!valid) {
+      return false;
+    }
+    rb = cur.rb;
+    t = decode_item<kRows, kTileKeys>(a, rb, cur.kc, ctx0);
+    ids[0] = next_ids[0];
+    ids[1] = next_ids[1];
+    valid = nxt.valid(a);
+    if (valid) {
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.kc, ctx1), lane, next_ids);
+      cur = nxt;
+      nxt.next(a);
+      ctx0 = ctx1;
+      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+    }
+    return true;
+  }
+};
+
 template <int kMode, int kHeads, int kRows, int kWgs>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
                                          uint32_t empty) {
@@ -194,23 +238,11 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
   const int64_t lane_src = int64_t(r0) * C::kKvRowBytes + ch * 16;
   constexpr int kScaleOffset = kPage * kDim;  // the block's scales follow its 64 * D fp8 values
 
-  ItemCursor cur(a);
-  if (!cur.valid(a)) {
-    return;
-  }
-  Item<kRows> next = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
-  int32_t next_ids[2];
-  load_pages<kWgs>(a, next, lane, next_ids);
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
+  Item<kRows> t;
+  int32_t rb, ids[2];
   uint32_t it = 0;
-  while (true) {
-    const Item<kRows> t = next;
-    const int32_t ids[2] = {next_ids[0], next_ids[1]};
-    cur.next(a);
-    const bool more = cur.valid(a);
-    if (more) {  // the next item's page ids are in flight while this item's pages are copied
-      next = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, load_ctx(a, cur.rb));
-      load_pages<kWgs>(a, next, lane, next_ids);
-    }
+  while (pipe.take(a, lane, t, rb, ids)) {
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
       if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
@@ -235,9 +267,6 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
         }
       }
       cp_async_arrive(full + stage * 8);
-    }
-    if (!more) {
-      break;
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
@@ -291,32 +320,10 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
   float w[kN / 4];
   uint32_t it = 0;
   int32_t staged_rb = -1;  // the row block whose Q tile and weights are loaded
-  // Software pipeline over the items: while item k is scored, item k + 1's block ids and item k + 2's
-  // context length are in flight, so an item starts with no dependent global load (lane j holds the
-  // ids of pages kWgs t0 + j and + 32: one lookup per item, not a load per tile). Items are decoded
-  // again from their context length when used (a few integer ops) rather than held in registers.
-  ItemCursor cur(a);
-  if (!cur.valid(a)) {
-    return;
-  }
-  ItemCursor nxt = cur;
-  nxt.next(a);
-  int32_t ctx0 = load_ctx(a, cur.rb);  // item k's
-  int32_t next_ids[2];
-  load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, ctx0), lane, next_ids);
-  int32_t ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;  // item k + 1's
-  while (true) {
-    const int32_t rb = cur.rb;
-    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, rb, cur.kc, ctx0);
-    const int32_t ids[2] = {next_ids[0], next_ids[1]};
-    const bool more = nxt.valid(a);
-    if (more) {
-      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.kc, ctx1), lane, next_ids);
-      cur = nxt;
-      nxt.next(a);
-      ctx0 = ctx1;
-      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
-    }
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
+  Item<kRows> t;
+  int32_t rb, ids[2];
+  while (pipe.take(a, lane, t, rb, ids)) {
     if (rb != staged_rb) {  // CTA-uniform: a new Q tile (few requests: a CTA keeps its row block)
       staged_rb = rb;
       math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
@@ -400,9 +407,6 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
           }
         }
       }
-    }
-    if (!more) {
-      break;
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
