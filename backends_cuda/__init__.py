@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB")
 
 # One module per op; each has register().
-_OP_MODULES = ("page_table_transform", "providers_topk", "providers_indexer")
+_OP_MODULES = ("page_table_transform", "providers_topk", "providers_indexer", "providers_paged_indexer")
 
 
 def lib_name(arch: str) -> str:

@@ -22,7 +22,7 @@ pytestmark = [
 
 FP8 = torch.float8_e4m3fn
 BACKENDS = ["triton", "cuda"]  # dense indexer_logits providers
-PAGED_BACKENDS = ["triton"]  # paged_indexer_logits providers (no CUDA C++ one yet)
+PAGED_BACKENDS = ["triton", "cuda"]  # paged_indexer_logits providers
 POISON = 12345.0
 
 
@@ -243,21 +243,168 @@ PAGED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+# (backend, variant): the CUDA kernel with 2 and 3 math warpgroups (3 applies to next_n = 1).
+PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
+
+
+@pytest.mark.parametrize("backend,wg", PAGED_VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("case", PAGED_CASES,
                          ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}-{'hostile' if c[7] else 'ok'}")
-def test_paged_indexer_logits(backend, case):
+def test_paged_indexer_logits(backend, wg, case):
     b, next_n, h, ctx, nb, mb, L, hostile, pad = case
     args = _paged(b, next_n, h, ctx, nb, mb, hostile=hostile, pad=pad)
     with dsa_ops.use_backend(backend):
         out = dsa_ops.paged_indexer_logits(*args, max_context_len=L)
-    _check(out, ref_paged(*args, L, True))
+    ref = ref_paged(*args, L, True)
+    _check(out, ref)
+    poisoned = torch.full((b * next_n, L), POISON, device="cuda")
+    _paged_direct(backend, wg)(*args, L, True, out=poisoned)
+    # Every element written, and bitwise the op's result: the CUDA kernel's 2- and 3-warpgroup CTAs
+    # run the same per-page arithmetic (the op's default is 3 for next_n = 1, 2 otherwise).
+    assert torch.equal(poisoned, out)
+
+
+def _paged_direct(backend, wg=None):
+    """The paged provider's kernel called directly into `out` (for the poisoned-output checks)."""
     if backend == "triton":
         from dsa_ops.backends.triton import paged_indexer_logits as pil
 
-        poisoned = torch.full((b * next_n, L), POISON, device="cuda")
-        pil.launch(*args, L, True, out=poisoned)
-        assert torch.equal(poisoned, out)
+        return lambda *a, out: pil.launch(*a, out=out)
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    return lambda *a, out: ppi.run(*a, out=out, math_warpgroups=wg)
+
+
+def _nan_unused(q, cache, w, ctx, table, next_n):
+    """NaN into every cache byte no visible position reads: whole blocks no request's visible pages use,
+    and the slots at or past each request's context in its last (partial) block. Values and scales."""
+    nb = cache.shape[0]
+    raw = cache.view(nb, -1)  # [nb, 64 * (D + 4)] bytes (contiguous cache)
+    d = cache.shape[3] - 4
+    used = torch.zeros(nb, dtype=torch.bool, device="cuda")
+    nan_fp8 = torch.tensor([float("nan")], dtype=torch.float32).to(FP8).view(torch.uint8).item()
+    nan_f32 = torch.tensor([float("nan")], dtype=torch.float32).view(torch.uint8).cuda()
+    keep = []
+    for r in range(q.shape[0]):
+        n = max(int(ctx[r]), 0)  # the last token sees positions < ctx
+        pages = min(-(-n // 64), table.shape[1])
+        ids = table[r, :pages].long()
+        ok = (ids >= 0) & (ids < nb)
+        used[ids[ok]] = True
+        if n % 64 and pages == -(-n // 64) and ok[-1]:
+            keep.append((int(ids[-1]), n % 64))
+    raw[~used] = nan_fp8  # fp8 0x7f is NaN; the scales' bytes become 0x7f7f7f7f (a large float) ...
+    sc = raw[:, 64 * d:].view(nb, 64, 4)
+    sc[~used] = nan_f32  # ... so the scales of unused blocks are set to a real fp32 NaN
+    partial = {}
+    for blk, m in keep:  # a block shared by two requests keeps the longer prefix
+        partial[blk] = max(partial.get(blk, 0), m)
+    for blk, m in partial.items():
+        raw[blk, m * d: 64 * d] = nan_fp8
+        sc[blk, m:] = nan_f32
+    return q, cache, w, ctx, table
+
+
+def _poison_table_tail(table, ctx, nb):
+    """block_table entries past each request's context: -1, huge, INT32_MIN, or num_blocks (never read)."""
+    table = table.clone()
+    junk = torch.tensor([-1, 2**31 - 1, -(2**31), nb, nb + 1000], dtype=torch.int32, device="cuda")
+    for r in range(table.shape[0]):
+        pages = max(-(-int(ctx[r]) // 64), 0)
+        tail = table.shape[1] - pages
+        if tail > 0:
+            table[r, pages:] = junk[torch.arange(tail, device="cuda") % len(junk)]
+    return table
+
+
+# (B, next_n, H, ctx lens, num_blocks, max_blocks, L): unique blocks per request (a permutation), the
+# table past each context poisoned, NaN in every cache byte no visible position reads.
+PAGED_NAN_CASES = [
+    (8, 1, 64, [5000, 1, 0, 63, 64, 65, 4095, 129], 256, 80, 5120),
+    (8, 2, 64, [5000, 1, 0, 2, 64, 65, 4097, 130], 256, 80, 5120),
+    (6, 1, 32, [3001, 1, 0, 127, 128, 1000], 128, 60, 3840),
+    (6, 2, 32, [3001, 2, 1, 127, 128, 1000], 128, 60, 3840),
+    (3, 3, 64, [700, 3, 2], 40, 13, 832),
+    (2, 1, 64, [64 * 300 + 17, 64 * 300 - 1], 700, 320, 64 * 301),
+]
+
+
+@pytest.mark.parametrize("backend,wg", PAGED_VARIANTS, ids=lambda v: str(v))
+@pytest.mark.parametrize("case", PAGED_NAN_CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}")
+def test_paged_nan_unused_and_poisoned_table(backend, wg, case):
+    b, next_n, h, ctx, nb, mb, L = case
+    q, cache, w, ctx_t, _ = _paged(b, next_n, h, ctx, nb, mb, hostile=False, seed=21)
+    g = torch.Generator(device="cuda").manual_seed(22)
+    perm = torch.randperm(nb, device="cuda", generator=g).to(torch.int32)
+    table = torch.zeros(b, mb, dtype=torch.int32, device="cuda")
+    used = 0
+    for r in range(b):  # each request's visible pages get blocks of their own
+        pages = min(max(-(-ctx[r] // 64), 0), mb)
+        table[r, :pages] = perm[used:used + pages]
+        used += pages
+    assert used <= nb
+    table = _poison_table_tail(table, ctx_t, nb)
+    args = _nan_unused(q, cache, w, ctx_t, table, next_n)
+    ref = ref_paged(*args, L, True)
+    out = torch.full((b * next_n, L), POISON, device="cuda")
+    _paged_direct(backend, wg)(*args, L, True, out=out)
+    _check(out, ref)
+    with dsa_ops.use_backend(backend):
+        _check(dsa_ops.paged_indexer_logits(*args, max_context_len=L), ref)
+
+
+@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+@pytest.mark.parametrize("h", [64, 32])
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_paged_weights_noncontig(backend, h, next_n):
+    b, L = 5, 2000
+    q, cache, w, ctx, table = _paged(b, next_n, h, [1999, 1, 1000, 64, 0], 200, 40, hostile=True, seed=31)
+    w = torch.randn(h, b * next_n, device="cuda").t()  # strides (1, B * next_n)
+    assert not w.is_contiguous()
+    args = (q, cache, w, ctx, table)
+    with dsa_ops.use_backend(backend):
+        _check(dsa_ops.paged_indexer_logits(*args, max_context_len=L), ref_paged(*args, L, True))
+
+
+def test_cuda_paged_fp8_mma_close():
+    """The CUDA paged kernel's e4m3-MMA mode: windows and -inf exact, within 2e-3 of the row norm."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    for h, next_n in ((64, 1), (64, 2), (32, 1)):
+        args = _paged(8, next_n, h, [5000, 1, 0, -7, 4096, 9000, 64, 65], 300, 100, hostile=True, seed=41)
+        if ppi.supports(*args, 6400, True) is not None:
+            pytest.skip(ppi.supports(*args, 6400, True))
+        ref = ref_paged(*args, 6400, True)
+        for wg in (2, 3):
+            out = ppi.run(*args, 6400, True, fp8_mma=True, math_warpgroups=wg)
+            vis = torch.isfinite(ref)
+            assert torch.equal(torch.isfinite(out), vis)
+            norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
+            err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
+            assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())
+
+
+def test_cuda_paged_matches_dense_kernel_bitwise():
+    """The paged kernel scores with the dense kernel's core: for H = 64 and next_n = 1 (MMA N = 64
+    against the dense kernel's 128, same head-sum order) the scores are bitwise the dense kernel's on
+    the gathered keys."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+    from dsa_ops.ops.paged_indexer_logits import split_cache
+
+    b, h, L = 3, 64, 1000
+    q, cache, w, ctx, table = _paged(b, 1, h, [1000, 777, 5], 60, 16, hostile=False, seed=51)
+    out = ppi.run(q, cache, w, ctx, table, L, True, math_warpgroups=2)
+    assert torch.equal(out, ppi.run(q, cache, w, ctx, table, L, True, math_warpgroups=3))
+    vals, sc = split_cache(cache, 128)
+    for r in range(b):
+        ids = table[r].long()
+        kv = vals[ids].reshape(-1, 128)[:L].to(FP8)
+        s = sc[ids].reshape(-1)[:L].contiguous()
+        ks = torch.zeros(1, dtype=torch.int32, device="cuda")
+        ke = ctx[r:r + 1].clone()
+        dense = pi.run(q[r], kv, s, w[r:r + 1], ks, ke, True)
+        assert torch.equal(dense[0], out[r]), f"request {r}"
 
 
 @pytest.mark.xfail(strict=False, reason="fp8 tensor cores accumulate with ~14 mantissa bits on Hopper: "
@@ -301,3 +448,14 @@ def test_cuda_fp8_mma_close():
         norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
         err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
         assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())
+
+
+def test_paged_cuda_declines_and_dispatch_falls_to_triton():
+    """A shape the CUDA kernel does not take (16 heads) gets a reason from its `supports`, and the
+    automatic order serves it with the next provider (Triton), still against the reference."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    args = _paged(3, 1, 16, [900, 5, 0], 40, 15, hostile=True, seed=61)
+    assert "16 heads" in ppi.supports(*args, 960, True)
+    assert registry.select("paged_indexer_logits", (*args, 960, True)).backend == "triton"
+    _check(dsa_ops.paged_indexer_logits(*args, max_context_len=960), ref_paged(*args, 960, True))

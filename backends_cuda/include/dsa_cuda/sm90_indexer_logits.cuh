@@ -23,6 +23,9 @@
 // accumulation, meets the 1e-5 contract), kFp8Mma (e4m3 MMA: 2x the rate, ~14-bit accumulation inside
 // the tensor core), kBf16.
 //
+// The scoring core (A fragments, MMA, head reduction) is sm90_indexer_core.cuh, shared with
+// paged_indexer_logits so both compute scores with the same arithmetic.
+//
 // Torch-free. Included by indexer_logits.cuh under __CUDACC__.
 #pragma once
 
@@ -31,39 +34,27 @@
 #include <cstdint>
 
 #include "common_launch.cuh"
+#include "sm90_indexer_core.cuh"
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define DSA_SM90_INDEXER_DEVICE 1
-#else
-#define DSA_SM90_INDEXER_DEVICE 0
-#endif
 
 namespace dsa_cuda {
 namespace sm90_indexer {
 
-enum Mode : int { kFp8AsF16 = 0, kBf16 = 1, kFp8Mma = 2 };
-
-constexpr int kWgKeys = 64;                               // MMA M per warpgroup
-constexpr int kDim = 128;                                 // head dim D
 constexpr int kN = 128;                                   // MMA N: rows * heads of a Q tile
 constexpr int kMaxChunkTiles = 128;                       // key tiles per item at most
-constexpr int kMathBarrier = 1;                           // named barrier of the math threads
 
-// kWgs math warpgroups (2 or 3), each taking 64 keys of every pipeline stage.
 template <int kMode, int kWgs>
 struct Cfg {
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
   static constexpr int kProducerWarp = kMathThreads / 32;
   static constexpr int kTileKeys = kWgKeys * kWgs;    // keys per pipeline stage
-  static constexpr int kKvRowBytes = kMode == kBf16 ? 2 * kDim : kDim;
-  static constexpr int kKvChunks = kKvRowBytes / 16;
+  static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;
+  static constexpr int kKvChunks = ModeTraits<kMode>::kKvChunks;
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
   static constexpr int kStages = kMode == kBf16 ? (kWgs == 2 ? 4 : 3) : 6;
-  static constexpr int kQRowBytes = kMode == kFp8Mma ? kDim : 2 * kDim;  // operand bytes per Q row
+  static constexpr int kQRowBytes = ModeTraits<kMode>::kQRowBytes;  // operand bytes per Q row
   static constexpr int kQBytes = kN * kQRowBytes;
-  static constexpr int kSteps = kMode == kFp8Mma ? kDim / 32 : kDim / 16;  // MMA k-steps over D
-  static constexpr int kRowWords = kMode == kBf16 ? 16 : 8;  // u32 of a key row one thread reads
   // 3 warpgroups + the producer warp get 128 registers a thread: the item's head weights and row
   // windows then live in shared memory (read per tile) instead of registers.
   static constexpr bool kItemInSmem = kWgs > 2;
@@ -108,144 +99,6 @@ struct Item {
 };
 
 #if DSA_SM90_INDEXER_DEVICE
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-// Arrive on `bar` once this thread's earlier cp.async have landed (counts against the expected count).
-__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
-// A load the compiler keeps in program order with the barrier waits (asm volatile), so it is in flight
-// while the thread waits for its tile.
-__device__ __forceinline__ float ldg_early(const float* p) {
-  float v;
-  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-
-template <int kMathThreads>
-__device__ __forceinline__ void math_barrier() {
-  asm volatile("bar.sync %0, %1;" ::"n"(kMathBarrier), "n"(kMathThreads) : "memory");
-}
-
-// Two e4m3 (low byte first) -> f16x2, exact.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
-  return r;
-}
-
-// Byte offset of (row n, K byte b) in a K-major tile of `rows` rows stored as 128-byte K blocks with
-// the 128-byte swizzle: 16-byte chunk index XOR (row % 8), 8-row atoms of 1024 bytes.
-__device__ __forceinline__ uint32_t sw128_offset(int n, int b, int rows) {
-  return uint32_t((b >> 7) * rows * 128 + n * 128 + ((((b >> 4) & 7) ^ (n & 7)) << 4) + (b & 15));
-}
-
-// wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row atoms 1024 bytes apart (SBO).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-
-// Keep the compiler from moving accumulator reads or writes across the async MMA boundary.
-__device__ __forceinline__ void fence_acc(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    asm volatile("" : "+f"(d[i])::"memory");
-  }
-}
-
-#define DSA_ACC8(b)                                                                                   \
-  "+f"(d[b + 0]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), \
-      "+f"(d[b + 6]), "+f"(d[b + 7])
-#define DSA_ACC64 \
-  DSA_ACC8(0), DSA_ACC8(8), DSA_ACC8(16), DSA_ACC8(24), DSA_ACC8(32), DSA_ACC8(40), DSA_ACC8(48), DSA_ACC8(56)
-#define DSA_ACC_REGS                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
-  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-
-// D[64 x 128] (+)= A[64 x k] (registers) * B[k x 128] (shared, descriptor); accumulate iff `acc`.
-// The first step of a tile passes acc = 0, which zeroes D inside the MMA (no separate zeroing, which
-// would make ptxas serialise the wgmma chain).
-template <int kMode>
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint64_t desc, uint32_t acc) {
-  if constexpr (kMode == kFp8Mma) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " DSA_ACC_REGS
-        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : DSA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
-  } else if constexpr (kMode == kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DSA_ACC_REGS
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : DSA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSA_ACC_REGS
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : DSA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
-  }
-}
-
-#undef DSA_ACC8
-#undef DSA_ACC64
-#undef DSA_ACC_REGS
 
 // This CTA's items: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped without divisions.
 struct ItemCursor {
@@ -358,6 +211,8 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 
 // Writes the item's Q tile into shared memory as the MMA's B operand: row n = r * H + h, D permuted
 // to match the A fragments (see the header comment), widened to fp16 in kFp8AsF16.
+// Writes the item's Q tile into shared memory as the MMA's B operand: row n = r * H + h (see
+// stage_q_row in the core).
 template <int kMode, int kHeads>
 __device__ __forceinline__ void stage_q(const KernelArgs& a, int64_t row0, uint32_t q_smem) {
   const int tid = threadIdx.x;  // 0 .. 255: two threads per Q row, 64 of D each
@@ -365,119 +220,7 @@ __device__ __forceinline__ void stage_q(const KernelArgs& a, int64_t row0, uint3
   const int half = tid & 1;
   const int64_t row = row0 + n / kHeads;
   const int h = n % kHeads;
-  constexpr int kElem = kMode == kBf16 ? 2 : 1;
-  constexpr int kVecs = 64 * kElem / 16;
-  uint32_t w[kVecs * 4];
-  if (row < a.rows) {
-    const uint4* src = reinterpret_cast<const uint4*>(a.q + row * a.q_row_stride + h * a.q_head_stride +
-                                                      half * 64 * kElem);
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      const uint4 x = __ldg(src + v);
-      w[4 * v + 0] = x.x;
-      w[4 * v + 1] = x.y;
-      w[4 * v + 2] = x.z;
-      w[4 * v + 3] = x.w;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kVecs * 4; ++k) {
-      w[k] = 0;
-    }
-  }
-  // Each output u32 goes to logical K byte 32 s + 16 sub + 4 c, c = the A-fragment lane column.
-  if constexpr (kMode == kFp8AsF16) {
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {  // word k: physical d = 64 half + 4 k = 32 c + 4 s + j
-      const int c = 2 * half + k / 8, s = k % 8;
-      sts32(q_smem + sw128_offset(n, 32 * s + 4 * c, kN), e4m3x2_to_f16x2(w[k] & 0xFFFF));
-      sts32(q_smem + sw128_offset(n, 32 * s + 16 + 4 * c, kN), e4m3x2_to_f16x2(w[k] >> 16));
-    }
-  } else if constexpr (kMode == kFp8Mma) {
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {  // physical d = 64 half + 4 k = 32 c + 8 s + 4 sub + j
-      const int c = 2 * half + k / 8, s = (k % 8) / 2, sub = k % 2;
-      sts32(q_smem + sw128_offset(n, 32 * s + 16 * sub + 4 * c, kN), w[k]);
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {  // physical element 64 half + 2 k = 32 c + 4 s + 2 sub + j
-      const int c = 2 * half + k / 16, s = (k % 16) / 2, sub = k % 2;
-      sts32(q_smem + sw128_offset(n, 32 * s + 16 * sub + 4 * c, kN), w[k]);
-    }
-  }
-}
-
-// relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r].
-// kSigned: some key scale is negative, so relu(x * s) = s * min(x, 0) there (not s * max(x, 0)).
-// kWSmem: the weights are read from shared memory at w_smem, 4 at a time as they are used
-// (128-register variant); otherwise from `w`.
-template <int kHeads, bool kSigned, bool kWSmem>
-__device__ __forceinline__ void head_sums(const float (&d)[64], const float (&w)[32], uint32_t w_smem, float s0,
-                                          float s1, float (&v)[2 * (kN / kHeads)]) {
-  constexpr int kRows = kN / kHeads;
-  float part[2][kRows][2];  // two chains per (key, row): half the dependent FMA latency
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      part[0][r][e] = 0.f;
-      part[1][r][e] = 0.f;
-    }
-  }
-  float ws[4];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int r = (8 * i) / kHeads;
-    if constexpr (kWSmem) {
-      if (i % 2 == 0) {
-        const uint4 x = lds128(w_smem + i * 8);
-        ws[0] = __uint_as_float(x.x);
-        ws[1] = __uint_as_float(x.y);
-        ws[2] = __uint_as_float(x.z);
-        ws[3] = __uint_as_float(x.w);
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float wt = kWSmem ? ws[2 * (i % 2) + e] : w[2 * i + e];
-      const float x0 = d[4 * i + e];
-      const float x1 = d[4 * i + 2 + e];
-      float v0, v1;
-      if constexpr (kSigned) {
-        v0 = s0 < 0.f ? fminf(x0, 0.f) : fmaxf(x0, 0.f);
-        v1 = s1 < 0.f ? fminf(x1, 0.f) : fmaxf(x1, 0.f);
-      } else {
-        v0 = fmaxf(x0, 0.f);
-        v1 = fmaxf(x1, 0.f);
-      }
-      part[0][r][e] = fmaf(wt, v0, part[0][r][e]);
-      part[1][r][e] = fmaf(wt, v1, part[1][r][e]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    v[r] = (part[0][r][0] + part[0][r][1]) * s0;
-    v[kRows + r] = (part[1][r][0] + part[1][r][1]) * s1;
-  }
-}
-
-// Sum each of the quad's values over its 4 lanes, leaving lane c with the totals of v[4 b + c]
-// (b < kValues / 4): a reduce-scatter, half the shuffles of an all-reduce.
-template <int kValues>
-__device__ __forceinline__ void quad_reduce_scatter(const float (&v)[kValues], int c, float (&out)[kValues / 4]) {
-  const bool hi2 = (c & 2) != 0;
-  const bool hi1 = (c & 1) != 0;
-#pragma unroll
-  for (int b = 0; b < kValues / 4; ++b) {
-    float keep[2];
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {  // lanes c, c ^ 2: keep v[4b + q + 2 (c >> 1)], send the other
-      const float lo = v[4 * b + q], hi = v[4 * b + q + 2];
-      keep[q] = (hi2 ? hi : lo) + __shfl_xor_sync(0xffffffffu, hi2 ? lo : hi, 2);
-    }
-    out[b] = (hi1 ? keep[1] : keep[0]) + __shfl_xor_sync(0xffffffffu, hi1 ? keep[0] : keep[1], 1);
-  }
+  stage_q_row<kMode, kN>(row < a.rows, a.q + row * a.q_row_stride + h * a.q_head_stride, n, half, q_smem);
 }
 
 #endif  // DSA_SM90_INDEXER_DEVICE
@@ -598,61 +341,9 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
         s1 = key_b < a.keys ? x1 : 0.f;
       }
       mbar_wait(full + stage * 8, (it / C::kStages) & 1);
-      const uint32_t tile_smem = stages + stage * C::kStageBytes;
-      // A fragments of k-step s: {row g K-lo, row g+8 K-lo, row g K-hi, row g+8 K-hi}, from the
-      // thread's 16-byte chunks of its two key rows (kFp8AsF16 widens e4m3 to fp16 here).
-      constexpr int kChunks = C::kRowWords / 4;
-      uint32_t r0[C::kRowWords], r1[C::kRowWords];
-#pragma unroll
-      for (int v = 0; v < kChunks; ++v) {
-        const int ch = kChunks * c + v;
-        const uint4 x = lds128(tile_smem + kr0 * C::kKvRowBytes + ((ch ^ (kr0 & 7)) << 4));
-        const uint4 y = lds128(tile_smem + kr1 * C::kKvRowBytes + ((ch ^ (kr1 & 7)) << 4));
-        r0[4 * v + 0] = x.x;
-        r0[4 * v + 1] = x.y;
-        r0[4 * v + 2] = x.z;
-        r0[4 * v + 3] = x.w;
-        r1[4 * v + 0] = y.x;
-        r1[4 * v + 1] = y.y;
-        r1[4 * v + 2] = y.z;
-        r1[4 * v + 3] = y.w;
-      }
-      uint32_t fa[C::kSteps][4];
-#pragma unroll
-      for (int s = 0; s < C::kSteps; ++s) {
-        if constexpr (kMode == kFp8AsF16) {
-          fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
-          fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
-          fa[s][2] = e4m3x2_to_f16x2(r0[s] >> 16);
-          fa[s][3] = e4m3x2_to_f16x2(r1[s] >> 16);
-        } else {
-          fa[s][0] = r0[2 * s];
-          fa[s][1] = r1[2 * s];
-          fa[s][2] = r0[2 * s + 1];
-          fa[s][3] = r1[2 * s + 1];
-        }
-      }
-      mbar_arrive(empty + stage * 8);  // the tile is in registers: the producer may refill the stage
-
-      fence_acc(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < C::kSteps; ++s) {
-        const int b = 32 * s;  // K byte offset of the step inside Q's 128-byte K blocks
-        const uint32_t off = uint32_t((b >> 7) * kN * 128 + (b & 127));
-        wgmma_rs<kMode>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
-      }
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_acc(acc);
-
       float part[2 * kRows];
-      const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
-      if (any_negative) {
-        head_sums<kHeads, true, C::kItemInSmem>(acc, w, w_smem + c * 128, s0, s1, part);
-      } else {
-        head_sums<kHeads, false, C::kItemInSmem>(acc, w, w_smem + c * 128, s0, s1, part);
-      }
+      score_tile<kMode, kHeads, kN, C::kItemInSmem>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8,
+                                                    q_desc, acc, w, w_smem + c * 128, s0, s1, part);
       float total[2 * kRows / 4];
       quad_reduce_scatter<2 * kRows>(part, c, total);
       // Lane c stores value 4 b + c = kh * kRows + r.

@@ -1,0 +1,416 @@
+// dsa.paged_indexer_logits on Hopper (sm_90a): the indexer scoring core (sm90_indexer_core.cuh) over
+// a paged fp8 cache, warp-specialised, persistent.
+//
+// Work: an item is (R query tokens of one request, a chunk of tiles of its positions), R = 1, 2 or 4
+// (R * H <= 128), so the Q tile of R tokens x H heads is the MMA's N = R * H (32, 64 or 128; next_n = 1
+// at H = 64 is N = 64, not a half-empty 128). Items are ordered chunk-major and a persistent grid (one
+// CTA per SM) strides over them; the chunk length is picked so that a few requests still give every
+// SM work.
+//
+// CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits.
+// - A tile is kWgs cache blocks (pages of 64 positions): warpgroup w's 64 keys are logical page
+//   kWgs * tile + w, the dense kernel's 64-key warpgroup tile. The producer looks up an item's block ids
+//   (at most 64 pages: two loads per lane, the next item's in flight while this item is copied),
+//   broadcasts each with a shuffle, and copies the page's 64 x 128 fp8 bytes (16-byte cp.async, 128-byte
+//   XOR swizzle, as the dense tiles) and its 64 fp32 scales into the stage. The math warps take the
+//   same ids the same way (one lookup per item, not a dependent load per tile). Pages past the item's
+//   last visible position are never looked up; a block id outside [0, num_blocks) is never read, its
+//   positions score -inf.
+// - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
+//   relu / weights / head sum / key scale), then a store masked by each token's visible length.
+// - Tiles past the item's last visible position are not loaded or multiplied; their scores are
+//   written -inf directly when `clean`.
+//
+// Torch-free. Included by paged_indexer_logits.cuh under __CUDACC__.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common_launch.cuh"
+#include "sm90_indexer_core.cuh"
+
+namespace dsa_cuda {
+namespace sm90_paged_indexer {
+
+using namespace sm90_indexer;  // the scoring core: Mode, kWgKeys, kDim, PTX helpers, score_tile, ...
+
+constexpr int kPage = 64;       // positions per cache block: one warpgroup's 64 keys
+constexpr int kItemPages = 64;  // pages per item at most: two block-table loads per lane
+
+// kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile.
+template <int kMode, int kN, int kWgs>
+struct Cfg {
+  static constexpr int kMathThreads = 128 * kWgs;
+  static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
+  static constexpr int kProducerWarp = kMathThreads / 32;
+  static constexpr int kTileKeys = kPage * kWgs;
+  static constexpr int kMaxChunkTiles = kItemPages / kWgs;
+  static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;  // fp8: one byte per element
+  static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
+  static constexpr int kScaleBytes = kTileKeys * 4;
+  static constexpr int kStages = 8;
+  static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
+  // 1024 of slack: the swizzled tiles start 1024-aligned. Then Q, the key stages, the scale stages,
+  // the full / empty barriers.
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
+};
+
+struct KernelArgs {
+  const uint8_t* q;
+  const uint8_t* cache;
+  const float* weights;
+  const int32_t* ctx;
+  const int32_t* table;
+  float* out;
+  int64_t q_batch_stride;  // bytes
+  int64_t q_token_stride;
+  int64_t q_head_stride;
+  int64_t block_stride;  // bytes
+  int64_t w_row_stride;
+  int64_t w_head_stride;
+  int64_t ctx_stride;
+  int64_t table_row_stride;
+  int64_t table_col_stride;
+  int64_t out_row_stride;
+  int32_t next_n;
+  int32_t groups;      // token groups of R per request
+  int32_t row_blocks;  // B * groups; items are (row block, chunk), row block fastest
+  int32_t chunks;
+  int32_t chunk_tiles;
+  int32_t key_tiles;   // ceil(L / tile positions)
+  int32_t width;       // L
+  int32_t limit;       // min(L, 64 * max_blocks): no position at or past it is visible
+  int32_t num_blocks;
+  bool clean;
+};
+
+// One item's tokens and tiles; identical in the producer and the math warps.
+template <int kRows>
+struct Item {
+  int64_t row0;       // output row of the group's first token
+  int32_t b;          // request
+  int32_t i0;         // the group's first token inside the request
+  int32_t ntok;       // tokens of the group (rows r >= ntok are padding)
+  int32_t hi[kRows];  // visible positions [0, hi[r]) of token r
+  int32_t pages;      // logical pages holding a visible position: block_table[b, :pages] is looked up
+  int32_t t0, t1;     // tiles to compute
+  int32_t k_begin, k_end;  // the chunk's positions, clipped to L
+};
+
+#if DSA_SM90_INDEXER_DEVICE
+
+// This CTA's items: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped without divisions.
+struct ItemCursor {
+  int32_t rb, kc, step_rb, step_kc;
+  __device__ __forceinline__ explicit ItemCursor(const KernelArgs& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
+    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    rb += step_rb;
+    kc += step_kc;
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
+// The item from its request's (untrusted) context length `ctx`.
+template <int kRows, int kTileKeys>
+__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc, int32_t ctx) {
+  Item<kRows> it;
+  it.b = rb / a.groups;
+  it.i0 = (rb - it.b * a.groups) * kRows;
+  it.ntok = min(kRows, a.next_n - it.i0);
+  it.row0 = int64_t(it.b) * a.next_n + it.i0;
+  int32_t hi_max = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    // Token i sees p < ctx - next_n + i + 1, clipped to [0, limit) (64-bit: ctx is untrusted).
+    const int64_t h = int64_t(ctx) - a.next_n + it.i0 + r + 1;
+    it.hi[r] = r < it.ntok ? int32_t(min(max(h, int64_t{0}), int64_t(a.limit))) : 0;
+    hi_max = max(hi_max, it.hi[r]);
+  }
+  it.pages = (hi_max + kPage - 1) / kPage;
+  const int32_t c0 = kc * a.chunk_tiles;
+  const int32_t c1 = min(c0 + a.chunk_tiles, a.key_tiles);
+  it.t0 = c0;
+  it.t1 = max(c0, min(c1, (hi_max + kTileKeys - 1) / kTileKeys));
+  it.k_begin = c0 * kTileKeys;
+  it.k_end = min(c1 * kTileKeys, a.width);
+  return it;
+}
+
+__device__ __forceinline__ int32_t load_ctx(const KernelArgs& a, int32_t rb) {
+  return ldg_early(a.ctx + int64_t(rb / a.groups) * a.ctx_stride);
+}
+
+// Lane j's block ids of the item: logical pages kWgs t0 + j and kWgs t0 + 32 + j (-1 where not looked
+// up). The loads stay in flight until the ids are used (the validity test is at the use).
+template <int kWgs, int kRows>
+__device__ __forceinline__ void load_pages(const KernelArgs& a, const Item<kRows>& t, int lane, int32_t (&ids)[2]) {
+  const int32_t* row = a.table + int64_t(t.b) * a.table_row_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t pg = kWgs * t.t0 + 32 * h + lane;
+    ids[h] = -1;
+    if (pg < kWgs * t.t1 && pg < t.pages) {
+      ids[h] = ldg_early(row + int64_t(pg) * a.table_col_stride);
+    }
+  }
+}
+
+// The block id of the item's page j (< 64, warp-uniform) from the lane holding it.
+__device__ __forceinline__ int32_t page_id(const int32_t (&ids)[2], int j) {
+  return __shfl_sync(0xffffffffu, j < 32 ? ids[0] : ids[1], j & 31);
+}
+
+// This CTA's items in order, as a software pipeline shared by the producer and the math warps: while
+// item k is worked on, item k + 1's block ids and item k + 2's context length are in flight, so an item
+// starts with no dependent global load. Items are decoded again from their context length when taken
+// (a few integer ops) rather than held in registers.
+template <int kRows, int kWgs>
+struct ItemPipeline {
+  static constexpr int kTileKeys = kPage * kWgs;
+  ItemCursor cur, nxt;
+  int32_t ctx0 = 0, ctx1 = 0;  // context lengths of items k and k + 1
+  int32_t next_ids[2] = {-1, -1};
+  bool valid;
+
+  __device__ __forceinline__ ItemPipeline(const KernelArgs& a, int lane) : cur(a), nxt(a) {
+    valid = cur.valid(a);
+    if (valid) {
+      nxt.next(a);
+      ctx0 = load_ctx(a, cur.rb);
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, ctx0), lane, next_ids);
+      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+    }
+  }
+
+  // The next item (its decode, row block and block ids); false when there is none. Starts the loads of
+  // the items after it.
+  __device__ __forceinline__ bool take(const KernelArgs& a, int lane, Item<kRows>& t, int32_t& rb, int32_t (&ids)[2]) {
+    if (!valid) {
+      return false;
+    }
+    rb = cur.rb;
+    t = decode_item<kRows, kTileKeys>(a, rb, cur.kc, ctx0);
+    ids[0] = next_ids[0];
+    ids[1] = next_ids[1];
+    valid = nxt.valid(a);
+    if (valid) {
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.kc, ctx1), lane, next_ids);
+      cur = nxt;
+      nxt.next(a);
+      ctx0 = ctx1;
+      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+    }
+    return true;
+  }
+};
+
+template <int kMode, int kHeads, int kRows, int kWgs>
+__device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
+                                         uint32_t empty) {
+  using C = Cfg<kMode, kHeads * kRows, kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
+  // As in the dense producer: a lane always copies the same 16-byte column `ch` of rows r0, r0 + 4, ...,
+  // so every copy's destination is a base plus a constant.
+  constexpr int kChunks = C::kKvRowBytes / 16;  // 8
+  constexpr int kStep = 32 / kChunks;           // rows per pass of the warp
+  constexpr int kPasses = kPage / kStep;        // passes per page
+  constexpr int kPeriod = 8 / kStep;            // passes per 8 rows (one swizzle period)
+  const int lane = threadIdx.x & 31;
+  const int ch = lane % kChunks;
+  const int r0 = lane / kChunks;
+  uint32_t dst_off[kPeriod];
+#pragma unroll
+  for (int p = 0; p < kPeriod; ++p) {
+    const int r = r0 + p * kStep;
+    dst_off[p] = uint32_t(r * C::kKvRowBytes + ((ch ^ (r & 7)) << 4));
+  }
+  const int64_t lane_src = int64_t(r0) * C::kKvRowBytes + ch * 16;
+  constexpr int kScaleOffset = kPage * kDim;  // the block's scales follow its 64 * D fp8 values
+
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
+  Item<kRows> t;
+  int32_t rb, ids[2];
+  uint32_t it = 0;
+  while (pipe.take(a, lane, t, rb, ids)) {
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
+        mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
+      }
+#pragma unroll
+      for (int w = 0; w < kWgs; ++w) {
+        const int32_t id = page_id(ids, kWgs * (tile - t.t0) + w);
+        if (id >= 0 && id < a.num_blocks) {  // warp-uniform
+          const uint8_t* blk = a.cache + int64_t(id) * a.block_stride;
+          const uint8_t* src = blk + lane_src;
+          const uint32_t dst = stages + stage * C::kStageBytes + w * kPage * C::kKvRowBytes;
+#pragma unroll
+          for (int p = 0; p < kPasses; ++p) {
+            cp_async16(dst + dst_off[p % kPeriod] + (p / kPeriod) * 8 * C::kKvRowBytes,
+                       src + p * kStep * C::kKvRowBytes, 16u);
+          }
+          if (lane < kPage * 4 / 16) {
+            cp_async16(scales + stage * C::kScaleBytes + w * kPage * 4 + lane * 16, blk + kScaleOffset + lane * 16,
+                       16u);
+          }
+        }
+      }
+      cp_async_arrive(full + stage * 8);
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+#endif  // DSA_SM90_INDEXER_DEVICE
+
+template <int kMode, int kHeads, int kRows, int kWgs>
+__global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
+    paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
+#if DSA_SM90_INDEXER_DEVICE
+  constexpr int kN = kHeads * kRows;
+  using C = Cfg<kMode, kN, kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
+  constexpr int kMathThreads = C::kMathThreads;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_smem = base;
+  const uint32_t stages = base + C::kQBytes;
+  const uint32_t scales = stages + C::kStages * C::kStageBytes;
+  const uint32_t full = scales + C::kStages * C::kScaleBytes;
+  const uint32_t empty = full + C::kStages * 8;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full + s * 8, 32);
+      mbar_init(empty + s * 8, kMathThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int warp = threadIdx.x >> 5;
+  if (warp == C::kProducerWarp) {
+    producer<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
+    return;
+  }
+
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;  // accumulator row within the warp's 16
+  const int c = lane & 3;   // accumulator column pair
+  const int wg = warp >> 2;
+  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a tile
+  const int kr1 = kr0 + 8;
+  const float kNegInf = __int_as_float(int(0xff800000u));
+  const uint64_t q_desc = sw128_desc(q_smem);
+
+  float acc[kN / 2];
+  float w[kN / 4];
+  uint32_t it = 0;
+  int32_t staged_rb = -1;  // the row block whose Q tile and weights are loaded
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
+  Item<kRows> t;
+  int32_t rb, ids[2];
+  while (pipe.take(a, lane, t, rb, ids)) {
+    if (rb != staged_rb) {  // CTA-uniform: a new Q tile (few requests: a CTA keeps its row block)
+      staged_rb = rb;
+      math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
+      if (threadIdx.x < 2 * kN) {  // two threads per Q row n = r * H + h
+        const int n = threadIdx.x >> 1;
+        const int r = n / kHeads;
+        const uint8_t* src = a.q + int64_t(t.b) * a.q_batch_stride + int64_t(t.i0 + r) * a.q_token_stride +
+                             int64_t(n % kHeads) * a.q_head_stride;
+        stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
+      }
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * i + 2 * c + e;
+          const int r = col / kHeads;
+          w[2 * i + e] = r < t.ntok ? __ldg(a.weights + (t.row0 + r) * a.w_row_stride +
+                                            (col % kHeads) * a.w_head_stride)
+                                    : 0.f;
+        }
+      }
+      // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      math_barrier<kMathThreads>();
+    }
+
+    if (a.clean) {  // positions of the chunk past the computed tiles: -inf, no math
+      const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r < t.ntok) {
+          float* o = a.out + (t.row0 + r) * a.out_row_stride;
+          for (int32_t k = kz + int32_t(threadIdx.x); k < t.k_end; k += kMathThreads) {
+            o[k] = kNegInf;
+          }
+        }
+      }
+    }
+
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      const int32_t key0 = tile * kTileKeys;
+      const int32_t key_a = key0 + kr0;
+      const int32_t key_b = key0 + kr1;
+      // This warpgroup's block id (-1 for a page past the last visible position: never looked up).
+      const int32_t id = page_id(ids, kWgs * (tile - t.t0) + wg);
+      const bool page_ok = id >= 0 && id < a.num_blocks;
+      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
+      float s0 = 0.f, s1 = 0.f;  // a page not copied holds stale data: its scores are -inf below
+      if (page_ok) {
+        s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
+        s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
+      }
+      float part[2 * kRows];
+      score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                           acc, w, 0u, s0, s1, part);
+      if constexpr (kRows == 1) {
+        // Lanes c = 0, 1 hold key a's total, c = 2, 3 key b's; the even lane stores.
+        const float total = quad_reduce_pair(part, c);
+        const int32_t key = c < 2 ? key_a : key_b;
+        if ((c & 1) == 0 && key < a.width) {
+          a.out[t.row0 * a.out_row_stride + key] = page_ok && key < t.hi[0] ? total : kNegInf;
+        }
+      } else {
+        float total[2 * kRows / 4];
+        quad_reduce_scatter<2 * kRows>(part, c, total);
+        // Lane c stores value 4 b + c = kh * kRows + r.
+#pragma unroll
+        for (int b = 0; b < 2 * kRows / 4; ++b) {
+          const int v = 4 * b + c;
+          const int kh = v / kRows;
+          const int r = v % kRows;
+          int32_t hi = t.hi[0];
+#pragma unroll
+          for (int rr = 1; rr < kRows; ++rr) {  // select, not a dynamic index (which would go to local memory)
+            hi = r == rr ? t.hi[rr] : hi;
+          }
+          const int32_t key = kh ? key_b : key_a;
+          if (r < t.ntok && key < a.width) {
+            a.out[(t.row0 + r) * a.out_row_stride + key] = page_ok && key < hi ? total[b] : kNegInf;
+          }
+        }
+      }
+    }
+  }
+#endif  // DSA_SM90_INDEXER_DEVICE
+}
+
+}  // namespace sm90_paged_indexer
+}  // namespace dsa_cuda

@@ -1,0 +1,168 @@
+// Launcher of dsa.paged_indexer_logits (kernel in include/dsa_cuda/sm90_paged_indexer_logits.cuh).
+// Torch-free: the compile gates build this file alone with nvcc.
+#include "dsa_cuda/paged_indexer_logits.cuh"
+
+#include <algorithm>
+#include <atomic>
+
+namespace dsa_cuda {
+namespace {
+
+namespace k = sm90_paged_indexer;
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+cudaError_t sm_count(int* sms) {
+  static std::atomic<int> cache{0};
+  int v = cache.load(std::memory_order_relaxed);
+  if (v == 0) {
+    int device = 0;
+    DSA_CUDA_CHECK(cudaGetDevice(&device));
+    DSA_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    cache.store(v, std::memory_order_relaxed);
+  }
+  *sms = v;
+  return cudaSuccess;
+}
+
+template <int kMode, int kHeads, int kRows, int kWgs>
+cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
+  auto kernel = k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs>;
+  using C = k::Cfg<kMode, kHeads * kRows, kWgs>;
+  constexpr int kSmem = C::kSmemBytes;
+  // Once per instantiation: the attribute belongs to the function, not the launch.
+  static std::atomic<bool> configured{false};
+  if (!configured.load(std::memory_order_acquire)) {
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    configured.store(true, std::memory_order_release);
+  }
+  return launch_pdl(kernel, dim3(unsigned(grid)), dim3(C::kThreads), size_t(kSmem), stream, a);
+}
+
+// 3 warpgroups only for one token per item (see PagedIndexerLogitsParams::math_warpgroups).
+template <int kMode>
+cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, int grid, cudaStream_t stream) {
+  if (heads == 64) {
+    if (rows == 1) {
+      return wgs == 3 ? launch<kMode, 64, 1, 3>(a, grid, stream) : launch<kMode, 64, 1, 2>(a, grid, stream);
+    }
+    return launch<kMode, 64, 2, 2>(a, grid, stream);
+  }
+  if (rows == 1) {
+    return wgs == 3 ? launch<kMode, 32, 1, 3>(a, grid, stream) : launch<kMode, 32, 1, 2>(a, grid, stream);
+  }
+  if (rows == 2) {
+    return launch<kMode, 32, 2, 2>(a, grid, stream);
+  }
+  return launch<kMode, 32, 4, 2>(a, grid, stream);
+}
+
+// Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
+int rows_per_item(int64_t heads, int64_t next_n) {
+  const int max_rows = int(128 / heads);
+  int rows = 1;
+  while (rows < max_rows && rows < next_n) {
+    rows *= 2;
+  }
+  return rows;
+}
+
+}  // namespace
+
+const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) {
+  if (p.heads != 32 && p.heads != 64) {
+    return "the CUDA paged indexer kernel takes 32 or 64 heads";
+  }
+  if (p.head_dim != k::kDim) {
+    return "the CUDA paged indexer kernel takes head dim 128";
+  }
+  if (p.math_warpgroups != 0 && p.math_warpgroups != 2 && p.math_warpgroups != 3) {
+    return "math_warpgroups must be 2 or 3 (0: the default)";
+  }
+  if (p.max_context_len > int64_t{INT32_MAX} - 4 * k::kPage) {
+    return "the CUDA paged indexer kernel takes max_context_len below 2^31 - 256";
+  }
+  if (p.next_n > 1024 || p.batch * p.next_n >= int64_t{1} << 28) {
+    return "the CUDA paged indexer kernel takes next_n <= 1024 and fewer than 2^28 query rows";
+  }
+  if (p.batch * p.next_n * ((p.max_context_len + 2 * k::kPage - 1) / (2 * k::kPage)) >= int64_t{1} << 35) {
+    return "the CUDA paged indexer kernel takes fewer than 2^35 128-position output tiles";
+  }
+  if (p.num_blocks >= int64_t{INT32_MAX}) {
+    return "the CUDA paged indexer kernel takes fewer than 2^31 - 1 cache blocks";
+  }
+  if (!aligned16(p.q) || p.q_batch_stride % 16 != 0 || p.q_token_stride % 16 != 0 || p.q_head_stride % 16 != 0) {
+    return "the CUDA paged indexer kernel needs q's data and batch/token/head strides 16-byte aligned";
+  }
+  if (!aligned16(p.kv_cache) || p.block_stride % 16 != 0) {
+    return "the CUDA paged indexer kernel needs kv_cache's data and block stride 16-byte aligned";
+  }
+  return nullptr;
+}
+
+cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaStream_t stream) {
+  if (p.batch <= 0 || p.next_n <= 0 || p.max_context_len <= 0) {
+    return cudaSuccess;
+  }
+  if (paged_indexer_logits_unsupported(p) != nullptr) {
+    return cudaErrorNotSupported;
+  }
+  int major = 0;
+  DSA_CUDA_CHECK(current_arch_major(&major));
+  if (major != 9) {  // wgmma exists on SM90 only
+    return cudaErrorNotSupported;
+  }
+  int sms = 0;
+  DSA_CUDA_CHECK(sm_count(&sms));
+
+  const int rows = rows_per_item(p.heads, p.next_n);
+  // 3 math warpgroups (three pages in flight per SM) by default where they apply: measured faster than
+  // 2 for next_n = 1 on the H200 (64 x 65536, H 64: 188 us against 212; notes_indexer.md).
+  const int wgs = p.math_warpgroups != 2 && rows == 1 ? 3 : 2;
+  const int64_t tile_keys = int64_t(k::kPage) * wgs;
+  const int64_t max_chunk_tiles = k::kItemPages / wgs;
+  const int64_t groups = (p.next_n + rows - 1) / rows;
+  const int64_t row_blocks = p.batch * groups;
+  const int64_t key_tiles = (p.max_context_len + tile_keys - 1) / tile_keys;
+  // Chunks of up to 64 pages, short enough that there are about 8 items per SM when the requests alone
+  // do not give that (decode with few requests), but never below one tile.
+  const int64_t total_tiles = row_blocks * key_tiles;
+  const int64_t chunk_tiles =
+      std::max<int64_t>(1, std::min<int64_t>(max_chunk_tiles, (total_tiles + 8 * sms - 1) / (8 * int64_t(sms))));
+  const int64_t chunks = (key_tiles + chunk_tiles - 1) / chunk_tiles;
+  const int64_t items = row_blocks * chunks;  // < 2^31 under the tile limit above
+
+  k::KernelArgs a;
+  a.q = static_cast<const uint8_t*>(p.q);
+  a.cache = static_cast<const uint8_t*>(p.kv_cache);
+  a.weights = p.weights;
+  a.ctx = p.context_lens;
+  a.table = p.block_table;
+  a.out = p.out;
+  a.q_batch_stride = p.q_batch_stride;
+  a.q_token_stride = p.q_token_stride;
+  a.q_head_stride = p.q_head_stride;
+  a.block_stride = p.block_stride;
+  a.w_row_stride = p.weights_row_stride;
+  a.w_head_stride = p.weights_head_stride;
+  a.ctx_stride = p.context_lens_stride;
+  a.table_row_stride = p.block_table_row_stride;
+  a.table_col_stride = p.block_table_col_stride;
+  a.out_row_stride = p.out_row_stride;
+  a.next_n = int32_t(p.next_n);
+  a.groups = int32_t(groups);
+  a.row_blocks = int32_t(row_blocks);
+  a.chunks = int32_t(chunks);
+  a.chunk_tiles = int32_t(chunk_tiles);
+  a.key_tiles = int32_t(key_tiles);
+  a.width = int32_t(p.max_context_len);
+  a.limit = int32_t(std::min<int64_t>(p.max_context_len, std::max<int64_t>(p.max_blocks, 0) * k::kPage));
+  a.num_blocks = int32_t(std::max<int64_t>(p.num_blocks, 0));
+  a.clean = p.clean;
+  const int grid = int(std::min<int64_t>(items, sms));
+
+  return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, rows, wgs, grid, stream)
+                   : launch_variant<k::kFp8AsF16>(a, p.heads, rows, wgs, grid, stream);
+}
+
+}  // namespace dsa_cuda

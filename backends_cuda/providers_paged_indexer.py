@@ -1,0 +1,91 @@
+"""CUDA C++ provider of dsa.paged_indexer_logits (kernel: include/dsa_cuda/sm90_paged_indexer_logits.cuh,
+Hopper only; the scoring core is indexer_logits' own, sm90_indexer_core.cuh).
+
+Calls ``torch.ops.dsa_cuda.paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table,
+max_context_len, clean, fp8_mma, math_warpgroups, out)``.
+
+fp8 operands are widened to fp16 in registers (exact) for fp16 MMAs with fp32 accumulation, which meets
+the op's 1e-5-of-row-norm contract. ``FP8_MMA = True`` (this module's attribute; ``run(..., fp8_mma=True)``
+per call) feeds e4m3 to the fp8 tensor cores instead (2x the rate, ~14-bit accumulation inside the MMA),
+as in the dense provider.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+OP = "paged_indexer_logits"
+_KERNEL = "paged_indexer_logits_out"
+FP8_MMA = False
+# Math warpgroups per CTA (2 or 3, each one 64-position page of every tile; 3 applies to next_n = 1,
+# other shapes run 2). 0: the kernel's default (3 where it applies). For benchmark sweeps.
+MATH_WARPGROUPS = 0
+_fn = None  # the loaded OpOverload, resolved on the first call
+_TILE = 128
+BLOCK = 64
+
+
+def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, *,
+        fp8_mma: Optional[bool] = None, math_warpgroups: Optional[int] = None, out=None):
+    global _fn
+    fn = _fn
+    if fn is None:
+        from . import op
+
+        fn = _fn = op(_KERNEL, q.device)
+    if out is None:
+        out = torch.empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32, device=q.device)
+    fn(q, kv_cache, weights, context_lens, block_table, int(max_context_len), bool(clean),
+       bool(FP8_MMA if fp8_mma is None else fp8_mma),
+       int(MATH_WARPGROUPS if math_warpgroups is None else math_warpgroups), out)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def _aligned(t: torch.Tensor, strides) -> bool:
+    return t.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in strides)
+
+
+def unsupported_shape(q, kv_cache, max_context_len) -> Optional[str]:
+    """The device-independent part of `supports` (the kernel's limits), CPU-testable."""
+    b, next_n, h, d = q.shape
+    if h not in (32, 64):
+        return f"{h} heads (the CUDA paged kernel takes 32 or 64)"
+    if d != 128:
+        return f"head dim {d} (the CUDA paged kernel takes 128)"
+    if max_context_len > 2**31 - 1 - 2 * _TILE:
+        return "max_context_len of 2^31 - 256 or more"
+    if next_n > 1024 or b * next_n >= 2**28:
+        return f"next_n {next_n} > 1024 or 2^28 query rows or more"
+    if b * next_n * -(-max_context_len // _TILE) >= 2**35:
+        return "2^35 128-position output tiles or more"
+    # Byte strides (fp8 and uint8 are one byte): 16-byte copies of q rows and of cache blocks.
+    if not _aligned(q, (q.stride(0), q.stride(1), q.stride(2))):
+        return "q's data or batch/token/head strides are not 16-byte aligned"
+    if kv_cache.shape[0] > 0 and not _aligned(kv_cache, (kv_cache.stride(0),)):
+        return f"kv_cache's data or block stride ({kv_cache.stride(0)} bytes) is not 16-byte aligned"
+    return None
+
+
+def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, clean) -> Optional[str]:
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    major, minor = _capability(index)
+    if major != 9:
+        return (f"compute capability {major}.{minor}: the CUDA paged indexer kernel is SM90-only (wgmma); "
+                "no SM100 variant yet")
+    return unsupported_shape(q, kv_cache, max_context_len)
+
+
+def register() -> None:
+    from dsa_ops import registry
+
+    from . import available
+
+    registry.register_provider(registry.Provider(OP, "cuda", run, supports, available))

@@ -1,0 +1,49 @@
+"""Runs the CUDA paged_indexer_logits kernel once per (H, next_n, mode) on small shapes and checks it
+against the reference. The block table past each context is poisoned (-1, huge, INT32_MIN) and some
+visible pages point outside the cache, so a stray lookup or read shows under the sanitizer:
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_paged.py
+"""
+
+import sys
+
+import torch
+from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+from dsa_ops.ops.paged_indexer_logits import reference
+
+FP8 = torch.float8_e4m3fn
+g = torch.Generator(device="cuda").manual_seed(0)
+failed = []
+for h in (64, 32):
+    for next_n in (1, 2, 3):
+        for fp8_mma in (False, True):
+            b, d, nb, mb, L = 5, 128, 30, 12, 700
+            ctx = torch.tensor([700, 1, 0, 129, 64], dtype=torch.int32, device="cuda")
+            q = (torch.randn(b, next_n, h, d, device="cuda", generator=g) * 2).to(FP8)
+            vals = (torch.randn(nb, 64 * d, device="cuda", generator=g) * 2).to(FP8).view(torch.uint8)
+            sc = (torch.rand(nb, 64, device="cuda", generator=g) + 0.25).view(torch.uint8)
+            cache = torch.cat([vals, sc], 1).reshape(nb, 64, 1, d + 4)
+            w = torch.randn(b * next_n, h, device="cuda", generator=g)
+            table = torch.randint(0, nb, (b, mb), device="cuda", generator=g, dtype=torch.int32)
+            for r in range(b):
+                pages = -(-int(ctx[r]) // 64)
+                table[r, pages:] = torch.tensor([-1, 2**31 - 1, -(2**31)], device="cuda").repeat(mb)[: mb - pages]
+            table[0, 3] = nb  # a visible page outside the cache: -inf, never read
+            ref = reference(q, cache, w, ctx, table, L, True)
+            for wg in (2, 3):
+                out = torch.full((b * next_n, L), 12345.0, device="cuda")
+                ppi.run(q, cache, w, ctx, table, L, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
+                vis = torch.isfinite(ref)
+                norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
+                err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
+                inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
+                tol = 2e-3 if fp8_mma else 1e-5
+                ok = inf_ok and err <= tol
+                name = f"H{h} next_n {next_n} fp8_mma={fp8_mma} warpgroups {wg}"
+                print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf exact: {inf_ok}",
+                      "ok" if ok else "FAIL")
+                if not ok:
+                    failed.append(name)
+torch.cuda.synchronize()
+print("FAILED:" if failed else "all ok", *failed)
+sys.exit(1 if failed else 0)

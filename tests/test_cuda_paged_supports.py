@@ -1,0 +1,55 @@
+"""CPU tests of the CUDA paged_indexer_logits provider's host side: which shapes it declines, and why.
+
+The kernel itself runs only on the H200 (tests/test_gpu_indexer_logits.py); what it refuses is decided
+by plain shape and stride arithmetic, checked here on CPU tensors so CI sees it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from dsa_ops import registry
+from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+FP8 = torch.float8_e4m3fn
+
+
+def _args(b=2, next_n=1, h=64, d=128, nb=8, pad=0, q_offset=0):
+    q_flat = torch.zeros(b * next_n * h * d + q_offset, dtype=torch.uint8)
+    q = q_flat[q_offset:].view(FP8).view(b, next_n, h, d)
+    raw = torch.zeros(nb, 64 * (d + 4) + pad, dtype=torch.uint8)
+    cache = raw[:, : 64 * (d + 4)].view(nb, 64, 1, d + 4) if pad else raw.view(nb, 64, 1, d + 4)
+    return q, cache
+
+
+def test_accepts_the_decode_shapes():
+    for h in (32, 64):
+        for next_n in (1, 2, 3, 4):
+            q, cache = _args(next_n=next_n, h=h)
+            assert ppi.unsupported_shape(q, cache, 65536) is None
+    q, cache = _args(pad=64)  # padded pages: a block stride of 8512 bytes is 16-byte aligned
+    assert ppi.unsupported_shape(q, cache, 1000) is None
+
+
+@pytest.mark.parametrize("kw,limit,why", [
+    ({"h": 16}, 100, "16 heads"),
+    ({"h": 128}, 100, "128 heads"),
+    ({"d": 64}, 100, "head dim 64"),
+    ({}, 2**31 - 200, "max_context_len"),
+    ({"next_n": 1025}, 100, "next_n 1025"),
+    ({"q_offset": 8}, 100, "q's data"),
+    ({"pad": 4}, 100, "block stride (8452 bytes)"),
+])
+def test_declines_with_a_reason(kw, limit, why):
+    q, cache = _args(**kw)
+    reason = ppi.unsupported_shape(q, cache, limit)
+    assert reason is not None and why in reason, reason
+
+
+def test_registered_before_triton():
+    import dsa_ops  # noqa: F401  (registers every backend)
+
+    table = registry.providers("paged_indexer_logits")
+    assert table["cuda"].supports is ppi.supports and table["cuda"].fn is ppi.run
+    assert "triton" in table
+    assert registry.AUTO_ORDER.index("cuda") < registry.AUTO_ORDER.index("triton")
