@@ -54,6 +54,28 @@ struct ModeTraits {
 
 #if DSA_SM90_INDEXER_DEVICE
 
+// A CTA's items of a persistent grid: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped
+// without divisions. Args: the kernel's arguments, with row_blocks and chunks.
+template <class Args>
+struct ItemCursor {
+  int32_t rb, kc, step_rb, step_kc;
+  __device__ __forceinline__ explicit ItemCursor(const Args& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
+    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const Args& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const Args& a) {
+    rb += step_rb;
+    kc += step_kc;
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

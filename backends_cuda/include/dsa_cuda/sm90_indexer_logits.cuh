@@ -100,26 +100,6 @@ struct Item {
 
 #if DSA_SM90_INDEXER_DEVICE
 
-// This CTA's items: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped without divisions.
-struct ItemCursor {
-  int32_t rb, kc, step_rb, step_kc;
-  __device__ __forceinline__ explicit ItemCursor(const KernelArgs& a) {
-    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
-    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
-    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
-    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
-  }
-  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
-  __device__ __forceinline__ void next(const KernelArgs& a) {
-    rb += step_rb;
-    kc += step_kc;
-    if (rb >= a.row_blocks) {
-      rb -= a.row_blocks;
-      ++kc;
-    }
-  }
-};
-
 template <int kRows, int kTileKeys>
 __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc) {
   Item<kRows> it;

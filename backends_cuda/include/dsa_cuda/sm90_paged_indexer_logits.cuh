@@ -101,26 +101,6 @@ struct Item {
 
 #if DSA_SM90_INDEXER_DEVICE
 
-// This CTA's items: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped without divisions.
-struct ItemCursor {
-  int32_t rb, kc, step_rb, step_kc;
-  __device__ __forceinline__ explicit ItemCursor(const KernelArgs& a) {
-    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
-    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
-    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
-    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
-  }
-  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
-  __device__ __forceinline__ void next(const KernelArgs& a) {
-    rb += step_rb;
-    kc += step_kc;
-    if (rb >= a.row_blocks) {
-      rb -= a.row_blocks;
-      ++kc;
-    }
-  }
-};
-
 // The item from its request's (untrusted) context length `ctx`.
 template <int kRows, int kTileKeys>
 __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc, int32_t ctx) {
@@ -178,7 +158,7 @@ __device__ __forceinline__ int32_t page_id(const int32_t (&ids)[2], int j) {
 template <int kRows, int kWgs>
 struct ItemPipeline {
   static constexpr int kTileKeys = kPage * kWgs;
-  ItemCursor cur, nxt;
+  ItemCursor<KernelArgs> cur, nxt;
   int32_t ctx0 = 0, ctx1 = 0;  // context lengths of items k and k + 1
   int32_t next_ids[2] = {-1, -1};
   bool valid;
@@ -219,7 +199,6 @@ template <int kMode, int kHeads, int kRows, int kWgs>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
                                          uint32_t empty) {
   using C = Cfg<kMode, kHeads * kRows, kWgs>;
-  constexpr int kTileKeys = C::kTileKeys;
   // As in the dense producer: a lane always copies the same 16-byte column `ch` of rows r0, r0 + 4, ...,
   // so every copy's destination is a base plus a constant.
   constexpr int kChunks = C::kKvRowBytes / 16;  // 8
