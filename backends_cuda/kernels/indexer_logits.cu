@@ -10,21 +10,6 @@ namespace {
 
 namespace k = sm90_indexer;
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-cudaError_t sm_count(int* sms) {
-  static std::atomic<int> cache{0};
-  int v = cache.load(std::memory_order_relaxed);
-  if (v == 0) {
-    int device = 0;
-    DSA_CUDA_CHECK(cudaGetDevice(&device));
-    DSA_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-    cache.store(v, std::memory_order_relaxed);
-  }
-  *sms = v;
-  return cudaSuccess;
-}
-
 template <int kMode, int kHeads, int kWgs>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
   auto kernel = k::indexer_logits_kernel<kMode, kHeads, kWgs>;
@@ -66,10 +51,10 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
     return "the CUDA indexer kernel takes fewer than 2^31 - 256 keys";
   }
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
-  if (!aligned16(p.q) || (p.q_row_stride * elem) % 16 != 0 || (p.q_head_stride * elem) % 16 != 0) {
+  if (!is_aligned16(p.q) || (p.q_row_stride * elem) % 16 != 0 || (p.q_head_stride * elem) % 16 != 0) {
     return "the CUDA indexer kernel needs q's data and row/head strides 16-byte aligned";
   }
-  if (!aligned16(p.kv) || (p.kv_row_stride * elem) % 16 != 0) {
+  if (!is_aligned16(p.kv) || (p.kv_row_stride * elem) % 16 != 0) {
     return "the CUDA indexer kernel needs kv's data and row stride 16-byte aligned";
   }
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
@@ -91,7 +76,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
     return cudaErrorNotSupported;
   }
   int sms = 0;
-  DSA_CUDA_CHECK(sm_count(&sms));
+  DSA_CUDA_CHECK(current_sm_count(&sms));
 
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;

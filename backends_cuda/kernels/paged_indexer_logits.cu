@@ -10,21 +10,6 @@ namespace {
 
 namespace k = sm90_paged_indexer;
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-cudaError_t sm_count(int* sms) {
-  static std::atomic<int> cache{0};
-  int v = cache.load(std::memory_order_relaxed);
-  if (v == 0) {
-    int device = 0;
-    DSA_CUDA_CHECK(cudaGetDevice(&device));
-    DSA_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-    cache.store(v, std::memory_order_relaxed);
-  }
-  *sms = v;
-  return cudaSuccess;
-}
-
 template <int kMode, int kHeads, int kRows, int kWgs>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
   auto kernel = k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs>;
@@ -91,10 +76,10 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.num_blocks >= int64_t{INT32_MAX}) {
     return "the CUDA paged indexer kernel takes fewer than 2^31 - 1 cache blocks";
   }
-  if (!aligned16(p.q) || p.q_batch_stride % 16 != 0 || p.q_token_stride % 16 != 0 || p.q_head_stride % 16 != 0) {
+  if (!is_aligned16(p.q) || p.q_batch_stride % 16 != 0 || p.q_token_stride % 16 != 0 || p.q_head_stride % 16 != 0) {
     return "the CUDA paged indexer kernel needs q's data and batch/token/head strides 16-byte aligned";
   }
-  if (!aligned16(p.kv_cache) || p.block_stride % 16 != 0) {
+  if (!is_aligned16(p.kv_cache) || p.block_stride % 16 != 0) {
     return "the CUDA paged indexer kernel needs kv_cache's data and block stride 16-byte aligned";
   }
   return nullptr;
@@ -113,7 +98,7 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
     return cudaErrorNotSupported;
   }
   int sms = 0;
-  DSA_CUDA_CHECK(sm_count(&sms));
+  DSA_CUDA_CHECK(current_sm_count(&sms));
 
   const int rows = rows_per_item(p.heads, p.next_n);
   // 3 math warpgroups (three pages in flight per SM) by default where they apply: measured faster than

@@ -444,9 +444,9 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   int per_sm = 0;
   int sms = 0;
   DSA_CUDA_CHECK(current_arch_major(&major));
-  DSA_CUDA_CHECK(d::device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, &optin));
-  DSA_CUDA_CHECK(d::device_attr<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device, &per_sm));
-  DSA_CUDA_CHECK(d::device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, &optin));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device, &per_sm));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
   const int max_dyn = optin - d::kStaticReserve;
   DSA_CUDA_CHECK(d::allow_smem(kernel, which, device, max_dyn));
 

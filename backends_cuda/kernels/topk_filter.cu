@@ -1044,7 +1044,7 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   int sms = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DSA_CUDA_CHECK(current_arch_major(&major));
-  DSA_CUDA_CHECK(topk_row::device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
   bool clusters = false;
   DSA_CUDA_CHECK(d::prepare(kernel, int(p.dtype), device, &clusters));
   int cluster = major >= 9 && clusters ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;

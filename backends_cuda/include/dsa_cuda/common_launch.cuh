@@ -36,25 +36,43 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Compute capability major of the current device, cached per device (the query is on every launch).
-inline cudaError_t current_arch_major(int* major) {
-  constexpr int kMaxDevices = 64;
+// Device attributes are cached for up to this many devices (launchers ask on every call).
+constexpr int kMaxDevices = 64;
+
+// A device attribute, cached per device.
+template <cudaDeviceAttr kAttr>
+cudaError_t device_attr(int device, int* value) {
   static std::atomic<int> cache[kMaxDevices] = {};
-  int device = 0;
-  DSA_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= 0 && device < kMaxDevices) {
     const int hit = cache[device].load(std::memory_order_relaxed);
     if (hit != 0) {
-      *major = hit;
+      *value = hit;
       return cudaSuccess;
     }
   }
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(value, kAttr, device));
   if (device >= 0 && device < kMaxDevices) {
-    cache[device].store(*major, std::memory_order_relaxed);
+    cache[device].store(*value, std::memory_order_relaxed);
   }
   return cudaSuccess;
 }
+
+// Compute capability major of the current device.
+inline cudaError_t current_arch_major(int* major) {
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  return device_attr<cudaDevAttrComputeCapabilityMajor>(device, major);
+}
+
+// SM count of the current device.
+inline cudaError_t current_sm_count(int* sms) {
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  return device_attr<cudaDevAttrMultiProcessorCount>(device, sms);
+}
+
+// Whether a pointer allows 16-byte vector accesses.
+inline bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Launch `kernel` on `stream`, with programmatic stream serialization on SM90+ so it overlaps the
 // tail of the kernel before it (the kernel must call pdl_wait() before reading its inputs), in

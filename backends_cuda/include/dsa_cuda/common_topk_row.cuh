@@ -296,25 +296,6 @@ __device__ __forceinline__ Window row_window(const KernelArgs& a, int64_t r) {
   return Window{start, lo, hi};
 }
 
-constexpr int kMaxDevices = 64;
-
-// A device attribute, cached per device (the launcher asks on every call).
-template <cudaDeviceAttr kAttr>
-cudaError_t device_attr(int device, int* value) {
-  static std::atomic<int> cache[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices) {
-    const int hit = cache[device].load(std::memory_order_relaxed);
-    if (hit != 0) {
-      *value = hit;
-      return cudaSuccess;
-    }
-  }
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(value, kAttr, device));
-  if (device >= 0 && device < kMaxDevices) {
-    cache[device].store(*value, std::memory_order_relaxed);
-  }
-  return cudaSuccess;
-}
 
 // The kernel arguments of a launch, less the launch-shape fields (list_words, cand_words, cluster,
 // sample), which each launcher sets.
