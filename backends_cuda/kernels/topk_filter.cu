@@ -7,21 +7,27 @@
 // Fast path, one read of the row:
 //   1. Sample: 2048 to 16384 keys (evenly spaced runs of 32) give a threshold E such that, with
 //      high probability, k to about 2k keys of the window are >= E (E = 0, every key, when the window
-//      fits the candidate buffer). When the samples say far more keys than the buffer holds would
-//      pass (a plateau at E), the row goes to the exact fallback at once.
-//   2. Filter: one pass over device memory (cp.async, several 16-byte vectors per thread in
-//      flight) appends every key >= E, with its column, to a shared-memory candidate buffer
-//      (warp-aggregated atomics; a split row's CTAs each fill their own and the cluster's rank 0
-//      gathers them through distributed shared memory).
+//      fits the candidate buffer). The first filter stages are already loading meanwhile.
+//   2. Filter: one pass over device memory (cp.async, 16 fp32 or 8 16-bit keys per thread a round, the next
+//      round in flight) appends every key >= E, as raw bits with its column, to a shared-memory candidate
+//      buffer (one shared atomic per warp and round); the candidates are then converted to keys. A
+//      split row's CTAs each fill their own buffer and the cluster's rank 0 gathers them through
+//      distributed shared memory.
 //   3. Finish: when k <= candidates <= capacity, a radix select on the candidates (its bins over
-//      the candidates' own range, so one level usually suffices) finds the k-th largest key T; the keys > T and, among the keys == T, the smallest columns (a second radix
-//      select, on columns) are written.
+//      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
+//      above it are written, and the bin's entries are all taken, ranked by one warp (key, then
+//      smallest column) when there are at most 32, or split by a second select on the columns when
+//      they are more ties of one key.
+// Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
+// threshold is one value V (relu zeros, all-equal rows, heavy ties), step 2 takes the keys above V
+// only; if fewer than k, the first keys equal to V in index order complete the row (if the row has
+// fewer of them than the sample suggested, the row is redone by the exact fallback).
 // Exact fallback (the sample missed: fewer than k or too many candidates; one CTA, the whole
 // window): radix levels over device memory until the threshold bin fits the buffer, one pass that
 // writes the keys above the bin and gathers the bin, and the finish of step 3 on the bin. When the
-// bin never fits (more than `capacity` keys equal to the k-th largest: plateaus, all-equal rows;
-// a level whose bin holds one value ends the levels early), an ordered pass takes the first ties in
-// index order and stops once it has enough.
+// bin never fits (more than `capacity` keys equal to the k-th largest; a level whose bin holds one
+// value ends the levels early), an ordered pass takes the first ties in index order and stops once
+// it has enough.
 #include "dsa_cuda/common_launch.cuh"
 #include "dsa_cuda/common_radix_select.cuh"
 #include "dsa_cuda/common_topk_row.cuh"
@@ -100,7 +106,8 @@ struct Counters {
 // column included) instead of running more select levels.
 constexpr uint32_t kWarpBin = 32;
 
-// Fold v into this row's list range cnt.lo / cnt.hi (reset by range_reset, with a barrier between).
+// Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
+// barrier between). The warp must be converged.
 __device__ __forceinline__ void range_add(uint32_t lo, uint32_t hi, Counters& cnt) {
   lo = __reduce_min_sync(0xFFFFFFFFu, lo);
   hi = __reduce_max_sync(0xFFFFFFFFu, hi);
@@ -118,8 +125,9 @@ __device__ __forceinline__ void range_reset(Counters& cnt) {
 
 __device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
 
-// Shared-memory atomic add by one lane. Plain atomicAdd in a one-lane branch gets the compiler's
-// warp aggregation (a vote and a second shuffle scan) that one lane does not need.
+// Shared-memory atomic add, issued by one lane of a warp. (Written as PTX to avoid nvcc's warp
+// aggregation of atomicAdd; ptxas still emits its own all-lanes test before the ATOMS, so the SASS is
+// about the same: the one lane runs the plain ATOMS branch.)
 __device__ __forceinline__ uint32_t lane_atomic_add(uint32_t* p, uint32_t v) {
   uint32_t old;
   asm volatile("atom.shared.add.u32 %0, [%1], %2;"
@@ -523,8 +531,8 @@ __device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
 }
 
 // 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 8 for 16-bit types (one
-// vector: two spill at 64 registers on sm_107a). The round's candidates are stored unconverted (raw
-// bits: only the few that pass pay for the key), and `raw_to_keys` converts the buffer after.
+// vector; two pass the gates but were not yet timed). The round's candidates are stored unconverted
+// (raw bits: only the few that pass pay for the key), and `raw_to_keys` converts the buffer after.
 template <typename T>
 __host__ __device__ constexpr int round_vecs() {
   return sizeof(T) == 4 ? 4 : 1;
