@@ -3,7 +3,6 @@
 #include "dsa_cuda/indexer_logits.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 namespace dsa_cuda {
 namespace {
@@ -12,16 +11,9 @@ namespace k = sm90_indexer;
 
 template <int kMode, int kHeads, int kWgs>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
-  auto kernel = k::indexer_logits_kernel<kMode, kHeads, kWgs>;
   using C = k::Cfg<kMode, kWgs>;
-  constexpr int kSmem = C::kSmemBytes;
-  // Once per instantiation: the attribute belongs to the function, not the launch.
-  static std::atomic<bool> configured{false};
-  if (!configured.load(std::memory_order_acquire)) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    configured.store(true, std::memory_order_release);
-  }
-  return launch_pdl(kernel, dim3(unsigned(grid)), dim3(C::kThreads), size_t(kSmem), stream, a);
+  constexpr auto kernel = &k::indexer_logits_kernel<kMode, kHeads, kWgs>;
+  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
 template <int kMode>

@@ -3,7 +3,6 @@
 #include "dsa_cuda/paged_indexer_logits.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 namespace dsa_cuda {
 namespace {
@@ -12,16 +11,9 @@ namespace k = sm90_paged_indexer;
 
 template <int kMode, int kHeads, int kRows, int kWgs>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
-  auto kernel = k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs>;
   using C = k::Cfg<kMode, kHeads * kRows, kWgs>;
-  constexpr int kSmem = C::kSmemBytes;
-  // Once per instantiation: the attribute belongs to the function, not the launch.
-  static std::atomic<bool> configured{false};
-  if (!configured.load(std::memory_order_acquire)) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    configured.store(true, std::memory_order_release);
-  }
-  return launch_pdl(kernel, dim3(unsigned(grid)), dim3(C::kThreads), size_t(kSmem), stream, a);
+  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs>;
+  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
 // 3 warpgroups only for one token per item (see PagedIndexerLogitsParams::math_warpgroups).

@@ -106,11 +106,32 @@ cudaError_t launch_pdl_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// launch_pdl for a kernel with `smem_bytes` of dynamic shared memory, which may exceed the 48 KB
+// default: the kernel's limit is raised once per device (the attribute belongs to the function in
+// the current device's context, not to the launch).
+template <auto kKernel, typename... Args>
+cudaError_t launch_pdl_smem(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args&&... args);
+
 // launch_pdl_clustered without clusters.
 template <typename... KernelArgs, typename... Args>
 cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
                        cudaStream_t stream, Args&&... args) {
   return launch_pdl_clustered(kernel, grid, block, smem_bytes, stream, 1, std::forward<Args>(args)...);
+}
+
+template <auto kKernel, typename... Args>
+cudaError_t launch_pdl_smem(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args&&... args) {
+  static std::atomic<bool> configured[kMaxDevices] = {};
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (!cached || !configured[device].load(std::memory_order_acquire)) {
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    if (cached) {
+      configured[device].store(true, std::memory_order_release);
+    }
+  }
+  return launch_pdl(kKernel, grid, block, size_t(smem_bytes), stream, std::forward<Args>(args)...);
 }
 
 }  // namespace dsa_cuda

@@ -48,15 +48,10 @@ inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
 // 20 x 134868 20.7 us with 4, 23.8 with 8; 64 x 131072 25 us with 2, 38 with 4.
 // Same override as cluster_size.
 inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
-  if (const int forced = forced_cluster()) {
-    return forced;
+  const int c = cluster_size(rows, width, k, sms);
+  if (forced_cluster() != 0) {
+    return c;  // (a forced size is taken as it is)
   }
-  if (rows <= 0 || sms <= 0 || width <= k) {
-    return 1;
-  }
-  int64_t c = int64_t(sms) / rows;
-  c = c < kMaxCluster ? c : kMaxCluster;
-  c = c < width / kMinPart ? c : width / kMinPart;
   int p = 1;
   while (2 * p <= c) {
     p *= 2;

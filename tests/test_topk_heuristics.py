@@ -1,0 +1,69 @@
+"""The CUDA top-k launch heuristics (backends_cuda/include/dsa_cuda/sm90_topk_heuristics.cuh), compiled
+with the host C++ compiler and run on the CPU: the cluster sizes the H200 measurements chose (notes in the
+header) and the DSA_OPS_TOPK_CLUSTER override."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER_DIR = ROOT / "backends_cuda" / "include"
+CXX = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+PROGRAM = r"""
+#include <cstdio>
+#include "dsa_cuda/sm90_topk_heuristics.cuh"
+int main() {
+  using namespace dsa_cuda::topk_heuristics;
+  const long long shapes[][2] = {{1, 131072}, {20, 134868}, {64, 131072}, {64, 1048576}, {256, 131072},
+                                 {4096, 32768}, {1, 4096}, {3, 40000}, {1, 20000}};
+  for (const auto& s : shapes) {
+    std::printf("%lld %lld %d %d\n", s[0], s[1], cluster_size(s[0], s[1], 2048, 132),
+                filter_cluster_size(s[0], s[1], 2048, 132));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def binary(tmp_path_factory):
+    if CXX is None:
+        pytest.fail("no host C++ compiler (g++, c++ or clang++) on PATH")
+    d = tmp_path_factory.mktemp("heuristics")
+    (d / "main.cpp").write_text(PROGRAM)
+    subprocess.run([CXX, "-std=c++17", "-O1", f"-I{HEADER_DIR}", str(d / "main.cpp"), "-o", str(d / "main")],
+                   check=True)
+    return d / "main"
+
+
+def run(binary, env_cluster=None):
+    env = {k: v for k, v in os.environ.items() if k != "DSA_OPS_TOPK_CLUSTER"}
+    if env_cluster is not None:
+        env["DSA_OPS_TOPK_CLUSTER"] = env_cluster
+    out = subprocess.run([str(binary)], env=env, check=True, capture_output=True, text=True).stdout
+    return {(int(r), int(w)): (int(c), int(f)) for r, w, c, f in (line.split() for line in out.splitlines())}
+
+
+def test_filter_kernel_cluster_sizes(binary):
+    got = run(binary)
+    # (rows, width): CTAs per row of the filter kernel (deterministic=False), at most one CTA per SM of
+    # 132, a power of two, parts of at least 8192 keys.
+    want = {(1, 131072): 8, (20, 134868): 4, (64, 131072): 2, (64, 1048576): 2, (256, 131072): 1,
+            (4096, 32768): 1, (1, 4096): 1, (3, 40000): 4, (1, 20000): 2}
+    assert {s: f for s, (_, f) in got.items()} == want
+    # The ordered kernel (deterministic=True) keeps any size up to 8.
+    assert got[(20, 134868)][0] == 6 and got[(3, 40000)][0] == 4 and got[(1, 131072)][0] == 8
+
+
+@pytest.mark.parametrize("forced", ["1", "3", "8"])
+def test_forced_size_is_taken_as_it_is(binary, forced):
+    got = run(binary, forced)
+    assert all(c == int(forced) and f == int(forced) for c, f in got.values())
+
+
+def test_out_of_range_override_is_ignored(binary):
+    assert run(binary, "9") == run(binary) == run(binary, "0")
