@@ -99,6 +99,20 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
+// The stage ring's mbarriers: `full` (the producer warp's 32 lanes arrive) and `empty` (the math
+// threads arrive), 8 bytes apart each. Ends with a CTA barrier.
+template <int kStages, int kMathThreads>
+__device__ __forceinline__ void init_stage_barriers(uint32_t full, uint32_t empty) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s * 8, 32);
+      mbar_init(empty + s * 8, kMathThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }

@@ -222,14 +222,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
   const uint32_t w_smem = empty + C::kStages * 8;  // [c][i][e]: lane column c's 32 weights contiguous
   const uint32_t win_smem = w_smem + kN * 4;       // [r]: (lo, hi) of the item's row r
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(full + s * 8, 32);
-      mbar_init(empty + s * 8, kMathThreads);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  init_stage_barriers<C::kStages, kMathThreads>(full, empty);
   pdl_wait();
   pdl_launch_dependents();
 
