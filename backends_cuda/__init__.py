@@ -14,6 +14,7 @@ Importing this module compiles nothing and does not touch the GPU.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from pathlib import Path
@@ -60,6 +61,18 @@ def build_spec(arch: str) -> BuildSpec:
         cflags=["-O3", "-DUSE_CUDA", TORCH_TARGET_VERSION_FLAG],
         cuda_cflags=cuda_flags,
     )
+
+
+@functools.lru_cache(maxsize=None)
+def capability(index: int) -> tuple[int, int]:
+    """Compute capability of CUDA device `index`, cached (providers ask on every call)."""
+    return torch.cuda.get_device_capability(index)
+
+
+def aligned16(t: torch.Tensor, strides) -> bool:
+    """Whether t's data and the given strides (in t's elements) allow 16-byte copies."""
+    e = t.element_size()
+    return t.data_ptr() % 16 == 0 and all((s * e) % 16 == 0 for s in strides)
 
 
 def _device_arch(device: Optional[torch.device] = None) -> str:

@@ -12,10 +12,11 @@ miss the contract (the same trade as the Triton provider's FP8_MMA).
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
+
+from . import aligned16, capability
 
 OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
@@ -41,19 +42,9 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = No
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-def _aligned(t: torch.Tensor, strides) -> bool:
-    e = t.element_size()
-    return t.data_ptr() % 16 == 0 and all((s * e) % 16 == 0 for s in strides)
-
-
 def supports(q, kv, kv_scale, weights, ks, ke, clean) -> Optional[str]:
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    major, minor = _capability(index)
+    major, minor = capability(index)
     if major != 9:
         return (f"compute capability {major}.{minor}: the CUDA indexer kernel is SM90-only (wgmma); "
                 "no SM100 variant yet")
@@ -64,9 +55,9 @@ def supports(q, kv, kv_scale, weights, ks, ke, clean) -> Optional[str]:
         return f"head dim {d} (the CUDA kernel takes 128)"
     if kv.shape[0] > 2**31 - 1 - 2 * _TILE:
         return "2^31 - 256 keys or more"
-    if not _aligned(q, (q.stride(0), q.stride(1))):
+    if not aligned16(q, (q.stride(0), q.stride(1))):
         return "q's data or row/head strides are not 16-byte aligned"
-    if not _aligned(kv, (kv.stride(0),)):
+    if not aligned16(kv, (kv.stride(0),)):
         return "kv's data or row stride is not 16-byte aligned"
     return None
 

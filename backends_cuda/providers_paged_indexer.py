@@ -12,10 +12,11 @@ as in the dense provider.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
+
+from . import aligned16, capability
 
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
@@ -44,15 +45,6 @@ def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean,
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-def _aligned(t: torch.Tensor, strides) -> bool:
-    return t.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in strides)
-
-
 def unsupported_shape(q, kv_cache, max_context_len) -> Optional[str]:
     """The device-independent part of `supports` (the kernel's limits), CPU-testable."""
     b, next_n, h, d = q.shape
@@ -66,17 +58,17 @@ def unsupported_shape(q, kv_cache, max_context_len) -> Optional[str]:
         return f"next_n {next_n} > 1024 or 2^28 query rows or more"
     if b * next_n * -(-max_context_len // _TILE) >= 2**35:
         return "2^35 128-position output tiles or more"
-    # Byte strides (fp8 and uint8 are one byte): 16-byte copies of q rows and of cache blocks.
-    if not _aligned(q, (q.stride(0), q.stride(1), q.stride(2))):
+    # 16-byte copies of q rows and of cache blocks.
+    if not aligned16(q, (q.stride(0), q.stride(1), q.stride(2))):
         return "q's data or batch/token/head strides are not 16-byte aligned"
-    if kv_cache.shape[0] > 0 and not _aligned(kv_cache, (kv_cache.stride(0),)):
+    if kv_cache.shape[0] > 0 and not aligned16(kv_cache, (kv_cache.stride(0),)):
         return f"kv_cache's data or block stride ({kv_cache.stride(0)} bytes) is not 16-byte aligned"
     return None
 
 
 def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, clean) -> Optional[str]:
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    major, minor = _capability(index)
+    major, minor = capability(index)
     if major != 9:
         return (f"compute capability {major}.{minor}: the CUDA paged indexer kernel is SM90-only (wgmma); "
                 "no SM100 variant yet")
