@@ -54,6 +54,25 @@ struct ModeTraits {
 
 #if DSA_SM90_INDEXER_DEVICE
 
+// v[r] for a row r known only at run time, by selects (a dynamic index would put v in local memory).
+template <int kRows>
+__device__ __forceinline__ int32_t row_value(const int32_t (&v)[kRows], int r) {
+  int32_t x = v[0];
+#pragma unroll
+  for (int rr = 1; rr < kRows; ++rr) {
+    x = r == rr ? v[rr] : x;
+  }
+  return x;
+}
+
+// o[k] = -inf for k in [from, to), spread over the math threads (scores of keys no tile computes).
+template <int kMathThreads>
+__device__ __forceinline__ void fill_neg_inf(float* o, int32_t from, int32_t to) {
+  for (int32_t k = from + int32_t(threadIdx.x); k < to; k += kMathThreads) {
+    o[k] = __int_as_float(int(0xff800000u));
+  }
+}
+
 // A CTA's items of a persistent grid: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped
 // without divisions. Args: the kernel's arguments, with row_blocks and chunks.
 template <class Args>

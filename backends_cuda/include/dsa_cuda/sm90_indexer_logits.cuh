@@ -291,12 +291,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
         const int64_t row = t.row0 + r;
         if (row < a.rows) {
           float* o = a.out + row * a.out_row_stride;
-          for (int32_t k = t.k_begin + int32_t(threadIdx.x); k < ka; k += kMathThreads) {
-            o[k] = kNegInf;
-          }
-          for (int32_t k = kz + int32_t(threadIdx.x); k < t.k_end; k += kMathThreads) {
-            o[k] = kNegInf;
-          }
+          fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
+          fill_neg_inf<kMathThreads>(o, kz, t.k_end);
         }
       }
     }
@@ -330,13 +326,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
           lo = int32_t(lds32(win_smem + r * 8));
           hi = int32_t(lds32(win_smem + r * 8 + 4));
         } else {
-          lo = t.lo[0];
-          hi = t.hi[0];
-#pragma unroll
-          for (int rr = 1; rr < kRows; ++rr) {  // select, not a dynamic index (which would go to local memory)
-            lo = r == rr ? t.lo[rr] : lo;
-            hi = r == rr ? t.hi[rr] : hi;
-          }
+          lo = row_value(t.lo, r);
+          hi = row_value(t.hi, r);
         }
         const int64_t row = t.row0 + r;
         const int32_t key = kh ? key_b : key_a;

@@ -327,10 +327,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (r < t.ntok) {
-          float* o = a.out + (t.row0 + r) * a.out_row_stride;
-          for (int32_t k = kz + int32_t(threadIdx.x); k < t.k_end; k += kMathThreads) {
-            o[k] = kNegInf;
-          }
+          fill_neg_inf<kMathThreads>(a.out + (t.row0 + r) * a.out_row_stride, kz, t.k_end);
         }
       }
     }
@@ -368,11 +365,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
           const int v = 4 * b + c;
           const int kh = v / kRows;
           const int r = v % kRows;
-          int32_t hi = t.hi[0];
-#pragma unroll
-          for (int rr = 1; rr < kRows; ++rr) {  // select, not a dynamic index (which would go to local memory)
-            hi = r == rr ? t.hi[rr] : hi;
-          }
+          const int32_t hi = row_value(t.hi, r);
           const int32_t key = kh ? key_b : key_a;
           if (r < t.ntok && key < a.width) {
             a.out[(t.row0 + r) * a.out_row_stride + key] = page_ok && key < hi ? total[b] : kNegInf;
