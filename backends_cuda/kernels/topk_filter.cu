@@ -729,50 +729,13 @@ __device__ __forceinline__ uint32_t ordered_ties(const GlobalSrc<T>& g, uint32_t
 }
 
 // One level of the exact path over device memory: the histogram of the keys equal to the prefix
-// (under the mask), plus each bin's OR and AND of its keys. Lanes sharing the first taking lane's
-// digit add together (plateaus would otherwise serialise a warp on one bin).
+// (under the mask), plus each bin's OR and AND of its keys. 8 keys per thread per round (16 spill at
+// 64 registers).
 template <typename T>
 __device__ __forceinline__ void level_pass(const GlobalSrc<T>& g, const SelectState& st, int shift, uint32_t* hist,
                                            uint32_t* bin_or, uint32_t* bin_and) {
-  constexpr int I = GlobalSrc<T>::kItems;
-  constexpr int U = I == 4 ? 2 : 1;  // fp32: 8 keys per thread per round; 16-bit: 8 (registers)
-  const int per_round = U * int(blockDim.x);
-  const int32_t rounds = vec_rounds(g, per_round);
-  for (int32_t r = 0; r < rounds; ++r) {
-    uint32_t key[U][I];
-    uint32_t m[U];
-    load_round<U>(g, r, key, m);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        const uint32_t x = key[u][j];
-        const bool take = ((m[u] >> j) & 1u) && (x & st.mask) == st.prefix;
-        const uint32_t digit = (x >> shift) & 0x7FFu;
-        const uint32_t active = __ballot_sync(0xFFFFFFFFu, take);
-        if (active == 0u) {
-          continue;
-        }
-        const int leader = __ffs(active) - 1;
-        const uint32_t lead_digit = __shfl_sync(0xFFFFFFFFu, digit, leader);
-        const bool with_leader = take && digit == lead_digit;
-        const uint32_t group = __ballot_sync(0xFFFFFFFFu, with_leader);
-        if (with_leader) {
-          const uint32_t o = __reduce_or_sync(group, x);
-          const uint32_t a = __reduce_and_sync(group, x);
-          if (int(threadIdx.x & 31) == leader) {
-            atomicAdd(hist + digit, uint32_t(__popc(group)));
-            atomicOr(bin_or + digit, o);
-            atomicAnd(bin_and + digit, a);
-          }
-        } else if (take) {
-          atomicAdd(hist + digit, 1u);
-          atomicOr(bin_or + digit, x);
-          atomicAnd(bin_and + digit, x);
-        }
-      }
-    }
-  }
+  constexpr int U = GlobalSrc<T>::kItems == 4 ? 2 : 1;
+  hist_pass<GlobalSrc<T>, BinOrAnd, U>(g, st, shift, hist, BinOrAnd{bin_or, bin_and});
 }
 
 // The exact fallback over the whole window, one CTA. Nothing of the row has been written.

@@ -184,10 +184,37 @@ struct ListSrc {
   }
 };
 
-// Count `digit` in the histogram for every lane with `take`. The lanes that share the digit of the
-// first taking lane add once, together (plateaus, all-equal rows and narrow ranges would otherwise
-// serialise a warp on one bin); the others add one by one. The warp must be converged.
-__device__ __forceinline__ void hist_add(uint32_t* hist, bool take, uint32_t digit) {
+// What a histogram pass records per bin beyond its count: nothing, or (BinOrAnd) the OR and the
+// AND of the bin's keys, which agree when the bin holds a single value.
+struct NoBinFold {
+  struct Folded {};
+  __device__ __forceinline__ Folded reduce(uint32_t, uint32_t) const { return {}; }
+  __device__ __forceinline__ Folded one(uint32_t) const { return {}; }
+  __device__ __forceinline__ void add(uint32_t, Folded) const {}
+};
+struct BinOrAnd {
+  uint32_t* bin_or;
+  uint32_t* bin_and;
+  struct Folded {
+    uint32_t o, a;
+  };
+  __device__ __forceinline__ Folded reduce(uint32_t group, uint32_t x) const {
+    return {__reduce_or_sync(group, x), __reduce_and_sync(group, x)};
+  }
+  __device__ __forceinline__ Folded one(uint32_t x) const { return {x, x}; }
+  __device__ __forceinline__ void add(uint32_t digit, Folded f) const {
+    atomicOr(bin_or + digit, f.o);
+    atomicAnd(bin_and + digit, f.a);
+  }
+};
+
+// Count `digit` in the histogram for every lane with `take` (and fold its key x into the bin). The
+// lanes that share the digit of the first taking lane add once, together (plateaus, all-equal rows
+// and narrow ranges would otherwise serialise a warp on one bin); the others add one by one. The
+// warp must be converged.
+template <class Fold = NoBinFold>
+__device__ __forceinline__ void hist_add(uint32_t* hist, bool take, uint32_t digit, uint32_t x = 0u,
+                                         const Fold& fold = Fold()) {
   const uint32_t active = __ballot_sync(0xFFFFFFFFu, take);
   if (active == 0u) {
     return;
@@ -197,11 +224,14 @@ __device__ __forceinline__ void hist_add(uint32_t* hist, bool take, uint32_t dig
   const bool with_leader = take && digit == lead_digit;
   const uint32_t group = __ballot_sync(0xFFFFFFFFu, with_leader);
   if (with_leader) {
+    const auto folded = fold.reduce(group, x);
     if (int(threadIdx.x & 31) == leader) {
       atomicAdd(hist + lead_digit, uint32_t(__popc(group)));
+      fold.add(lead_digit, folded);
     }
   } else if (take) {
     atomicAdd(hist + digit, 1u);
+    fold.add(digit, fold.one(x));
   }
 }
 
@@ -232,11 +262,12 @@ __device__ __forceinline__ void load_round(const Src& src, int32_t r, uint32_t (
   }
 }
 
-// One level's histogram over the candidates (keys equal to the prefix under the mask).
-template <class Src>
-__device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st, int shift, uint32_t* hist) {
+// One level's histogram over the candidates (keys equal to the prefix under the mask), U 16-byte
+// vectors per thread per round (default: 16 keys, several loads in flight), with a per-bin fold.
+template <class Src, class Fold = NoBinFold, int U = 16 / Src::kItems>
+__device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st, int shift, uint32_t* hist,
+                                          const Fold& fold = Fold()) {
   constexpr int I = Src::kItems;
-  constexpr int U = 16 / I;  // 16 keys per thread per round: several loads in flight
   const int per_round = U * int(blockDim.x);
   const int32_t rounds = vec_rounds(src, per_round);
   for (int32_t r = 0; r < rounds; ++r) {
@@ -247,8 +278,9 @@ __device__ __forceinline__ void hist_pass(const Src& src, const SelectState& st,
     for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int j = 0; j < I; ++j) {
-        const bool take = ((m[u] >> j) & 1u) && (key[u][j] & st.mask) == st.prefix;
-        hist_add(hist, take, (key[u][j] >> shift) & 0x7FFu);
+        const uint32_t x = key[u][j];
+        const bool take = ((m[u] >> j) & 1u) && (x & st.mask) == st.prefix;
+        hist_add(hist, take, (x >> shift) & 0x7FFu, x, fold);
       }
     }
   }
