@@ -30,8 +30,9 @@ BINS = 2048
 # ---- FloatThreshold --------------------------------------------------------------------------------
 
 def float_threshold(E: int):
-    """(e, nan_passes) as the kernel's FloatThreshold(E) builds them."""
-    nan_passes = E == 0
+    """(e, take_all): the float the kernel's FloatThreshold(E) compares with, and whether its filter
+    takes every key without comparing (E == 0: NaN, key 0, passes only then)."""
+    take_all = E == 0
     if E <= 0x007FFFFF:
         e = np.float32(-np.inf)
     elif E > 0xFF800000:
@@ -39,7 +40,7 @@ def float_threshold(E: int):
     else:
         bits = (E & 0x7FFFFFFF) if (E & 0x80000000) else (~E & 0xFFFFFFFF)
         e = np.array([bits], dtype=np.uint32).view(np.float32)[0]
-    return e, nan_passes
+    return e, take_all
 
 
 def test_float_threshold_matches_key_compare():
@@ -58,8 +59,8 @@ def test_float_threshold_matches_key_compare():
     Es = np.concatenate([special, rng.integers(0, 2**32, 300, dtype=np.uint64), keys[:200]])
     with np.errstate(invalid="ignore"):
         for E in Es.tolist():
-            e, nan_passes = float_threshold(int(E))
-            got = (x >= e) | (nan_passes & np.isnan(x))
+            e, take_all = float_threshold(int(E))
+            got = (x >= e) | take_all
             want = keys >= E
             bad = np.nonzero(got != want)[0]
             assert bad.size == 0, (hex(int(E)), [hex(int(b)) for b in bits[bad[:4]]])

@@ -125,18 +125,6 @@ __device__ __forceinline__ void range_reset(Counters& cnt) {
 
 __device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
 
-// Shared-memory atomic add, issued by one lane of a warp. (Written as PTX to avoid nvcc's warp
-// aggregation of atomicAdd; ptxas still emits its own all-lanes test before the ATOMS, so the SASS is
-// about the same: the one lane runs the plain ATOMS branch.)
-__device__ __forceinline__ uint32_t lane_atomic_add(uint32_t* p, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.shared.add.u32 %0, [%1], %2;"
-               : "=r"(old)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(v)
-               : "memory");
-  return old;
-}
-
 // Write `col` at the next free output position for every lane with `take` (one shared atomic per
 // warp). The warp must be converged.
 __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, uint32_t* counter, uint32_t k) {
@@ -147,7 +135,7 @@ __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, ui
   const int leader = __ffs(ballot) - 1;
   uint32_t base = 0;
   if (int(threadIdx.x & 31) == leader) {
-    base = lane_atomic_add(counter, uint32_t(__popc(ballot)));
+    base = atomicAdd(counter, uint32_t(__popc(ballot)));
   }
   base = __shfl_sync(0xFFFFFFFFu, base, leader);
   const uint32_t pos = base + uint32_t(__popc(ballot & lanemask_lt()));
@@ -172,7 +160,7 @@ __device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter) {
   }
   uint32_t base = 0;
   if ((threadIdx.x & 31) == 31) {
-    base = lane_atomic_add(counter, incl);
+    base = atomicAdd(counter, incl);
   }
   base = __shfl_sync(0xFFFFFFFFu, base, 31);
   return base + incl - n;
@@ -461,9 +449,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // every non-NaN passes (e = -inf); E above +inf's key: nothing passes (e = NaN).
 struct FloatThreshold {
   float e;
-  bool nan_passes;
   __device__ __forceinline__ explicit FloatThreshold(uint32_t E) {
-    nan_passes = E == 0u;
     if (E <= 0x007FFFFFu) {
       e = -__int_as_float(0x7F800000);
     } else if (E > 0xFF800000u) {
