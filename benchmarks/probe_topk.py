@@ -14,24 +14,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import Timer  # noqa: E402
 
 
-def t(fn, it=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(it):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1000)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
 def by_k():
+    t = Timer().median_us  # cold L2, like the benchmarks
     for rows, n in ((264, 32768), (1056, 32768), (4096, 32768), (264, 131072), (4096, 8192), (4096, 4096)):
         x = torch.randn(rows, n, device="cuda")
         line = f"{rows}x{n}: read {t(lambda x=x: x.sum(dim=1)):.1f} us"
