@@ -228,6 +228,27 @@ def test_non_contiguous_rows(cluster3):
             check_topk(x, 2048, what=f"strided {dtype} {width}")
 
 
+def test_persistent_rows_mixed(cluster):
+    """More rows than the SMs hold CTAs: the filter kernel's CTAs take several rows each and copy the next
+    row's samples while finishing the current one. Rows of every kind follow each other (sampled, plateau,
+    fits the buffer, shorter than k, empty), at odd starts in a strided tensor of each dtype."""
+    g = torch.Generator(device=DEV).manual_seed(12)
+    rows, width = 700, 20000
+    kinds = ["normal", "mostly_zero", "ties", "equal", "nan_inf", "narrow"]
+    for dtype in DTYPES:
+        parts = [gen_rows(kinds[i % len(kinds)], 1, width + 3, torch.float32, g) for i in range(rows)]
+        base = torch.cat(parts).to(dtype)
+        x = base[:, 1:1 + width]  # row stride width + 3, unaligned rows
+        starts = torch.randint(0, 2000, (rows,), device=DEV, dtype=torch.int32, generator=g) | 1
+        lengths = torch.randint(9000, width, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        lengths[::7] = 5000  # fits the candidate buffer
+        lengths[::11] = 100  # shorter than k
+        lengths[::13] = -1  # empty
+        for k in (64, 2048):
+            check_topk(x, k, lengths, starts, what=f"persistent {dtype} k={k}")
+        check_topk(x, 2048, what=f"persistent {dtype} whole rows")
+
+
 def test_outputs_poisoned_before_the_call(cluster3):
     g = torch.Generator(device=DEV).manual_seed(8)
     for rows, width, k in ((37, 5000, 64), (5, 70000, 2048), (9, 100, 2048)):
