@@ -80,6 +80,8 @@ def handed_over(ops: Iterable[str]):
     """Unregister the Python routers of `ops` from the CUDA key around a block that loads a library with
     C++ kernels for that key; register them again if the block raises or registers no such kernel."""
     ops = [op for op in ops if python_routed(op)]
+    # The load usually happens inside a router's call (the first call of an op on a GPU): its
+    # registration goes while it runs; the Python function itself lives on in the running frame.
     for op in ops:
         _libs[op]._destroy()
         _libs[op] = None
