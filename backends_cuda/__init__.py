@@ -14,8 +14,10 @@ Importing this module compiles nothing and does not touch the GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import logging
 import os
 from pathlib import Path
 from typing import Optional
@@ -33,7 +35,31 @@ from ._jit import (
 )
 
 HERE = Path(__file__).resolve().parent
-LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB")
+log = logging.getLogger("dsa_ops")
+
+
+@contextlib.contextmanager
+def _take_over_cuda_key():
+    """Around the library's load: its C++ kernels (csrc/topk_route.cpp) become the CUDA-key kernels of
+    the top-k family's dsa ops in place of the Python routers (dsa_ops._route), and follow the registry."""
+    from dsa_ops import _route, registry
+
+    from . import providers_topk
+
+    with _route.handed_over(providers_topk.ROUTED_OPS):
+        yield
+    if any(_route.python_routed(o) for o in providers_topk.ROUTED_OPS):
+        log.info("dsa_ops: %s registers no CUDA kernel for dsa.topk: the Python router serves it", LIB.path)
+        return
+    ns = torch.ops.dsa_cuda
+    _route.set_error_sink(ns.topk_route_error.default)
+    devices = providers_topk.route_devices(available, torch.cuda.device_count())
+    providers_topk.start_route(registry, ns.topk_route_set.default, devices)
+    log.info("dsa_ops: C++ kernels serve the CUDA key of %s (device mask %#x)", ", ".join(providers_topk.ROUTED_OPS),
+             devices)
+
+
+LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB", handover=_take_over_cuda_key)
 
 # One module per op; each has register().
 _OP_MODULES = ("page_table_transform", "providers_topk", "providers_indexer", "providers_paged_indexer")

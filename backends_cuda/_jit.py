@@ -17,6 +17,7 @@ Nothing here runs at import: the first call of an op (or ``build()``) triggers i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -25,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, ContextManager, Optional
 
 import torch
 
@@ -121,7 +122,8 @@ class BuildSpec:
 class Library:
     """One backend's compiled library: finds, builds and loads it once per process."""
 
-    def __init__(self, backend: str, namespace: str, package_dir: Path, env_var: str):
+    def __init__(self, backend: str, namespace: str, package_dir: Path, env_var: str,
+                 handover: Optional[Callable[[], ContextManager]] = None):
         self.backend = backend
         self.namespace = namespace  # torch.ops.<namespace> holds the library's ops
         self.package_dir = Path(package_dir)
@@ -129,6 +131,9 @@ class Library:
         self.path: Optional[str] = None  # the loaded file
         self.arch: Optional[str] = None  # what it was loaded for
         self.from_prebuilt = False
+        # A context manager around the load (and the attributes' update), for libraries that register
+        # kernels for ops Python registered first (backends_cuda: the top-k family's CUDA key).
+        self.handover = handover
         self._lock = threading.Lock()
 
     def prebuilt(self, name: str) -> Optional[Path]:
@@ -163,15 +168,16 @@ class Library:
                         f"dsa_ops: a prebuilt {self.backend} library ({self.path}) is already loaded in this "
                         f"process; build in a fresh process without {self.env_var} or prebuilt/ files")
                 return self.path
-            pre = None if force_build else self.prebuilt(spec.name)
-            if pre is not None:
-                if not pre.is_file():
-                    raise FileNotFoundError(f"dsa_ops: {self.env_var}={pre} does not exist")
-                torch.ops.load_library(str(pre))
-                path, self.from_prebuilt = str(pre), True
-            else:
-                path = self._build(spec, build_root, verbose)
-            self.path, self.arch = path, arch
+            with self.handover() if self.handover is not None else contextlib.nullcontext():
+                pre = None if force_build else self.prebuilt(spec.name)
+                if pre is not None:
+                    if not pre.is_file():
+                        raise FileNotFoundError(f"dsa_ops: {self.env_var}={pre} does not exist")
+                    torch.ops.load_library(str(pre))
+                    path, self.from_prebuilt = str(pre), True
+                else:
+                    path = self._build(spec, build_root, verbose)
+                self.path, self.arch = path, arch
             return path
 
     def _build(self, spec: BuildSpec, build_root, verbose: bool) -> str:

@@ -8,6 +8,9 @@ All three call one compiled entry, ``torch.ops.dsa_cuda.topk_out`` (csrc/topk.cp
 `page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k.
 `deterministic=True` runs the ordered kernel (kernels/topk.cu: ascending rows, bitwise reproducible);
 the default runs the filter kernel (kernels/topk_filter.cu: the same set, in any order, faster).
+
+Once the library is loaded, its C++ kernels for the dsa ops' CUDA key (csrc/topk_route.cpp) serve the
+calls these providers would, without Python: :func:`start_route` keeps them in step with the registry.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Callable, Optional
 
 import torch
 
+# The dsa ops whose CUDA key the library's C++ kernels serve (csrc/topk_route.cpp).
+ROUTED_OPS = ("topk", "topk_page_table_transform", "topk_ragged_transform")
 INT32_MAX = 2**31 - 1
 # The kernel indexes a window with int32 and rounds its parts up to 16 keys.
 MAX_WIDTH = INT32_MAX - 16
@@ -38,8 +43,8 @@ def _entry(overload):
 
 
 def register_topk(Provider, register_provider, op: Callable[[str, torch.device], object],
-                  available: Callable[[torch.device], Optional[str]]) -> None:
-    """Register the three providers with backend "cuda".
+                  available: Callable[[torch.device], Optional[str]]) -> dict:
+    """Register the three providers with backend "cuda"; return them by op.
 
     op(name, device) returns the library's OpOverload ``torch.ops.dsa_cuda.<name>.default``, building
     or loading the library on first use; available(device) says why the library cannot run on a
@@ -79,9 +84,34 @@ def register_topk(Provider, register_provider, op: Callable[[str, torch.device],
     def ragged_supports(scores, offsets, lengths, k, row_starts):
         return _supports(scores, k)
 
-    register_provider(Provider("topk", "cuda", topk_fn, topk_supports, available))
-    register_provider(Provider("topk_page_table_transform", "cuda", page_fn, page_supports, available))
-    register_provider(Provider("topk_ragged_transform", "cuda", ragged_fn, ragged_supports, available))
+    mine = {
+        "topk": Provider("topk", "cuda", topk_fn, topk_supports, available),
+        "topk_page_table_transform": Provider("topk_page_table_transform", "cuda", page_fn, page_supports, available),
+        "topk_ragged_transform": Provider("topk_ragged_transform", "cuda", ragged_fn, ragged_supports, available),
+    }
+    for p in mine.values():
+        register_provider(p)
+    return mine
+
+
+_registered: dict = {}  # op -> the provider register() added: what the C++ kernels stand in for
+
+
+def route_devices(available: Callable[[torch.device], Optional[str]], device_count: int) -> int:
+    """Bit mask of the CUDA devices the providers can run on (bit d: cuda:d), as the C++ kernels take it."""
+    return sum(1 << d for d in range(min(device_count, 64)) if available(torch.device("cuda", d)) is None)
+
+
+def start_route(registry, set_devices: Callable[[int], None], devices: int) -> None:
+    """Let the loaded C++ kernels serve `devices` whenever the registry would pick these providers: no
+    other backend forced and these very providers registered. Otherwise they serve no device, so each
+    call goes to the Python router, which decides as it always did."""
+
+    def sync():
+        mine = all(registry.providers(op).get("cuda") is p for op, p in _registered.items())
+        set_devices(devices if mine and registry.forced_backend() in (None, "cuda") else 0)
+
+    registry.on_change(sync)
 
 
 def register() -> None:
@@ -90,4 +120,4 @@ def register() -> None:
 
     from . import available, op
 
-    register_topk(registry.Provider, registry.register_provider, op, available)
+    _registered.update(register_topk(registry.Provider, registry.register_provider, op, available))

@@ -13,6 +13,12 @@ Baselines beside each number: a bare `torch.ops.aten` call, the stub kernel alon
 work (`torch.empty` + stub kernel), which no router change can remove, the dispatcher -> Python hop
 that any Python impl pays, and a C++ impl of topk's functional schema (checks + allocation): the
 cost if the op's CUDA impl were C++ instead of a Python router.
+
+"route" rows: the real C++ kernels of the top-k family's dsa ops (backends_cuda/csrc/topk_route.cpp,
+what the CUDA library registers for the CUDA key), built here for the CPU key of copies of the ops
+(`dsa_hob::*`, same schemas) with a stub topk_out, and their fallback to the Python router
+(`dsa_hob_route::*`, the captured CUDA-key routers, as dsa_route::* on the GPU), taken when the kernels
+serve no device (a forced backend other than cuda) or the fast check fails.
 """
 
 from __future__ import annotations
@@ -117,6 +123,54 @@ def build_stub():
     return ns.topk_out.default, ns.page_table_transform_out.default
 
 
+ROUTE_STUB_SRC = r"""
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/Exception.h>
+#include "topk_out.h"
+// The launch, stubbed as the stub kernels above: what topk_route.cpp calls on its fast path.
+void dsa_cuda_binding::topk_out(Tensor, int64_t, std::optional<Tensor>, std::optional<Tensor>, bool,
+                                std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, int64_t,
+                                std::optional<Tensor>, Tensor out, std::optional<Tensor>) {
+  STD_TORCH_CHECK(out.dim() == 2, "topk_out stub: bad out");
+}
+"""
+ROUTED = ("topk", "topk_page_table_transform", "topk_ragged_transform")
+
+
+def build_route():
+    """backends_cuda/csrc/topk_route.cpp for the CPU key of dsa_hob::* (copies of the routed dsa ops), falling
+    back to dsa_hob_route::* (the captured CUDA-key routers, behind _route's error keeping, as on the GPU).
+    Returns torch.ops.dsa_hob_ctl.topk_route_set (a device mask; any non-zero value serves the CPU)."""
+    from dsa_ops import _route
+    from dsa_ops._define import OPS
+    from torch.utils import cpp_extension
+
+    csrc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "backends_cuda", "csrc")
+    defs = torch.library.Library("dsa_hob", "DEF")
+    routes = torch.library.Library("dsa_hob_route", "DEF")
+    for name in ROUTED:
+        d = OPS[name]
+        forms = [(name, d.schema)] + ([(f"{name}.out", d.out.schema)] if d.out is not None else [])
+        for overload, schema in forms:
+            defs.define(f"{overload}{schema}")
+            routes.define(f"{overload}{schema}")
+            routes.impl(overload, _route._keeping_errors(_captured[overload]), "CPU")
+    root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "host_overhead_route", torch.__version__)
+    os.makedirs(root, exist_ok=True)
+    stub = os.path.join(root, "route_stub.cpp")
+    if not os.path.exists(stub) or open(stub).read() != ROUTE_STUB_SRC:
+        with open(stub, "w") as f:
+            f.write(ROUTE_STUB_SRC)
+    flags = ["-O2", "-DTORCH_TARGET_VERSION=0x020b000000000000", "-DDSA_TOPK_ROUTE_CPU_TEST",
+             "-DDSA_TOPK_ROUTE_NS=dsa_hob", "-DDSA_TOPK_ROUTE_KEY=CPU", "-DDSA_TOPK_ROUTE_FALLBACK_NS=dsa_hob_route",
+             "-DDSA_TOPK_ROUTE_CONTROL_NS=dsa_hob_ctl"]
+    cpp_extension.load(name="dsa_host_overhead_route", sources=[os.path.join(csrc, "topk_route.cpp"), stub],
+                       build_directory=root, is_python_module=False, extra_cflags=flags,
+                       extra_include_paths=[os.path.abspath(csrc)], verbose=False)
+    _route.set_error_sink(torch.ops.dsa_hob_ctl.topk_route_error.default)
+    return (defs, routes), torch.ops.dsa_hob_ctl.topk_route_set.default
+
+
 def install(stub_topk, stub_ptt):
     """Route dsa.* CPU calls through the CUDA-key router, and serve them by the real "cuda" provider code
     (backends_cuda/providers_topk.py, page_table_transform.py) with its kernel lookup pointed at the stubs."""
@@ -171,6 +225,8 @@ def main(argv=None) -> int:
 
     stub_topk, stub_ptt = build_stub()
     _lib, topk_work = install(stub_topk, stub_ptt)
+    _route_libs, route_set = build_route()
+    hob = torch.ops.dsa_hob
     topk_fn = registry.providers("topk")["cuda"].fn
 
     scores = torch.randn(1, 131072)
@@ -182,9 +238,27 @@ def main(argv=None) -> int:
     rtb = torch.randint(0, 8, (64,), dtype=torch.int32)
     out_p = torch.empty_like(idx)
 
+    offsets = torch.zeros(1, dtype=torch.int32)
+    pt1 = torch.randint(0, 1 << 20, (1, 4096), dtype=torch.int32)
+
     # The router really runs (and reaches the stub): a wrong path fails here, not in the numbers.
     assert registry.select("topk", (scores, 2048, None, None, False)).fn is topk_fn
     assert dsa_ops.topk(scores, 2048).shape == (1, 2048)
+    # The route: served by C++ (the Python router is not entered), else by the router with its errors.
+    entered, provider = [], registry.providers("topk")["cuda"]
+    registry.register_provider(registry.Provider("topk", "cuda", lambda *a: entered.append(a) or topk_fn(*a),
+                                                 registry.providers("topk")["cuda"].supports, lambda dev: None))
+    route_set(1)
+    assert hob.topk(scores, 2048).shape == (1, 2048) and not entered
+    route_set(0)
+    assert hob.topk(scores, 2048).shape == (1, 2048) and len(entered) == 1
+    route_set(1)
+    try:
+        hob.topk(scores, 0)
+        raise AssertionError("k=0 passed")
+    except RuntimeError as e:
+        assert str(e).startswith("dsa.topk: `k` must be >= 1, got 0"), e
+    registry.register_provider(provider)
 
     rows = [
         ("baseline: torch.ops.aten.zero_.default(out)", lambda: torch.ops.aten.zero_.default(out_k), None),
@@ -209,11 +283,26 @@ def main(argv=None) -> int:
          lambda: dsa_ops.page_table_transform(idx, pt, row_to_batch=rtb, page_size=64, out=out_p), "cuda"),
         ("torch.ops.dsa.page_table_transform(idx, pt, row_to_batch=rtb)  [auto]",
          lambda: torch.ops.dsa.page_table_transform(idx, pt, row_to_batch=rtb), None),
+        ("route: C++ kernel, dsa_hob.topk(scores, 2048)", lambda: hob.topk(scores, 2048), 1),
+        ("route: C++ kernel, dsa_hob.topk(.., lengths=, row_starts=)",
+         lambda: hob.topk(scores, 2048, lengths=lengths, row_starts=row_starts), 1),
+        ("route: C++ kernel, dsa_hob.topk_page_table_transform(.., out=)",
+         lambda: hob.topk_page_table_transform.out(scores, pt1, lengths, 2048, out=out_k), 1),
+        ("route: C++ kernel, dsa_hob.topk_ragged_transform(..)",
+         lambda: hob.topk_ragged_transform(scores, offsets, lengths, 2048), 1),
+        ("route fallback: C++ kernel -> Python router, dsa_hob.topk(scores, 2048)",
+         lambda: hob.topk(scores, 2048), 0),
+        ("old: Python router, torch.ops.dsa.topk(scores, 2048)", lambda: torch.ops.dsa.topk(scores, 2048), None),
+        ("old: Python router, torch.ops.dsa.topk_page_table_transform(.., out=)",
+         lambda: torch.ops.dsa.topk_page_table_transform.out(scores, pt1, lengths, 2048, out=out_k), None),
     ]
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {args.runs} runs x {args.calls} calls, "
           "1 thread, us of thread CPU time per call")
     print(f"{'call':<72} {'median us':>10} {'min us':>8}")
     for name, fn, backend in rows:
+        if isinstance(backend, int):  # a route row: the device mask the C++ kernels serve
+            route_set(backend)
+            backend = None
         with registry.use_backend(backend):
             med, lo = per_call_us(fn, args.calls, args.runs)
         print(f"{name:<72} {med:>10.2f} {lo:>8.2f}")

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
-from . import registry
+from . import _route, registry
 
 LIB = torch.library.Library("dsa", "DEF")
 OPS: dict[str, "OpDef"] = {}
@@ -109,7 +109,13 @@ def given(**optional_tensors) -> dict:
     return {k: v for k, v in optional_tensors.items() if v is not None}
 
 
-def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm] = None) -> OpDef:
+def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm] = None,
+              compiled_cuda: bool = False) -> OpDef:
+    """Define dsa::<name> (and its `.out` form) with its fake, CPU reference, reference provider and router.
+
+    compiled_cuda: a backend library may register C++ kernels for the op's CUDA key, which call the
+    router (then also dsa_route::<name>) for what they do not serve (see _route).
+    """
     full = f"dsa::{name}{schema}"
     names, defaults = _signature(full)
     # The routers take the device from the first argument: the dispatcher guarantees it is a tensor.
@@ -148,13 +154,19 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
         d.out_device_impl = out_device
         torch.library.register_fake(f"dsa::{name}.out", out_fake, lib=LIB)
         LIB.impl(f"{name}.out", out_cpu, "CPU")
-        LIB.impl(f"{name}.out", out_device, "CUDA")
         provider_fn = out.reference
 
     d.device_impl = device_impl
     torch.library.register_fake(f"dsa::{name}", fake_impl, lib=LIB)
     LIB.impl(name, cpu_impl, "CPU")
-    LIB.impl(name, device_impl, "CUDA")
+    routers = [(name, schema, device_impl)]
+    if out is not None:
+        routers.append((f"{name}.out", out.schema, d.out_device_impl))
+    if compiled_cuda:
+        _route.add(name, routers)
+    else:
+        for overload, _, router in routers:
+            LIB.impl(overload, router, "CUDA")
     registry.register_provider(
         registry.Provider(name, "reference", provider_fn, supports=lambda *a: None, available=lambda dev: None)
     )

@@ -5,7 +5,8 @@ For tensors on a GPU (the CUDA dispatch key, which ROCm builds of torch use too)
 ``AUTO_ORDER`` that is available on the machine and supports the call serves it. CPU tensors always run
 the exact reference. ``DSA_OPS_BACKEND=cuda|hip|triton|reference`` (read once, at import) or
 ``dsa_ops.use_backend(name)`` forces one backend; a forced backend that cannot serve raises, it never
-falls back silently.
+falls back silently. Compiled kernels that serve an op's CUDA key themselves (see ``_route``) follow
+these choices through :func:`on_change`.
 
 Per call, ``select`` only asks ``supports`` of the providers that can run on the device: which
 providers those are (availability, and the forced backend) is worked out once per (op, device, forced
@@ -50,6 +51,9 @@ _available_cache: dict[tuple[str, str, torch.device], Optional[str]] = {}
 # (op, device, forced backend) -> the providers that may serve it, in order (available ones only).
 _candidates_cache: dict[tuple[str, torch.device, Optional[str]], tuple[Provider, ...]] = {}
 _forced: Optional[str] = None
+# Called after the forced backend or a provider changes: compiled kernels that serve an op's CUDA key
+# without asking Python per call mirror those choices (backends_cuda/providers_topk.py).
+_listeners: list[Callable[[], None]] = []
 
 
 def _parse_backend(value: Optional[str]) -> Optional[str]:
@@ -68,6 +72,7 @@ def register_provider(p: Provider) -> None:
         raise ValueError(f"unknown backend {p.backend!r}")
     _providers.setdefault(p.op, {})[p.backend] = p
     _forget(p.op, p.backend)
+    _notify()
 
 
 def unregister_provider(op: str, backend: Optional[str] = None) -> None:
@@ -77,6 +82,7 @@ def unregister_provider(op: str, backend: Optional[str] = None) -> None:
     else:
         _providers.get(op, {}).pop(backend, None)
     _forget(op, backend)
+    _notify()
 
 
 def _forget(op: str, backend: Optional[str]) -> None:
@@ -84,6 +90,17 @@ def _forget(op: str, backend: Optional[str]) -> None:
     for key in [k for k in _available_cache if k[0] == op and backend in (None, k[1])]:
         del _available_cache[key]
     _candidates_cache.clear()
+
+
+def on_change(fn: Callable[[], None]) -> None:
+    """Call fn() now and after every change of the forced backend or of a provider."""
+    _listeners.append(fn)
+    fn()
+
+
+def _notify() -> None:
+    for fn in _listeners:
+        fn()
 
 
 def providers(op: str) -> dict[str, Provider]:
@@ -99,10 +116,12 @@ def use_backend(name: Optional[str]):
     """Force one backend inside a `with` block (None or "auto" restores automatic choice)."""
     global _forced
     previous, _forced = _forced, _parse_backend(name)
+    _notify()
     try:
         yield
     finally:
         _forced = previous
+        _notify()
 
 
 def availability(p: Provider, device: torch.device) -> Optional[str]:

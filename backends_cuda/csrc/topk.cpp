@@ -1,5 +1,6 @@
 // Torch binding of the top-k family for CUDA: torch.ops.dsa_cuda.topk_out, one entry for dsa.topk,
-// dsa.topk_page_table_transform (page_table given) and dsa.topk_ragged_transform (offsets given).
+// dsa.topk_page_table_transform (page_table given) and dsa.topk_ragged_transform (offsets given). The
+// dsa ops' own CUDA-key kernels (csrc/topk_route.cpp) call it too (topk_out.h).
 // Stable ABI only (build with -DUSE_CUDA for the stream shim and -DTORCH_TARGET_VERSION for the
 // oldest torch to load under), so one binary loads under torch 2.11 through 2.14.
 #include <torch/csrc/stable/accelerator.h>
@@ -13,6 +14,7 @@
 
 #include "dsa_binding.h"
 #include "dsa_cuda/topk.cuh"
+#include "topk_out.h"
 
 namespace {
 
@@ -27,10 +29,13 @@ void check_out(const Tensor& t, const char* name, const Tensor& scores, int64_t 
                   kOp, ": `", name, "` must be an int32 [rows, k] tensor with unit last stride on the device of `scores`");
 }
 
-void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
-              bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
-              std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
-              std::optional<Tensor> out_raw) {
+}  // namespace
+
+void dsa_cuda_binding::topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths,
+                                std::optional<Tensor> row_starts, bool deterministic, std::optional<Tensor> page_table,
+                                std::optional<Tensor> page_table_row_starts, std::optional<Tensor> row_to_batch,
+                                int64_t page_size, std::optional<Tensor> offsets, Tensor out,
+                                std::optional<Tensor> out_raw) {
   STD_TORCH_CHECK(scores.dim() == 2 && scores.is_cuda() && unit_last_stride(scores), kOp,
                   ": `scores` must be a [rows, width] CUDA tensor with unit last stride");
   const ScalarType st = scores.scalar_type();
@@ -110,8 +115,6 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
-}  // namespace
-
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "topk_out(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
@@ -119,4 +122,4 @@ STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
       "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
 }
 
-STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) { m.impl("topk_out", TORCH_BOX(&topk_out)); }
+STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) { m.impl("topk_out", TORCH_BOX(&dsa_cuda_binding::topk_out)); }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _route
 from .._checks import SCORE_DTYPES, check_int, check_shape, check_tensor, check_unit_last_stride, optional_int32_rows_ok
 from .._define import define_op
 from ._common import window_topk
@@ -51,7 +52,7 @@ def fake(scores, k, lengths, row_starts, deterministic):
     return scores.new_empty((scores.shape[0], k), dtype=torch.int32)
 
 
-OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake, compiled_cuda=True)
 _OP = torch.ops.dsa.topk.default
 
 
@@ -76,6 +77,9 @@ def topk(
         int32 [R, k]: the true top-k under the ranking (larger first, ties to the smaller index,
         NaN last, +0.0 == -0.0), -1 where the window holds fewer than k keys.
     """
-    if lengths is None and row_starts is None and deterministic is False:
-        return _OP(scores, k)  # the same call: arguments at their defaults are cheaper left out
-    return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)
+    try:
+        if lengths is None and row_starts is None and deterministic is False:
+            return _OP(scores, k)  # the same call: arguments at their defaults are cheaper left out
+        return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)
+    except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
+        raise _route.original(e) from None

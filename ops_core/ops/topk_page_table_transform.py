@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _route
 from .._checks import (
     check_int,
     check_out,
@@ -94,6 +95,7 @@ OP = define_op(
     fake=fake,
     out=OutForm(_ARGS + ", Tensor(a!) out, Tensor(b!)? out_raw=None) -> ()", 2, _alloc, _reference_out,
                 _check_outs),
+    compiled_cuda=True,
 )
 _OP, _OUT = torch.ops.dsa.topk_page_table_transform.default, torch.ops.dsa.topk_page_table_transform.out
 
@@ -128,9 +130,12 @@ def topk_page_table_transform(
     """
     args = (scores, page_table, lengths, k)
     kw = given(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch)
-    if out is None and out_raw is None:
-        return _OP(*args, **kw, page_size=page_size, deterministic=deterministic)
-    if out is None:
-        out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-    _OUT(*args, **kw, page_size=page_size, deterministic=deterministic, out=out, out_raw=out_raw)
-    return out
+    try:
+        if out is None and out_raw is None:
+            return _OP(*args, **kw, page_size=page_size, deterministic=deterministic)
+        if out is None:
+            out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
+        _OUT(*args, **kw, page_size=page_size, deterministic=deterministic, out=out, out_raw=out_raw)
+        return out
+    except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
+        raise _route.original(e) from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _route
 from .._checks import check_shape, check_tensor, int32_rows_ok
 from .._define import define_op
 from ._common import INT32_MAX, window_topk
@@ -37,7 +38,7 @@ def fake(scores, offsets, lengths, k, row_starts):
     return scores.new_empty((scores.shape[0], k), dtype=torch.int32)
 
 
-OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake, compiled_cuda=True)
 _OP = torch.ops.dsa.topk_ragged_transform.default
 
 
@@ -60,6 +61,9 @@ def topk_ragged_transform(
     Returns:
         int32 [R, k]; -1 where the window holds fewer than k keys (or the sum leaves int32).
     """
-    if row_starts is None:
-        return _OP(scores, offsets, lengths, k)  # the same call: a default is cheaper left out
-    return _OP(scores, offsets, lengths, k, row_starts=row_starts)
+    try:
+        if row_starts is None:
+            return _OP(scores, offsets, lengths, k)  # the same call: a default is cheaper left out
+        return _OP(scores, offsets, lengths, k, row_starts=row_starts)
+    except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
+        raise _route.original(e) from None
