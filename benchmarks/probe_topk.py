@@ -2,6 +2,7 @@
 
     python benchmarks/probe_topk.py            # shapes x k, next to a plain read of the same bytes
     python benchmarks/probe_topk.py clusters   # decode-like shapes under each forced cluster size
+    python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
 """
 
 import os
@@ -24,6 +25,20 @@ def by_k():
         print(line, flush=True)
 
 
+def shapes():
+    timer = Timer()
+    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
+    for rows, n, dtype in ((4096, 32768, torch.float32), (16384, 65536, torch.float32), (4096, 131072, torch.float32),
+                           (256, 131072, torch.float32), (4096, 32768, torch.bfloat16), (1, 131072, torch.float32),
+                           (20, 134868, torch.float32)):
+        x = torch.randn(rows, n, device="cuda").to(dtype)
+        fn = (lambda x=x: torch.ops.dsa.topk(x, 2048))
+        us = timer.graph_median_us(fn) if rows <= 64 else timer.median_us(fn)
+        line += f" | {rows}x{n}{'' if dtype == torch.float32 else ' bf16'} {us:.1f}"
+        del x
+    print(line, flush=True)
+
+
 def clusters():
     timer = Timer()
     for rows, n in ((1, 131072), (20, 134868), (64, 131072), (256, 131072), (64, 1048576)):
@@ -40,4 +55,4 @@ def clusters():
 
 
 if __name__ == "__main__":
-    clusters() if sys.argv[1:] == ["clusters"] else by_k()
+    {"clusters": clusters, "shapes": shapes}.get(sys.argv[1] if len(sys.argv) > 1 else "", by_k)()

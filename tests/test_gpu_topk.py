@@ -228,10 +228,9 @@ def test_non_contiguous_rows(cluster3):
             check_topk(x, 2048, what=f"strided {dtype} {width}")
 
 
-def test_persistent_rows_mixed(cluster):
-    """More rows than the SMs hold CTAs: the filter kernel's CTAs take several rows each and copy the next
-    row's samples while finishing the current one. Rows of every kind follow each other (sampled, plateau,
-    fits the buffer, shorter than k, empty), at odd starts in a strided tensor of each dtype."""
+def test_many_rows_mixed(cluster):
+    """More rows than the SMs hold CTAs, of every kind one after the other (sampled, plateau, fitting the
+    buffer, shorter than k, empty), at odd starts in a strided tensor of each dtype."""
     g = torch.Generator(device=DEV).manual_seed(12)
     rows, width = 700, 20000
     kinds = ["normal", "mostly_zero", "ties", "equal", "nan_inf", "narrow"]
@@ -245,8 +244,8 @@ def test_persistent_rows_mixed(cluster):
         lengths[::11] = 100  # shorter than k
         lengths[::13] = -1  # empty
         for k in (64, 2048):
-            check_topk(x, k, lengths, starts, what=f"persistent {dtype} k={k}")
-        check_topk(x, 2048, what=f"persistent {dtype} whole rows")
+            check_topk(x, k, lengths, starts, what=f"mixed rows {dtype} k={k}")
+        check_topk(x, 2048, what=f"mixed rows {dtype} whole rows")
 
 
 def test_outputs_poisoned_before_the_call(cluster3):

@@ -21,9 +21,8 @@ int main() {
   const long long shapes[][2] = {{1, 131072}, {20, 134868}, {64, 131072}, {64, 1048576}, {256, 131072},
                                  {4096, 32768}, {1, 4096}, {3, 40000}, {1, 20000}};
   for (const auto& s : shapes) {
-    const int f = filter_cluster_size(s[0], s[1], 2048, 132);
-    std::printf("%lld %lld %d %d %lld\n", s[0], s[1], cluster_size(s[0], s[1], 2048, 132), f,
-                (long long)filter_grid(s[0], f, 132, 2));
+    std::printf("%lld %lld %d %d\n", s[0], s[1], cluster_size(s[0], s[1], 2048, 132),
+                filter_cluster_size(s[0], s[1], 2048, 132));
   }
   return 0;
 }
@@ -46,7 +45,7 @@ def run(binary, env_cluster=None):
     if env_cluster is not None:
         env["DSA_OPS_TOPK_CLUSTER"] = env_cluster
     out = subprocess.run([str(binary)], env=env, check=True, capture_output=True, text=True).stdout
-    return {(int(r), int(w)): (int(c), int(f), int(g)) for r, w, c, f, g in (line.split() for line in out.splitlines())}
+    return {(int(r), int(w)): (int(c), int(f)) for r, w, c, f in (line.split() for line in out.splitlines())}
 
 
 def test_filter_kernel_cluster_sizes(binary):
@@ -55,23 +54,15 @@ def test_filter_kernel_cluster_sizes(binary):
     # 132, a power of two, parts of at least 8192 keys.
     want = {(1, 131072): 8, (20, 134868): 4, (64, 131072): 2, (64, 1048576): 2, (256, 131072): 1,
             (4096, 32768): 1, (1, 4096): 1, (3, 40000): 4, (1, 20000): 2}
-    assert {s: f for s, (_, f, _) in got.items()} == want
+    assert {s: f for s, (_, f) in got.items()} == want
     # The ordered kernel (deterministic=True) keeps any size up to 8.
     assert got[(20, 134868)][0] == 6 and got[(3, 40000)][0] == 4 and got[(1, 131072)][0] == 8
-
-
-def test_filter_kernel_grid(binary):
-    # Split rows: cluster CTAs each; else one CTA per row, capped at what the SMs hold at once (2 x 132):
-    # the CTAs of a persistent grid take every 264th row.
-    got = run(binary)
-    assert got[(64, 1048576)][2] == 128 and got[(1, 131072)][2] == 8 and got[(256, 131072)][2] == 256
-    assert got[(4096, 32768)][2] == 264 and got[(1, 4096)][2] == 1
 
 
 @pytest.mark.parametrize("forced", ["1", "3", "8"])
 def test_forced_size_is_taken_as_it_is(binary, forced):
     got = run(binary, forced)
-    assert all(c == int(forced) and f == int(forced) for c, f, _ in got.values())
+    assert all(c == int(forced) and f == int(forced) for c, f in got.values())
 
 
 def test_out_of_range_override_is_ignored(binary):

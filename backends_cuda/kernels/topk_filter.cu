@@ -2,9 +2,7 @@
 // Torch-free: the compile gates build this file alone with nvcc.
 //
 // One CTA of 512 threads per row (two per SM), or a thread-block cluster per row when few long
-// rows would leave SMs idle. With more rows than the SMs hold CTAs, the grid is persistent: each CTA
-// takes every grid-th row and copies its next row's samples while it finishes the current one.
-// Keys are the order-preserving uint32 of common_radix_select.cuh.
+// rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
 //   1. Sample: 2048 to 16384 keys (evenly spaced runs of 32) give a threshold E such that, with
@@ -46,14 +44,6 @@ namespace topk_filter_detail {
 using namespace topk_row;  // KernelArgs, RowOut, GlobalSrc, hist_add, hist_pass, row_window, ...
 
 constexpr int kThreads = 512;
-
-// threadIdx.x, read anew at each use (volatile): what is derived from it is not hoisted out of the
-// persistent kernel's row loop, where it would stay live across the whole row and spill.
-__device__ __forceinline__ uint32_t thread_index() {
-  uint32_t t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
-}
 // Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, two
 // CTAs fit on an SM.
 constexpr int kCapacity = 8192;
@@ -121,19 +111,19 @@ constexpr uint32_t kWarpBin = 32;
 __device__ __forceinline__ void range_add(uint32_t lo, uint32_t hi, Counters& cnt) {
   lo = __reduce_min_sync(0xFFFFFFFFu, lo);
   hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-  if ((thread_index() & 31) == 0) {
+  if ((threadIdx.x & 31) == 0) {
     atomicMin(&cnt.lo, lo);
     atomicMax(&cnt.hi, hi);
   }
 }
 __device__ __forceinline__ void range_reset(Counters& cnt) {
-  if (thread_index() == 0) {
+  if (threadIdx.x == 0) {
     cnt.lo = 0xFFFFFFFFu;
     cnt.hi = 0u;
   }
 }
 
-__device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (thread_index() & 31)) - 1u; }
+__device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
 
 // Write `col` at the next free output position for every lane with `take` (one shared atomic per
 // warp). The warp must be converged.
@@ -144,7 +134,7 @@ __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, ui
   }
   const int leader = __ffs(ballot) - 1;
   uint32_t base = 0;
-  if (int(thread_index() & 31) == leader) {
+  if (int(threadIdx.x & 31) == leader) {
     base = atomicAdd(counter, uint32_t(__popc(ballot)));
   }
   base = __shfl_sync(0xFFFFFFFFu, base, leader);
@@ -164,12 +154,12 @@ __device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter) {
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-    if (int(thread_index() & 31) >= o) {
+    if (int(threadIdx.x & 31) >= o) {
       incl += t;
     }
   }
   uint32_t base = 0;
-  if ((thread_index() & 31) == 31) {
+  if ((threadIdx.x & 31) == 31) {
     base = atomicAdd(counter, incl);
   }
   base = __shfl_sync(0xFFFFFFFFu, base, 31);
@@ -195,7 +185,7 @@ struct ListSelect {
 // (digits (d >> shift) & 0x7FF). Ends with a barrier.
 __device__ __forceinline__ void refine_at(const uint32_t* hist, int shift, SelectState& st, SelectShared& sh) {
   const int per = radix::kBins / kThreads;
-  const int first = int(thread_index()) * per;
+  const int first = int(threadIdx.x) * per;
   uint32_t local = 0;
 #pragma unroll
   for (int b = 0; b < per; ++b) {
@@ -230,7 +220,7 @@ __device__ __forceinline__ void list_range(const List& list, int m, Counters& cn
   uint32_t lo = 0xFFFFFFFFu;
   uint32_t hi = 0u;
   for (int base = 0; base < m; base += kThreads) {
-    const int i = base + int(thread_index());
+    const int i = base + int(threadIdx.x);
     if (i < m && list.valid(i)) {
       const uint32_t v = list.value(i);
       lo = min(lo, v);
@@ -264,7 +254,7 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     radix::clear_hist(hist);
     __syncthreads();  // (the first one also ends the reads of cnt.lo / cnt.hi)
     for (int base = 0; base < m; base += kThreads) {
-      const int i = base + int(thread_index());
+      const int i = base + int(threadIdx.x);
       const bool in = i < m && list.valid(i);
       const uint32_t d = in ? list.value(i) - sel.base : 0u;
       hist_add(hist, in && (d & sel.st.mask) == sel.st.prefix, (d >> shift) & 0x7FFu);
@@ -299,7 +289,7 @@ struct TieColumnList {
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh) {
-  if (thread_index() == 0) {
+  if (threadIdx.x == 0) {
     cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
   }
   const ListSelect ks = select_list(KeyList{keys}, m, r, uint32_t(m), 0u, kWarpBin, hist, cnt, sh);
@@ -318,7 +308,7 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   static_assert(kCapacity / kThreads <= 32, "take flags fit a word");
   uint32_t take_bits = 0u;
   for (int it = 0; it * kThreads < m; ++it) {
-    const int i = it * kThreads + int(thread_index());
+    const int i = it * kThreads + int(threadIdx.x);
     if (i < m) {
       const uint32_t key = keys[i];
       const uint32_t d = (key - ks.base) & ks.st.mask;
@@ -344,8 +334,8 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
     const bool two = take_bits != 0u;
     const int it1 = two ? __ffs(take_bits) - 1 : it0;
     take_bits &= take_bits - 1u;
-    const int32_t rel0 = int32_t(int64_t(cols[it0 * kThreads + int(thread_index())]) - o.start);
-    const int32_t rel1 = int32_t(int64_t(cols[it1 * kThreads + int(thread_index())]) - o.start);
+    const int32_t rel0 = int32_t(int64_t(cols[it0 * kThreads + int(threadIdx.x)]) - o.start);
+    const int32_t rel1 = int32_t(int64_t(cols[it1 * kThreads + int(threadIdx.x)]) - o.start);
     const int32_t v0 = o.map(rel0);
     const int32_t v1 = o.map(rel1);
     if (pos < k) {  // always: exactly r entries are taken
@@ -358,9 +348,9 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   }
   if (warp_bin) {
     __syncthreads();
-    if (thread_index() < 32) {  // rank of each bin entry: entries with a larger key or an equal key and smaller column
+    if (threadIdx.x < 32) {  // rank of each bin entry: entries with a larger key or an equal key and smaller column
       const uint32_t nb = cnt.nbin;
-      const uint32_t lane = thread_index();
+      const uint32_t lane = threadIdx.x;
       const uint32_t key = lane < nb ? cnt.bin_key[lane] : 0u;
       const int32_t col = lane < nb ? cnt.bin_col[lane] : 0;
       uint32_t rank = 0;
@@ -372,20 +362,6 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       emit(lane < nb && rank < ks.st.krem, col, o, &cnt.out, k);
     }
   }
-}
-
-// The key of raw bits (the filter's stored candidates, the sample words; 16-bit types zero-extended).
-template <typename T>
-__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
-  return radix::float_key(radix::bf16_bits_to_float(bits));
-}
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
-  return radix::float_key(radix::fp16_bits_to_float(bits));
 }
 
 // Samples taken from a window of n keys: 2048, doubled (up to kMaxSamples) until n <= 48 S, so that
@@ -404,115 +380,38 @@ __device__ __forceinline__ int sample_count(int64_t n) {
 // accesses, the slowest pattern there is); runs of 32 consecutive keys read whole lines.
 constexpr int kSampleRun = 32;
 
-// 16-byte / 4-byte asynchronous copies global -> shared, and their commit / wait. Each thread later
-// reads back only what it copied itself, so the per-thread wait is enough (no barrier).
-__device__ __forceinline__ void cp_async16(uint4* dst, const void* src) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t* dst, const void* src) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-// The samples of a window travel through the cp.async stage buffer as 32-bit words (one fp32 key or
-// two 16-bit keys each), at most kStageWords at a time. Thread t copies the words of its own stage
-// slots (words 4 (s kThreads + t) .. + 3 of each chunk), so it can copy them while other threads still
-// work on the previous row, and convert them without a barrier.
-constexpr int kStageWords = kStages * kThreads * 4;
-
-template <typename T>
-__device__ __forceinline__ int sample_words(int S) {
-  return S * int(sizeof(T)) / 4;
-}
-
-// Copy the sample words [w0, w0 + kStageWords) of the window [lo, lo + n) into `stage` (one commit
-// group). A run of 32 keys starts at an evenly spaced column, moved by one for 16-bit keys when that
-// column is not 4-byte aligned (inside the window: n > kCapacity).
-template <typename T>
-__device__ __forceinline__ void issue_samples(const T* row, int64_t lo, int64_t n, int w0, uint32_t* stage) {
-  constexpr int kRunWords = kSampleRun * int(sizeof(T)) / 4;
-  const int S = sample_count(n);
-  const int W = sample_words<T>(S);
-  const int log2_runs = 31 - __clz(S / kSampleRun);
-  const int tid = int(thread_index());
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    const int slot = (s * kThreads + tid) * 4;
-    if (w0 + slot < W) {  // (W is a multiple of 4)
-      const int run = (w0 + slot) / kRunWords;
-      int64_t at = lo + ((int64_t(run) * (n - kSampleRun)) >> log2_runs);
-      if (sizeof(T) == 2 && (reinterpret_cast<uintptr_t>(row + at) & 2u) != 0u) {
-        at += at > lo ? -1 : 1;
-      }
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(row + at) + (w0 + slot) % kRunWords;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        cp_async4(stage + slot + q, src + q);
-      }
-    }
-  }
-  cp_async_commit();
-}
-
-// The thread's own sample words of the chunk at w0 (copied, waited for) to keys in buf, and their range.
-template <typename T>
-__device__ __forceinline__ void take_samples(int W, int w0, const uint32_t* stage, uint32_t* buf, uint32_t& v_lo,
-                                             uint32_t& v_hi) {
-  const int tid = int(thread_index());
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    const int slot = (s * kThreads + tid) * 4;
-    if (w0 + slot < W) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint32_t word = stage[slot + q];
-        const int w = w0 + slot + q;
-        if (sizeof(T) == 4) {
-          const uint32_t key = key_of_raw<T>(word);
-          buf[w] = key;
-          v_lo = min(v_lo, key);
-          v_hi = max(v_hi, key);
-        } else {
-          const uint32_t k0 = key_of_raw<T>(word & 0xFFFFu);
-          const uint32_t k1 = key_of_raw<T>(word >> 16);
-          buf[2 * w] = k0;
-          buf[2 * w + 1] = k1;
-          v_lo = min(v_lo, min(k0, k1));
-          v_hi = max(v_hi, max(k0, k1));
-        }
-      }
-    }
-  }
-}
-
 // A threshold E such that, with high probability, at least k and at most the buffer's keys of the
 // window are >= E: E is (close to) the j-th largest of S samples (S / 32 evenly spaced runs of 32
-// consecutive keys). The first chunk of samples may already be in `stage` (`prefetched`: copied while
-// the CTA finished its previous row). Uses `buf` (S words), `stage` and `hist`. Ends with a barrier.
-// Needs n > kCapacity.
+// consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
 // `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
 // e.g. relu zeros, puts most of the window at E: the filter pass would overflow), and `single`
 // whether E is the one value of its bin (the j-th largest sample exactly: a plateau's value).
 template <typename T>
-__device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k, bool prefetched,
-                                                     uint32_t* stage, uint32_t* buf, uint32_t* hist, Counters& cnt,
+__device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
+                                                     uint32_t* buf, uint32_t* hist, Counters& cnt,
                                                      SelectShared& sh, bool& promising, bool& single) {
   const int S = sample_count(n);
-  const int W = sample_words<T>(S);
+  const int log2_runs = 31 - __clz(S / kSampleRun);
   uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
   uint32_t v_hi = 0u;
-  for (int w0 = 0; w0 < W; w0 += kStageWords) {
-    if (w0 != 0 || !prefetched) {
-      issue_samples(row, lo, n, w0, stage);
+  for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
+    uint32_t v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = base + u * kThreads + int(threadIdx.x);
+      const int64_t run = i / kSampleRun;
+      const int64_t at = lo + ((run * (n - kSampleRun)) >> log2_runs) + (i % kSampleRun);
+      v[u] = i < S ? radix::KeyOf<T>::one(row + at) : 0u;
     }
-    cp_async_wait<0>();
-    take_samples<T>(W, w0, stage, buf, v_lo, v_hi);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = base + u * kThreads + int(threadIdx.x);
+      if (i < S) {
+        buf[i] = v[u];
+        v_lo = min(v_lo, v[u]);
+        v_hi = max(v_hi, v[u]);
+      }
+    }
   }
   range_add(v_lo, v_hi, cnt);
   // j0 samples are expected among the top k, j_hi at the most the buffer should take: aim between
@@ -530,6 +429,18 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   promising = float(at_or_above) * float(n) / float(S) <= 0.75f * float(kCapacity);
   single = sel.st.mask == 0xFFFFFFFFu;
   return sel.value_at_prefix();  // the lower edge of the bin (its unfixed offset bits are 0)
+}
+
+// 16-byte asynchronous copy global -> shared (L2 only), and its commit / wait. Each thread later
+// reads back only what it copied itself, so the per-thread wait is enough (no barrier).
+__device__ __forceinline__ void cp_async16(uint4* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 // The filter compares scores as floats (one instruction a key) with the float of the key E:
@@ -591,6 +502,20 @@ __device__ __forceinline__ uint32_t raw_item(const uint4& x, int j) {
   return sizeof(T) == 4 ? w : (j & 1) ? (w >> 16) : (w & 0xFFFFu);
 }
 
+// The key of raw bits stored by the filter.
+template <typename T>
+__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
+  return radix::float_key(radix::bf16_bits_to_float(bits));
+}
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
+  return radix::float_key(radix::fp16_bits_to_float(bits));
+}
+
 // 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 8 for 16-bit types (one
 // vector; two pass the gates but were not yet timed). The round's candidates are stored unconverted
 // (raw bits: only the few that pass pay for the key), and `raw_to_keys` converts the buffer after.
@@ -615,9 +540,9 @@ struct FilterStages {
   // Copy the thread's vector of stage s into its slot; one commit group per stage, empty or not
   // (the waits count groups).
   __device__ __forceinline__ void issue(int32_t s) const {
-    const int32_t v = s * kThreads + int(thread_index());
+    const int32_t v = s * kThreads + int(threadIdx.x);
     if (v >= vf && v < ve) {
-      cp_async16(stage + (s & (kStages - 1)) * kThreads + thread_index(), src + v);
+      cp_async16(stage + (s & (kStages - 1)) * kThreads + threadIdx.x, src + v);
     }
     cp_async_commit();
   }
@@ -634,7 +559,7 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_
   constexpr int kRoundVecs = round_vecs<T>();
   static_assert(kStages % kRoundVecs == 0, "a round's vectors are whole stages");
   const int32_t vecs_per_thread = vec_rounds(g, kThreads);
-  const int tid = int(thread_index());
+  const int tid = int(threadIdx.x);
   const FloatThreshold t(E);
   const bool take_all = E == 0u;
   const FilterStages<T> fs(g, stage_buf);
@@ -706,7 +631,7 @@ __device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters
   uint32_t lo = 0xFFFFFFFFu;
   uint32_t hi = 0u;
   for (uint32_t base = 0; base < m; base += kThreads) {  // (uniform trip count: range_add votes)
-    const uint32_t i = base + thread_index();
+    const uint32_t i = base + threadIdx.x;
     if (i < m) {
       const uint32_t key = key_of_raw<T>(keys[i]);
       keys[i] = key;
@@ -724,9 +649,9 @@ __device__ __forceinline__ void gather_pass(const GlobalSrc<T>& g, const SelectS
                                             uint32_t* keys, int32_t* cols, Counters& cnt, const RowOut& o,
                                             uint32_t k) {
   constexpr int I = GlobalSrc<T>::kItems;
-  const int32_t rounds = vec_rounds(g, kThreads);
+  const int32_t rounds = vec_rounds(g, int(blockDim.x));
   for (int32_t r = 0; r < rounds; ++r) {
-    const int32_t v = r * kThreads + int(thread_index());
+    const int32_t v = r * int(blockDim.x) + int(threadIdx.x);
     uint32_t key[I] = {};
     const uint32_t m = v < g.vecs ? g.load(v, key) : 0u;
     uint32_t in_bin = 0;
@@ -758,10 +683,10 @@ template <typename T>
 __device__ __forceinline__ uint32_t ordered_ties(const GlobalSrc<T>& g, uint32_t tie, uint32_t need, uint32_t pos0,
                                              const RowOut& o, uint32_t k, SelectShared& sh) {
   constexpr int I = GlobalSrc<T>::kItems;
-  const int32_t rounds = vec_rounds(g, kThreads);
+  const int32_t rounds = vec_rounds(g, int(blockDim.x));
   uint32_t run = 0;
   for (int32_t r = 0; r < rounds && run < need; ++r) {
-    const int32_t v = r * kThreads + int(thread_index());
+    const int32_t v = r * int(blockDim.x) + int(threadIdx.x);
     uint32_t key[I] = {};
     const uint32_t m = v < g.vecs ? g.load(v, key) : 0u;
     uint32_t eq = 0;
@@ -808,7 +733,7 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   uint32_t* bin_or = keys;
   uint32_t* bin_and = keys + radix::kBins;
   for (int level = 0; level < radix::kLevels; ++level) {
-    for (int b = thread_index(); b < radix::kBins; b += kThreads) {
+    for (int b = threadIdx.x; b < radix::kBins; b += blockDim.x) {
       hist[b] = 0u;
       bin_or[b] = 0u;
       bin_and[b] = 0xFFFFFFFFu;
@@ -830,7 +755,7 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   __syncthreads();  // everyone read bin_or / bin_and before the gather overwrites them
   const bool take_bin = st.count == st.krem;
   const bool gather = !take_bin && st.count <= uint32_t(kCapacity);
-  if (thread_index() == 0) {
+  if (threadIdx.x == 0) {
     cnt.cand = 0u;
   }
   __syncthreads();
@@ -844,43 +769,24 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   }
 }
 
-// Whether a window of n keys samples a threshold (the fast path on a window longer than the buffer).
-__device__ __forceinline__ bool samples(const KernelArgs& a, uint32_t n) {
-  return n > uint32_t(kCapacity) && n > uint32_t(a.k) && a.sample != 0 && 4 * uint64_t(a.k) <= uint64_t(kCapacity);
-}
-
-// A persistent CTA's rows, in shared memory (held in registers across a row, they spill at 64).
-struct RowLoop {
-  int64_t row;      // the current row, or -1 when done
-  int64_t next;     // the row after it, or -1
-  bool prefetched;  // the first sample chunk of `row` is in the stage buffer
-};
-
-// Row r: one CTA of its cluster (kSplit), or the whole row. `prefetched`: this row's first sample chunk
-// is already in the stage buffer. `loop` (a persistent CTA's, or nullptr): once the filter pass is done,
-// the CTA starts copying the samples of loop->next into the stage buffer and sets loop->prefetched, so
-// their latency hides behind this row's finish.
-template <typename T, bool kSplit>
-__device__ __forceinline__ void filter_row(const KernelArgs& a, int64_t r, bool prefetched, RowLoop* loop,
-                                           SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
+// One row (one CTA of its cluster).
+template <typename T>
+__device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
   uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
 
-  const uint32_t csize = kSplit ? uint32_t(a.cluster) : 1u;
-  const uint32_t rank = kSplit ? radix::cluster_rank() : 0u;
+  const uint32_t csize = uint32_t(a.cluster);
+  const int64_t r = blockIdx.x / csize;
+  const uint32_t rank = csize > 1 ? radix::cluster_rank() : 0u;
   const Window w = row_window(a, r);
   const uint32_t n = uint32_t(w.hi - w.lo);
   const uint32_t k = uint32_t(a.k);
-  // (The row's RowOut is made where it is needed: held through the filter pass it would spill.)
-  if (prefetched && !samples(a, n)) {
-    cp_async_wait<0>();  // (never: the prefetch asked the same question of this window)
-  }
+  const RowOut o = row_out(a, r, w.start);
 
   if (n <= k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
-    const RowOut o = row_out(a, r, w.start);
-    for (int64_t j = int64_t(rank) * kThreads + thread_index(); j < a.k; j += int64_t(csize) * kThreads) {
+    for (int64_t j = int64_t(rank) * blockDim.x + threadIdx.x; j < a.k; j += int64_t(csize) * blockDim.x) {
       if (j < n) {
         o.put(uint32_t(j), w.lo + j);
       } else {
@@ -891,7 +797,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, int64_t r, bool 
   }
 
   const T* row = static_cast<const T*>(a.scores) + r * a.row_stride;
-  if (thread_index() == 0) {
+  if (threadIdx.x == 0) {
     cnt.cand = 0u;
     cnt.out = 0u;
     cnt.ok = 0u;
@@ -902,7 +808,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, int64_t r, bool 
   const bool fits = n <= uint32_t(kCapacity);
   const bool fast = fits || (a.sample != 0 && 4 * uint64_t(k) <= uint64_t(kCapacity));
   if (fast) {
-    // This CTA's part of the window; its first stages load while the threshold is sampled.
+    // This CTA's part of the window.
     const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
     const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
     const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
@@ -910,142 +816,126 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, int64_t r, bool 
     g.init(row, p_lo, p_hi);
     bool promising = true;
     bool single = false;
-    uint32_t E = fits ? 0u
-                      : sample_threshold(row, w.lo, int64_t(n), k, prefetched, reinterpret_cast<uint32_t*>(stage), keys,
-                                         hist, cnt, sh, promising, single);
+    uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), k, keys, hist, cnt, sh, promising, single);
     range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
     __syncthreads();  // the samples are dead
     // Uniform over the row's CTAs (same samples, same decisions).
-    if (!promising && !single) {  // (the sample missed) the exact fallback below, on rank 0
+    if (!promising && !single) {
       if (rank != 0) {
         return;
       }
-    } else {
-      // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
-      // when fewer than k, the first keys equal to V in index order complete the row.
-      const bool plateau = !promising;
-      const uint32_t V = E;
-      E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
-      trace("threshold");
-      filter_pass(g, stage, E, keys, cols, cnt);
-      // The stage buffer is free from here on (each thread's own slots: no barrier needed).
-      const int64_t next = loop != nullptr ? loop->next : -1;
-      if (next >= 0) {
-        const Window wn = row_window(a, next);
-        const uint32_t nn = uint32_t(wn.hi - wn.lo);
-        if (samples(a, nn)) {
-          const T* next_row = static_cast<const T*>(a.scores) + next * a.row_stride;
-          issue_samples(next_row, wn.lo, int64_t(nn), 0, reinterpret_cast<uint32_t*>(stage));
-          if (thread_index() == 0) {
-            loop->prefetched = true;  // (read after the row's last barrier)
+      GlobalSrc<T> gw;
+      gw.init(row, w.lo, w.hi);
+      exact_row(gw, n, k, keys, cols, hist, cnt, o, sh);
+      return;
+    }
+    // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
+    // when fewer than k, the first keys equal to V in index order complete the row.
+    const bool plateau = !promising;
+    const uint32_t V = E;
+    E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
+    trace("threshold");
+    filter_pass(g, stage, E, keys, cols, cnt);
+    __syncthreads();  // the candidates and their count are complete
+    raw_to_keys<T>(keys, cnt.cand, cnt);
+    trace("filtered");
+    if (csize > 1) {
+      // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
+      radix::cluster_sync();
+      if (rank == 0) {
+        // Every remote count and range first, then all remote candidates of a round of thread slots
+        // before any of their stores: the distributed-shared-memory loads overlap.
+        uint32_t mc[kMaxClusterCtas];
+        uint32_t total = 0;
+        uint32_t most = 0;
+        uint32_t lo = 0xFFFFFFFFu;
+        uint32_t hi = 0u;
+        bool ok = true;
+#pragma unroll
+        for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
+          mc[c] = c < csize ? radix::cluster_load(&cnt.cand, c) : 0u;
+          if (c < csize) {
+            lo = min(lo, radix::cluster_load(&cnt.lo, c));
+            hi = max(hi, radix::cluster_load(&cnt.hi, c));
           }
+        }
+#pragma unroll
+        for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
+          ok = ok && mc[c] <= uint32_t(kCapacity);
+          total += mc[c] <= uint32_t(kCapacity) ? mc[c] : uint32_t(kCapacity) + 1u;
+          most = c > 0 && mc[c] > most ? mc[c] : most;
+        }
+        ok = ok && (plateau || total >= k) && total <= uint32_t(kCapacity);
+        if (ok) {
+          for (uint32_t i = threadIdx.x; i < most; i += blockDim.x) {
+            uint32_t kv[kMaxClusterCtas];
+            uint32_t cv[kMaxClusterCtas];
+#pragma unroll
+            for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
+              if (i < mc[c]) {
+                kv[c] = radix::cluster_load(keys + i, c);
+                cv[c] = radix::cluster_load(reinterpret_cast<const uint32_t*>(cols + i), c);
+              }
+            }
+            uint32_t at = mc[0];
+#pragma unroll
+            for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
+              if (i < mc[c]) {
+                keys[at + i] = kv[c];
+                cols[at + i] = int32_t(cv[c]);
+              }
+              at += mc[c];
+            }
+          }
+        }
+        __syncthreads();  // every thread read cnt.cand before thread 0 overwrites it
+        if (threadIdx.x == 0) {
+          cnt.cand = total;
+          cnt.ok = ok ? 1u : 0u;
+          cnt.lo = lo;
+          cnt.hi = hi;
         }
       }
-      __syncthreads();  // the candidates and their count are complete
-      raw_to_keys<T>(keys, cnt.cand, cnt);
-      trace("filtered");
-      if (kSplit) {
-        // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
-        radix::cluster_sync();
-        if (rank == 0) {
-          // Every remote count and range first, then all remote candidates of a round of thread slots
-          // before any of their stores: the distributed-shared-memory loads overlap.
-          uint32_t mc[kMaxClusterCtas];
-          uint32_t total = 0;
-          uint32_t most = 0;
-          uint32_t lo = 0xFFFFFFFFu;
-          uint32_t hi = 0u;
-          bool ok = true;
-  #pragma unroll
-          for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-            mc[c] = c < csize ? radix::cluster_load(&cnt.cand, c) : 0u;
-            if (c < csize) {
-              lo = min(lo, radix::cluster_load(&cnt.lo, c));
-              hi = max(hi, radix::cluster_load(&cnt.hi, c));
-            }
-          }
-  #pragma unroll
-          for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-            ok = ok && mc[c] <= uint32_t(kCapacity);
-            total += mc[c] <= uint32_t(kCapacity) ? mc[c] : uint32_t(kCapacity) + 1u;
-            most = c > 0 && mc[c] > most ? mc[c] : most;
-          }
-          ok = ok && (plateau || total >= k) && total <= uint32_t(kCapacity);
-          if (ok) {
-            for (uint32_t i = thread_index(); i < most; i += kThreads) {
-              uint32_t kv[kMaxClusterCtas];
-              uint32_t cv[kMaxClusterCtas];
-  #pragma unroll
-              for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
-                if (i < mc[c]) {
-                  kv[c] = radix::cluster_load(keys + i, c);
-                  cv[c] = radix::cluster_load(reinterpret_cast<const uint32_t*>(cols + i), c);
-                }
-              }
-              uint32_t at = mc[0];
-  #pragma unroll
-              for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
-                if (i < mc[c]) {
-                  keys[at + i] = kv[c];
-                  cols[at + i] = int32_t(cv[c]);
-                }
-                at += mc[c];
-              }
-            }
-          }
-          __syncthreads();  // every thread read cnt.cand before thread 0 overwrites it
-          if (thread_index() == 0) {
-            cnt.cand = total;
-            cnt.ok = ok ? 1u : 0u;
-            cnt.lo = lo;
-            cnt.hi = hi;
-          }
-        }
-        radix::cluster_sync();  // no CTA leaves while rank 0 still reads its shared memory
-        if (rank != 0) {
-          return;
-        }
-        trace("gathered");
-      } else {
-        __syncthreads();
-        if (thread_index() == 0) {
-          cnt.ok = (plateau || cnt.cand >= k) && cnt.cand <= uint32_t(kCapacity) ? 1u : 0u;
-        }
+      radix::cluster_sync();  // no CTA leaves while rank 0 still reads its shared memory
+      if (rank != 0) {
+        return;
+      }
+      trace("gathered");
+    } else {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        cnt.ok = (plateau || cnt.cand >= k) && cnt.cand <= uint32_t(kCapacity) ? 1u : 0u;
+      }
+    }
+    __syncthreads();
+    if (cnt.ok != 0u) {
+      const uint32_t m = cnt.cand;
+      if (m >= k) {
+        finish(keys, cols, int(m), k, o, hist, cnt, k, sh);
+        trace("finished");
+        return;
+      }
+      // Plateau, m < k: every candidate, then the first k - m keys equal to V.
+      finish(keys, cols, int(m), m, o, hist, cnt, k, sh);
+      GlobalSrc<T> gw;
+      gw.init(row, w.lo, w.hi);
+      if (ordered_ties(gw, V, k - m, m, o, k, sh) >= k - m) {
+        return;
+      }
+      if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
+        cnt.out = 0u;
       }
       __syncthreads();
-      if (cnt.ok != 0u) {
-        const RowOut o = row_out(a, r, w.start);
-        const uint32_t m = cnt.cand;
-        if (m >= k) {
-          finish(keys, cols, int(m), k, o, hist, cnt, k, sh);
-          trace("finished");
-          return;
-        }
-        // Plateau, m < k: every candidate, then the first k - m keys equal to V.
-        finish(keys, cols, int(m), m, o, hist, cnt, k, sh);
-        GlobalSrc<T> gw;
-        gw.init(row, w.lo, w.hi);
-        if (ordered_ties(gw, V, k - m, m, o, k, sh) >= k - m) {
-          return;
-        }
-        if (thread_index() == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
-          cnt.out = 0u;
-        }
-        __syncthreads();
-      }
     }
   } else if (rank != 0) {
     return;  // a split row without the fast path: rank 0 alone runs the exact fallback
   }
   GlobalSrc<T> g;
   g.init(row, w.lo, w.hi);
-  exact_row(g, n, k, keys, cols, hist, cnt, row_out(a, r, w.start), sh);
+  exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
 }
 
-// kSplit: one row per cluster of a.cluster CTAs (blockIdx.x / a.cluster). Else one CTA per row,
-// possibly on a persistent grid smaller than the rows: CTA b takes rows b, b + gridDim.x, ... (two
-// kernels: the cluster gather and the row loop together spill at 64 registers).
-template <typename T, bool kSplit>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
@@ -1053,75 +943,40 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   pdl_wait();
   pdl_launch_dependents();
   trace_begin();
-  if (kSplit) {
-    filter_row<T, true>(a, int64_t(blockIdx.x) / a.cluster, false, nullptr, sh, cnt, dyn_smem);
-  } else {
-    __shared__ RowLoop loop;
-    if (thread_index() == 0) {
-      loop.row = blockIdx.x;
-      loop.next = loop.row + gridDim.x < a.rows ? loop.row + gridDim.x : -1;
-      loop.prefetched = false;
-    }
-    __syncthreads();
-#pragma unroll 1
-    while (true) {
-      const int64_t r = loop.row;
-      const bool prefetched = loop.prefetched;
-      __syncthreads();  // every thread read the loop state
-      if (r < 0) {
-        break;
-      }
-      if (thread_index() == 0) {
-        loop.prefetched = false;  // until filter_row prefetches the next row's samples
-      }
-      filter_row<T, false>(a, r, prefetched, &loop, sh, cnt, dyn_smem);
-      __syncthreads();  // the row's last readers of shared memory are done before the next row resets it
-      if (thread_index() == 0) {
-        loop.row = loop.next;
-        loop.next = loop.next >= 0 && loop.next + gridDim.x < a.rows ? loop.next + gridDim.x : -1;
-      }
-      __syncthreads();
-    }
-  }
+  filter_row<T>(a, sh, cnt, dyn_smem);
   trace_end();
 }
 
 using Kernel = void (*)(KernelArgs);
 
-template <bool kSplit>
 Kernel kernel_for(TopkDtype dtype) {
   switch (dtype) {
     case TopkDtype::kFloat32:
-      return topk_filter_kernel<float, kSplit>;
+      return topk_filter_kernel<float>;
     case TopkDtype::kBFloat16:
-      return topk_filter_kernel<__nv_bfloat16, kSplit>;
+      return topk_filter_kernel<__nv_bfloat16>;
     case TopkDtype::kFloat16:
-      return topk_filter_kernel<__half, kSplit>;
+      return topk_filter_kernel<__half>;
   }
   return nullptr;
 }
 
-// Allow `kernel` (number `which` of the six) kDynSmem bytes of dynamic shared memory on this device,
-// once per device, and return what its launches need to know: for a split kernel whether a cluster
-// of kMaxCluster CTAs can be scheduled (1) or not (0), for a row kernel how many CTAs an SM holds.
-cudaError_t prepare(Kernel kernel, bool split, int which, int device, int* fact) {
-  static std::atomic<int> state[6][kMaxDevices] = {};  // 0 unknown, else fact + 1
+// Allow the kernel kDynSmem bytes of dynamic shared memory on this device (once per device) and
+// say whether a cluster of kMaxCluster CTAs can be scheduled.
+cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
+  static std::atomic<int> state[3][kMaxDevices] = {};  // 0 unknown, 1 clusters fit, 2 they do not
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached) {
     const int hit = state[which][device].load(std::memory_order_relaxed);
     if (hit != 0) {
-      *fact = hit - 1;
+      *clusters = hit == 1;
       return cudaSuccess;
     }
   }
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynSmem));
-  if (split) {
-    *fact = max_cluster_fits(kernel, kThreads, kDynSmem) ? 1 : 0;
-  } else {
-    DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(fact, kernel, kThreads, kDynSmem));
-  }
+  *clusters = max_cluster_fits(kernel, kThreads, kDynSmem);
   if (cached) {
-    state[which][device].store(*fact + 1, std::memory_order_relaxed);
+    state[which][device].store(*clusters ? 1 : 2, std::memory_order_relaxed);
   }
   return cudaSuccess;
 }
@@ -1131,9 +986,8 @@ cudaError_t prepare(Kernel kernel, bool split, int which, int device, int* fact)
 cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   namespace d = topk_filter_detail;
   namespace h = topk_heuristics;
-  const d::Kernel split_kernel = d::kernel_for<true>(p.dtype);
-  const d::Kernel row_kernel = d::kernel_for<false>(p.dtype);
-  if (split_kernel == nullptr || row_kernel == nullptr) {
+  const d::Kernel kernel = d::kernel_for(p.dtype);
+  if (kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
   topk_row::KernelArgs a = topk_row::make_args(p);
@@ -1143,29 +997,18 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DSA_CUDA_CHECK(current_arch_major(&major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
-  const int which = 2 * int(p.dtype);
-  int cluster = 1;
-  if (major >= 9) {
-    cluster = h::filter_cluster_size(p.rows, p.width, p.k, sms);
-    int clusters_fit = 0;
-    if (cluster > 1) {
-      DSA_CUDA_CHECK(d::prepare(split_kernel, true, which, device, &clusters_fit));
-    }
-    if (clusters_fit == 0 || p.rows * cluster > INT32_MAX) {
-      cluster = 1;
-    }
+  bool clusters = false;
+  DSA_CUDA_CHECK(d::prepare(kernel, int(p.dtype), device, &clusters));
+  int cluster = major >= 9 && clusters ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;
+  if (p.rows * cluster > INT32_MAX) {
+    cluster = 1;
   }
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;
-  if (cluster > 1) {  // `cluster` CTAs a row on the flat grid.x
-    return launch_pdl_clustered(split_kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)),
-                                size_t(d::kDynSmem), stream, cluster, a);
-  }
-  // One CTA a row, on at most as many CTAs as the SMs hold at once (persistent).
-  int ctas_per_sm = 0;
-  DSA_CUDA_CHECK(d::prepare(row_kernel, false, which + 1, device, &ctas_per_sm));
-  const int64_t grid = h::filter_grid(p.rows, 1, sms, ctas_per_sm);
-  return launch_pdl(row_kernel, dim3(unsigned(grid)), dim3(unsigned(d::kThreads)), size_t(d::kDynSmem), stream, a);
+
+  // Rows on the flat grid.x, `cluster` CTAs each.
+  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)), size_t(d::kDynSmem), stream,
+                              cluster, a);
 }
 
 }  // namespace dsa_cuda

@@ -21,7 +21,6 @@ using radix::SelectState;
 
 struct KernelArgs {
   const void* scores;
-  int64_t rows;
   int64_t width;
   int64_t row_stride;
   int32_t k;
@@ -335,7 +334,6 @@ __device__ __forceinline__ Window row_window(const KernelArgs& a, int64_t r) {
 inline KernelArgs make_args(const TopkParams& p) {
   KernelArgs a = {};
   a.scores = p.scores;
-  a.rows = p.rows;
   a.width = p.width;
   a.row_stride = p.row_stride;
   a.k = int32_t(p.k);

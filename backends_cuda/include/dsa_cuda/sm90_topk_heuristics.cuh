@@ -59,17 +59,6 @@ inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms) 
   return p;
 }
 
-// CTAs of the filter kernel: `cluster` per row for split rows; else one per row up to as many as the
-// SMs hold at once, each CTA then taking every grid-th row (it copies a row's samples while it
-// finishes the row before).
-inline int64_t filter_grid(int64_t rows, int cluster, int sms, int ctas_per_sm) {
-  if (cluster > 1) {
-    return rows * cluster;
-  }
-  const int64_t resident = int64_t(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  return rows < resident ? rows : resident;
-}
-
 // Whether the filter kernel samples a threshold for windows longer than its candidate buffer
 // (else it runs its exact fallback on them). DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to
 // reach the fallback on any shape).
