@@ -3,6 +3,7 @@
     python benchmarks/probe_topk.py            # shapes x k, next to a plain read of the same bytes
     python benchmarks/probe_topk.py clusters   # decode-like shapes under each forced cluster size
     python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
+    python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
 """
 
 import os
@@ -25,16 +26,24 @@ def by_k():
         print(line, flush=True)
 
 
-def shapes():
+def shapes(ptt=False):
+    """One line: the issue's shapes (fp32; bf16 4096x32768), and with ptt=True the page-table form after
+    each (page size 64, full lengths, out=, as bench_topk.py)."""
     timer = Timer()
     line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
     for rows, n, dtype in ((4096, 32768, torch.float32), (16384, 65536, torch.float32), (4096, 131072, torch.float32),
                            (256, 131072, torch.float32), (4096, 32768, torch.bfloat16), (1, 131072, torch.float32),
-                           (20, 134868, torch.float32)):
+                           (20, 134868, torch.float32), (64, 1048576, torch.float32)):
         x = torch.randn(rows, n, device="cuda").to(dtype)
-        fn = (lambda x=x: torch.ops.dsa.topk(x, 2048))
-        us = timer.graph_median_us(fn) if rows <= 64 else timer.median_us(fn)
-        line += f" | {rows}x{n}{'' if dtype == torch.float32 else ' bf16'} {us:.1f}"
+        fns = [lambda x=x: torch.ops.dsa.topk(x, 2048)]
+        if ptt:
+            pt = torch.arange(rows * ((n + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
+            lengths = torch.full((rows,), n, dtype=torch.int32, device="cuda")
+            out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+            fns.append(lambda x=x, pt=pt, lengths=lengths, out=out: torch.ops.dsa.topk_page_table_transform.out(
+                x, pt, lengths, 2048, page_size=64, out=out))
+        times = [timer.graph_median_us(fn) if rows <= 64 else timer.median_us(fn) for fn in fns]
+        line += f" | {rows}x{n}{'' if dtype == torch.float32 else ' bf16'} " + " ".join(f"{t:.1f}" for t in times)
         del x
     print(line, flush=True)
 
@@ -55,4 +64,5 @@ def clusters():
 
 
 if __name__ == "__main__":
-    {"clusters": clusters, "shapes": shapes}.get(sys.argv[1] if len(sys.argv) > 1 else "", by_k)()
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True)}.get(mode, by_k)()
