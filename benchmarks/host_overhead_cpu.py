@@ -16,7 +16,7 @@ cost if the op's CUDA impl were C++ instead of a Python router.
 
 "route" rows: the real C++ kernels of the top-k family's dsa ops (backends_cuda/csrc/topk_route.cpp,
 what the CUDA library registers for the CUDA key), built here for the CPU key of copies of the ops
-(`dsa_hob::*`, same schemas) with a stub topk_out, and their fallback to the Python router
+(`dsa_hob::*`, same schemas) with a stub topk_launch (csrc/topk_out.h), and their fallback to the Python router
 (`dsa_hob_route::*`, the captured CUDA-key routers, as dsa_route::* on the GPU), taken when the kernels
 serve no device (a forced backend other than cuda) or the fast check fails.
 """
@@ -127,11 +127,10 @@ ROUTE_STUB_SRC = r"""
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/Exception.h>
 #include "topk_out.h"
-// The launch, stubbed as the stub kernels above: what topk_route.cpp calls on its fast path.
-void dsa_cuda_binding::topk_out(Tensor, int64_t, std::optional<Tensor>, std::optional<Tensor>, bool,
-                                std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, int64_t,
-                                std::optional<Tensor>, Tensor out, std::optional<Tensor>) {
-  STD_TORCH_CHECK(out.dim() == 2, "topk_out stub: bad out");
+// The launch, stubbed as the stub kernels above: what topk_route.cpp calls on its fast path (topk_out's
+// core after the route's own check; the real one fills the params and launches on the current stream).
+void dsa_cuda_binding::topk_launch(const TopkCall& call) {
+  STD_TORCH_CHECK(call.out->dim == 2, "topk_launch stub: bad out");
 }
 """
 ROUTED = ("topk", "topk_page_table_transform", "topk_ragged_transform")

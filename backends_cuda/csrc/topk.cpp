@@ -1,8 +1,10 @@
 // Torch binding of the top-k family for CUDA: torch.ops.dsa_cuda.topk_out, one entry for dsa.topk,
 // dsa.topk_page_table_transform (page_table given) and dsa.topk_ragged_transform (offsets given). The
-// dsa ops' own CUDA-key kernels (csrc/topk_route.cpp) call it too (topk_out.h).
+// dsa ops' own CUDA-key kernels (csrc/topk_route.cpp) call its unchecked core, topk_launch, after their
+// own fast check (topk_out.h).
 // Stable ABI only (build with -DUSE_CUDA for the stream shim and -DTORCH_TARGET_VERSION for the
 // oldest torch to load under), so one binary loads under torch 2.11 through 2.14.
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
@@ -18,16 +20,46 @@
 
 namespace {
 
-using namespace dsa_binding;  // is_int32, unit_last_stride, check_row_vector, ptr_or_null, ...
-using torch::headeronly::ScalarType;
+using namespace dsa_binding;  // current_stream
+using dsa_cuda_binding::info_of;
+using dsa_cuda_binding::ptr;
+using dsa_cuda_binding::TensorInfo;
 
 constexpr const char* kOp = "dsa_cuda.topk_out";
 
-void check_out(const Tensor& t, const char* name, const Tensor& scores, int64_t k) {
-  STD_TORCH_CHECK(t.dim() == 2 && t.size(0) == scores.size(0) && t.size(1) == k && is_int32(t) && t.is_cuda() &&
-                      t.get_device_index() == scores.get_device_index() && unit_last_stride(t),
+// The shim's dtype and device codes, asked once at load.
+const int32_t kFloat32 = aoti_torch_dtype_float32();
+const int32_t kBFloat16 = aoti_torch_dtype_bfloat16();
+const int32_t kFloat16 = aoti_torch_dtype_float16();
+const int32_t kInt32 = aoti_torch_dtype_int32();
+const int32_t kCuda = aoti_torch_device_type_cuda();
+
+// dsa_binding::check_row_vector on the metadata read once.
+void check_row_vector(const std::optional<TensorInfo>& t, const char* name, const TensorInfo& scores) {
+  if (!t.has_value()) {
+    return;
+  }
+  STD_TORCH_CHECK(t->dim == 1 && t->size(0) == scores.size(0) && t->dtype == kInt32 && t->device_type == kCuda &&
+                      t->device_index == scores.device_index,
+                  kOp, ": `", name, "` must be an int32 [rows] tensor on the device of `scores`");
+}
+
+void check_out(const TensorInfo& t, const char* name, const TensorInfo& scores, int64_t k) {
+  STD_TORCH_CHECK(t.dim == 2 && t.size(0) == scores.size(0) && t.size(1) == k && t.dtype == kInt32 &&
+                      t.device_type == kCuda && t.device_index == scores.device_index && t.unit_last_stride(),
                   kOp, ": `", name, "` must be an int32 [rows, k] tensor with unit last stride on the device of `scores`");
 }
+
+const int32_t* data_or_null(const TensorInfo* t) {
+  if (t == nullptr) {
+    return nullptr;
+  }
+  void* data = nullptr;
+  aoti_torch_get_data_ptr(t->handle, &data);
+  return static_cast<const int32_t*>(data);
+}
+
+int64_t stride_or_zero(const TensorInfo* t) { return t != nullptr ? t->stride(0) : 0; }
 
 }  // namespace
 
@@ -36,79 +68,92 @@ void dsa_cuda_binding::topk_out(Tensor scores, int64_t k, std::optional<Tensor> 
                                 std::optional<Tensor> page_table_row_starts, std::optional<Tensor> row_to_batch,
                                 int64_t page_size, std::optional<Tensor> offsets, Tensor out,
                                 std::optional<Tensor> out_raw) {
-  STD_TORCH_CHECK(scores.dim() == 2 && scores.is_cuda() && unit_last_stride(scores), kOp,
+  const TensorInfo s = info_of(scores);
+  STD_TORCH_CHECK(s.dim == 2 && s.device_type == kCuda && s.unit_last_stride(), kOp,
                   ": `scores` must be a [rows, width] CUDA tensor with unit last stride");
-  const ScalarType st = scores.scalar_type();
-  dsa_cuda::TopkDtype dtype;
-  if (st == ScalarType::Float) {
-    dtype = dsa_cuda::TopkDtype::kFloat32;
-  } else if (st == ScalarType::BFloat16) {
-    dtype = dsa_cuda::TopkDtype::kBFloat16;
-  } else if (st == ScalarType::Half) {
-    dtype = dsa_cuda::TopkDtype::kFloat16;
-  } else {
-    STD_TORCH_CHECK(false, kOp, ": `scores` must be float32, bfloat16 or float16");
-  }
+  STD_TORCH_CHECK(s.dtype == kFloat32 || s.dtype == kBFloat16 || s.dtype == kFloat16, kOp,
+                  ": `scores` must be float32, bfloat16 or float16");
   STD_TORCH_CHECK(k >= 1 && k <= INT32_MAX, kOp, ": `k` must be in [1, 2^31), got ", k);
-  STD_TORCH_CHECK(scores.size(0) <= INT32_MAX && scores.size(1) <= INT32_MAX - 16, kOp,
+  STD_TORCH_CHECK(s.size(0) <= INT32_MAX && s.size(1) <= INT32_MAX - 16, kOp,
                   ": `scores` must have fewer than 2^31 rows and 2^31 - 16 columns");
-  check_row_vector(kOp, lengths, "lengths", scores, "scores");
-  check_row_vector(kOp, row_starts, "row_starts", scores, "scores");
-  check_row_vector(kOp, page_table_row_starts, "page_table_row_starts", scores, "scores");
-  check_row_vector(kOp, row_to_batch, "row_to_batch", scores, "scores");
-  check_row_vector(kOp, offsets, "offsets", scores, "scores");
-  check_out(out, "out", scores, k);
+  const std::optional<TensorInfo> len = info_of(lengths);
+  const std::optional<TensorInfo> rs = info_of(row_starts);
+  const std::optional<TensorInfo> ptrs = info_of(page_table_row_starts);
+  const std::optional<TensorInfo> rtb = info_of(row_to_batch);
+  const std::optional<TensorInfo> off = info_of(offsets);
+  check_row_vector(len, "lengths", s);
+  check_row_vector(rs, "row_starts", s);
+  check_row_vector(ptrs, "page_table_row_starts", s);
+  check_row_vector(rtb, "row_to_batch", s);
+  check_row_vector(off, "offsets", s);
+  const TensorInfo o = info_of(out);
+  check_out(o, "out", s, k);
   STD_TORCH_CHECK(!(page_table.has_value() && offsets.has_value()), kOp,
                   ": pass `page_table` (page-table form) or `offsets` (ragged form), not both");
-  const int32_t device = scores.get_device_index();
-
-  dsa_cuda::TopkParams p = {};
-  p.scores = scores.data_ptr();
-  p.dtype = dtype;
-  p.rows = scores.size(0);
-  p.width = scores.size(1);
-  p.row_stride = scores.stride(0);
-  p.k = k;
-  p.deterministic = deterministic;
-  p.lengths = ptr_or_null(lengths);
-  p.lengths_stride = stride_or_zero(lengths);
-  p.row_starts = ptr_or_null(row_starts);
-  p.row_starts_stride = stride_or_zero(row_starts);
-  p.out = static_cast<int32_t*>(out.data_ptr());
-  p.out_stride = out.stride(0);
-  p.mode = dsa_cuda::TopkMode::kPlain;
-  p.page_size = 1;
-  if (page_table.has_value()) {
-    STD_TORCH_CHECK(page_table->dim() == 2 && is_int32(*page_table) && page_table->is_cuda() &&
-                        page_table->get_device_index() == device && unit_last_stride(*page_table),
+  const std::optional<TensorInfo> pt = info_of(page_table);
+  std::optional<TensorInfo> raw;
+  if (pt.has_value()) {
+    STD_TORCH_CHECK(pt->dim == 2 && pt->dtype == kInt32 && pt->device_type == kCuda &&
+                        pt->device_index == s.device_index && pt->unit_last_stride(),
                     kOp, ": `page_table` must be an int32 [batches, max_pages] tensor with unit last stride");
     STD_TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, kOp,
                     ": `page_size` must be a power of two, got ", page_size);
-    p.mode = dsa_cuda::TopkMode::kPageTable;
-    p.page_table = static_cast<const int32_t*>(page_table->data_ptr());
-    p.batches = page_table->size(0);
-    p.max_pages = page_table->size(1);
-    p.page_table_stride = page_table->stride(0);
-    p.row_to_batch = ptr_or_null(row_to_batch);
-    p.row_to_batch_stride = stride_or_zero(row_to_batch);
-    p.page_table_row_starts = ptr_or_null(page_table_row_starts);
-    p.page_table_row_starts_stride = stride_or_zero(page_table_row_starts);
-    p.page_size = page_size;
     if (out_raw.has_value()) {
-      check_out(*out_raw, "out_raw", scores, k);
-      p.out_raw = static_cast<int32_t*>(out_raw->data_ptr());
-      p.out_raw_stride = out_raw->stride(0);
+      raw = info_of(*out_raw);
+      check_out(*raw, "out_raw", s, k);
     }
   } else {
     STD_TORCH_CHECK(!out_raw.has_value(), kOp, ": `out_raw` is only for the page-table form");
-    if (offsets.has_value()) {
-      p.mode = dsa_cuda::TopkMode::kRagged;
-      p.offsets = ptr_or_null(offsets);
-      p.offsets_stride = stride_or_zero(offsets);
+  }
+  topk_launch({&s, k, ptr(len), ptr(rs), deterministic, ptr(pt), ptr(ptrs), ptr(rtb), page_size, ptr(off), &o,
+               ptr(raw)});
+}
+
+void dsa_cuda_binding::topk_launch(const TopkCall& c) {
+  const TensorInfo& s = *c.scores;
+  dsa_cuda::TopkParams p = {};
+  void* scores_data = nullptr;
+  aoti_torch_get_data_ptr(s.handle, &scores_data);
+  p.scores = scores_data;
+  p.dtype = s.dtype == kFloat32    ? dsa_cuda::TopkDtype::kFloat32
+            : s.dtype == kBFloat16 ? dsa_cuda::TopkDtype::kBFloat16
+                                   : dsa_cuda::TopkDtype::kFloat16;
+  p.rows = s.size(0);
+  p.width = s.size(1);
+  p.row_stride = s.stride(0);
+  p.k = c.k;
+  p.deterministic = c.deterministic;
+  p.lengths = data_or_null(c.lengths);
+  p.lengths_stride = stride_or_zero(c.lengths);
+  p.row_starts = data_or_null(c.row_starts);
+  p.row_starts_stride = stride_or_zero(c.row_starts);
+  p.out = const_cast<int32_t*>(data_or_null(c.out));
+  p.out_stride = c.out->stride(0);
+  p.mode = dsa_cuda::TopkMode::kPlain;
+  p.page_size = 1;
+  if (c.page_table != nullptr) {
+    p.mode = dsa_cuda::TopkMode::kPageTable;
+    p.page_table = data_or_null(c.page_table);
+    p.batches = c.page_table->size(0);
+    p.max_pages = c.page_table->size(1);
+    p.page_table_stride = c.page_table->stride(0);
+    p.row_to_batch = data_or_null(c.row_to_batch);
+    p.row_to_batch_stride = stride_or_zero(c.row_to_batch);
+    p.page_table_row_starts = data_or_null(c.page_table_row_starts);
+    p.page_table_row_starts_stride = stride_or_zero(c.page_table_row_starts);
+    p.page_size = c.page_size;
+    if (c.out_raw != nullptr) {
+      p.out_raw = const_cast<int32_t*>(data_or_null(c.out_raw));
+      p.out_raw_stride = c.out_raw->stride(0);
     }
+  } else if (c.offsets != nullptr) {
+    p.mode = dsa_cuda::TopkMode::kRagged;
+    p.offsets = data_or_null(c.offsets);
+    p.offsets_stride = stride_or_zero(c.offsets);
   }
 
   // The launcher queries the current device and torch's stream belongs to the tensors' device.
+  const int32_t device = s.device_index;
   torch::stable::accelerator::DeviceGuard guard(device);
   void* stream = current_stream(kOp, device);
   const cudaError_t err = dsa_cuda::launch_topk(p, static_cast<cudaStream_t>(stream));

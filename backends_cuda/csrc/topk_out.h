@@ -1,7 +1,12 @@
 // The binding entry of the top-k family (csrc/topk.cpp), shared with the C++ route of the dsa ops
 // (csrc/topk_route.cpp) so that the checks and the params filling exist once.
+//
+// Host cost: every Tensor::size / stride / scalar_type / get_device_index / data_ptr is a call into
+// torch's C shim, so each tensor's metadata is read once (TensorInfo) and handed on: the route's fast
+// check and topk_out's checks read it, and topk_launch (no checks) fills the params from it.
 #pragma once
 
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/tensor.h>
 
 #include <cstdint>
@@ -11,11 +16,77 @@ namespace dsa_cuda_binding {
 
 using torch::stable::Tensor;
 
+// One tensor's metadata, read through the C shim once. `sizes` and `strides` are borrowed from the
+// tensor (valid while it lives, which the caller's Tensor guarantees); the data pointer is read by
+// topk_launch only (a tensor the route allocates needs nothing else read).
+struct TensorInfo {
+  AtenTensorHandle handle;
+  int64_t dim;
+  const int64_t* sizes;
+  const int64_t* strides;
+  int32_t dtype;  // aoti_torch_dtype_*
+  int32_t device_type;
+  int32_t device_index;
+
+  int64_t size(int64_t d) const { return sizes[d]; }
+  int64_t stride(int64_t d) const { return strides[d]; }
+  // size(last) <= 1 or stride(last) == 1 (dim >= 1).
+  bool unit_last_stride() const { return sizes[dim - 1] <= 1 || strides[dim - 1] == 1; }
+  bool same_device(const TensorInfo& o) const {
+    return device_type == o.device_type && device_index == o.device_index;
+  }
+};
+
+inline TensorInfo info_of(const Tensor& t) {
+  TensorInfo i{};
+  i.handle = t.get();
+  aoti_torch_get_dim(i.handle, &i.dim);
+  int64_t* sizes = nullptr;
+  int64_t* strides = nullptr;
+  aoti_torch_get_sizes(i.handle, &sizes);
+  aoti_torch_get_strides(i.handle, &strides);
+  i.sizes = sizes;
+  i.strides = strides;
+  aoti_torch_get_dtype(i.handle, &i.dtype);
+  aoti_torch_get_device_type(i.handle, &i.device_type);
+  aoti_torch_get_device_index(i.handle, &i.device_index);
+  return i;
+}
+
+// An optional tensor's metadata (nullopt when absent), and the pointer TopkCall takes for it.
+inline std::optional<TensorInfo> info_of(const std::optional<Tensor>& t) {
+  return t.has_value() ? std::optional<TensorInfo>(info_of(*t)) : std::nullopt;
+}
+
+inline const TensorInfo* ptr(const std::optional<TensorInfo>& i) { return i.has_value() ? &*i : nullptr; }
+
+// The arguments of one launch; an absent optional tensor is nullptr. `out` may be a tensor this
+// call allocated as contiguous int32 [rows, k] on the device of `scores`.
+struct TopkCall {
+  const TensorInfo* scores;
+  int64_t k;
+  const TensorInfo* lengths;
+  const TensorInfo* row_starts;
+  bool deterministic;
+  const TensorInfo* page_table;  // the page-table form
+  const TensorInfo* page_table_row_starts;
+  const TensorInfo* row_to_batch;
+  int64_t page_size;
+  const TensorInfo* offsets;  // the ragged form
+  const TensorInfo* out;
+  const TensorInfo* out_raw;
+};
+
 // torch.ops.dsa_cuda.topk_out: checks what keeps the launch in bounds, then launches on torch's
 // current stream. `page_table` selects the page-table form, `offsets` the ragged form.
 void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
               std::optional<Tensor> out_raw);
+
+// topk_out after its checks: fills the launch params and launches on torch's current stream of the
+// device of `scores`. No checks: the caller has proved everything topk_out checks (topk_out itself,
+// or the route's fast check).
+void topk_launch(const TopkCall& call);
 
 }  // namespace dsa_cuda_binding

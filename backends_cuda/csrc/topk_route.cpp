@@ -3,14 +3,14 @@
 //
 // A call that passes the fast check (the conditions under which the Python router would validate it,
 // pick the cuda provider and find its `out` buffers fine) allocates `out` and launches through
-// topk_out (csrc/topk.cpp). Any other call goes to the Python router, registered for the CUDA key of
+// topk_launch (csrc/topk.cpp), topk_out's core without its checks: the fast check proves them. Any other call goes to the Python router, registered for the CUDA key of
 // dsa_route::<op> (ops_core/_route.py), which gives today's result or error. The Python side also says
 // which devices the fast path may serve (topk_route_set: the devices this library was built for, none
 // while a backend other than cuda is forced) and hands over the router's error message
 // (topk_route_error), which the stable ABI's dispatcher call does not pass back.
 //
 // benchmarks/host_overhead_cpu.py builds this file with the host compiler for the CPU key of its own
-// namespaces (DSA_TOPK_ROUTE_CPU_TEST, a stub topk_out) to time the path without a GPU.
+// namespaces (DSA_TOPK_ROUTE_CPU_TEST, a stub topk_launch) to time the path without a GPU.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/c/shim.h>
 #include <torch/csrc/stable/library.h>
@@ -40,7 +40,6 @@
 
 namespace {
 
-using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 using OptTensor = std::optional<Tensor>;
 
@@ -58,68 +57,81 @@ void topk_route_set(int64_t devices) { g_devices.store(static_cast<uint64_t>(dev
 
 void topk_route_error(std::string message) { t_router_error = std::move(message); }
 
-struct Device {
-  int32_t type;
-  int32_t index;
-  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
-};
+using dsa_cuda_binding::info_of;
+using dsa_cuda_binding::ptr;
+using dsa_cuda_binding::TensorInfo;
+using dsa_cuda_binding::TopkCall;
 
-Device device_of(const Tensor& t) {
-  Device d{};
-  aoti_torch_get_device_type(t.get(), &d.type);
-  aoti_torch_get_device_index(t.get(), &d.index);
-  return d;
-}
-
-bool served(const Device& d) {
+// The shim's dtype and device codes, asked once at load.
+const int32_t kFloat32 = aoti_torch_dtype_float32();
+const int32_t kBFloat16 = aoti_torch_dtype_bfloat16();
+const int32_t kFloat16 = aoti_torch_dtype_float16();
+const int32_t kInt32 = aoti_torch_dtype_int32();
 #ifdef DSA_TOPK_ROUTE_CPU_TEST
-  return d.type == aoti_torch_device_type_cpu() && g_devices.load(std::memory_order_relaxed) != 0;
+const int32_t kServedType = aoti_torch_device_type_cpu();
 #else
-  return d.type == aoti_torch_device_type_cuda() && d.index >= 0 && d.index < 64 &&
-         ((g_devices.load(std::memory_order_relaxed) >> d.index) & 1);
+const int32_t kServedType = aoti_torch_device_type_cuda();
+#endif
+
+bool served(const TensorInfo& t) {
+#ifdef DSA_TOPK_ROUTE_CPU_TEST
+  return t.device_type == kServedType && g_devices.load(std::memory_order_relaxed) != 0;
+#else
+  return t.device_type == kServedType && t.device_index >= 0 && t.device_index < 64 &&
+         ((g_devices.load(std::memory_order_relaxed) >> t.device_index) & 1);
 #endif
 }
 
-bool unit_last_stride(const Tensor& t) { return t.size(1) <= 1 || t.stride(1) == 1; }
-
-// An int32 [rows] tensor on `dev` (Python's int32_rows_ok).
-bool rows_ok(const Tensor& t, int64_t rows, const Device& dev) {
-  return t.dim() == 1 && t.scalar_type() == ScalarType::Int && t.size(0) == rows && device_of(t) == dev;
+// An int32 [rows] tensor on the device of `scores` (Python's int32_rows_ok).
+bool rows_ok(const TensorInfo& t, const TensorInfo& scores) {
+  return t.dim == 1 && t.dtype == kInt32 && t.size(0) == scores.size(0) && t.same_device(scores);
 }
 
-bool rows_ok(const OptTensor& t, int64_t rows, const Device& dev) { return !t.has_value() || rows_ok(*t, rows, dev); }
+bool rows_ok(const std::optional<TensorInfo>& t, const TensorInfo& scores) {
+  return !t.has_value() || rows_ok(*t, scores);
+}
 
 // Python's scores_and_windows_ok and providers_topk._supports, on a served device.
-bool scores_ok(const Tensor& scores, int64_t k, const OptTensor& lengths, const OptTensor& row_starts,
-               const Device& dev) {
-  if (!served(dev) || scores.dim() != 2 || k < 1 || k > kInt32Max) {
+bool scores_ok(const TensorInfo& scores, int64_t k, const std::optional<TensorInfo>& lengths,
+               const std::optional<TensorInfo>& row_starts) {
+  if (!served(scores) || scores.dim != 2 || k < 1 || k > kInt32Max) {
     return false;
   }
-  const ScalarType st = scores.scalar_type();
-  const int64_t rows = scores.size(0);
-  return (st == ScalarType::Float || st == ScalarType::BFloat16 || st == ScalarType::Half) &&
-         unit_last_stride(scores) && rows <= kInt32Max && scores.size(1) <= kMaxWidth &&
-         rows_ok(lengths, rows, dev) && rows_ok(row_starts, rows, dev);
+  const int32_t st = scores.dtype;
+  return (st == kFloat32 || st == kBFloat16 || st == kFloat16) && scores.unit_last_stride() &&
+         scores.size(0) <= kInt32Max && scores.size(1) <= kMaxWidth && rows_ok(lengths, scores) &&
+         rows_ok(row_starts, scores);
 }
 
 // The page-table form's other arguments (validate of topk_page_table_transform.py).
-bool page_ok(const Tensor& scores, const Tensor& page_table, const OptTensor& page_table_row_starts,
-             const OptTensor& row_to_batch, int64_t page_size, const Device& dev) {
-  const int64_t rows = scores.size(0);
-  return page_size >= 1 && (page_size & (page_size - 1)) == 0 && page_table.dim() == 2 &&
-         page_table.scalar_type() == ScalarType::Int && unit_last_stride(page_table) &&
-         device_of(page_table) == dev && rows_ok(page_table_row_starts, rows, dev) && rows_ok(row_to_batch, rows, dev);
+bool page_ok(const TensorInfo& scores, const TensorInfo& page_table,
+             const std::optional<TensorInfo>& page_table_row_starts, const std::optional<TensorInfo>& row_to_batch,
+             int64_t page_size) {
+  return page_size >= 1 && (page_size & (page_size - 1)) == 0 && page_table.dim == 2 && page_table.dtype == kInt32 &&
+         page_table.unit_last_stride() && page_table.same_device(scores) && rows_ok(page_table_row_starts, scores) &&
+         rows_ok(row_to_batch, scores);
 }
 
-// An int32 [rows, k] buffer with unit last stride on `dev` (Python's out_ok).
-bool out_ok(const Tensor& out, const Tensor& scores, int64_t k, const Device& dev) {
-  return out.dim() == 2 && out.scalar_type() == ScalarType::Int && out.size(0) == scores.size(0) &&
-         out.size(1) == k && unit_last_stride(out) && device_of(out) == dev;
+// An int32 [rows, k] buffer with unit last stride on the device of `scores` (Python's out_ok).
+bool out_ok(const TensorInfo& out, const TensorInfo& scores, int64_t k) {
+  return out.dim == 2 && out.dtype == kInt32 && out.size(0) == scores.size(0) && out.size(1) == k &&
+         out.unit_last_stride() && out.same_device(scores);
 }
 
-Tensor new_out(const Tensor& scores, int64_t k) {
-  const int64_t size[2] = {scores.size(0), k};
-  return torch::stable::new_empty(scores, {size, 2}, ScalarType::Int);
+// A new contiguous int32 [rows, k] tensor on the device of `scores` (what new_empty gave), and its
+// metadata in `info` (`size` and `stride` must outlive it). aoti_torch_empty_strided reaches
+// at::empty_strided directly; new_empty and stable::empty go through the boxed dispatcher by name
+// (about 2 us more a call: benchmarks/host_overhead_cpu.py).
+Tensor new_out(const TensorInfo& scores, int64_t k, int64_t (&size)[2], int64_t (&stride)[2], TensorInfo* info) {
+  size[0] = scores.size(0);
+  size[1] = k;
+  stride[0] = k;
+  stride[1] = 1;
+  AtenTensorHandle h = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      aoti_torch_empty_strided(2, size, stride, kInt32, scores.device_type, scores.device_index, &h));
+  *info = TensorInfo{h, 2, size, stride, kInt32, scores.device_type, scores.device_index};
+  return Tensor(h);
 }
 
 namespace sd = torch::stable::detail;  // from / to: StableIValue conversions
@@ -139,55 +151,79 @@ std::array<StableIValue, sizeof...(Args)> call_router(const char* op, const char
 }
 
 Tensor topk(Tensor scores, int64_t k, OptTensor lengths, OptTensor row_starts, bool deterministic) {
-  const Device dev = device_of(scores);
-  if (!scores_ok(scores, k, lengths, row_starts, dev)) {
+  const TensorInfo s = info_of(scores);
+  const std::optional<TensorInfo> len = info_of(lengths);
+  const std::optional<TensorInfo> rs = info_of(row_starts);
+  if (!scores_ok(s, k, len, rs)) {
     return sd::to<Tensor>(call_router("topk", "", scores, k, lengths, row_starts, deterministic)[0]);
   }
-  Tensor out = new_out(scores, k);
-  dsa_cuda_binding::topk_out(scores, k, lengths, row_starts, deterministic, std::nullopt, std::nullopt,
-                             std::nullopt, 64, std::nullopt, out, std::nullopt);
+  int64_t size[2];
+  int64_t stride[2];
+  TensorInfo o;
+  Tensor out = new_out(s, k, size, stride, &o);
+  dsa_cuda_binding::topk_launch(
+      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, nullptr, nullptr, nullptr, 64, nullptr, &o, nullptr});
   return out;
 }
 
 void topk_page_table_transform_out(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
                                    OptTensor page_table_row_starts, OptTensor row_to_batch, int64_t page_size,
                                    bool deterministic, Tensor out, OptTensor out_raw) {
-  const Device dev = device_of(scores);
-  if (!(scores_ok(scores, k, lengths, row_starts, dev) &&
-        page_ok(scores, page_table, page_table_row_starts, row_to_batch, page_size, dev) &&
-        out_ok(out, scores, k, dev) && (!out_raw.has_value() || out_ok(*out_raw, scores, k, dev)))) {
+  const TensorInfo s = info_of(scores);
+  const std::optional<TensorInfo> len = info_of(lengths);
+  const std::optional<TensorInfo> rs = info_of(row_starts);
+  const TensorInfo pt = info_of(page_table);
+  const std::optional<TensorInfo> ptrs = info_of(page_table_row_starts);
+  const std::optional<TensorInfo> rtb = info_of(row_to_batch);
+  const TensorInfo o = info_of(out);
+  const std::optional<TensorInfo> raw = info_of(out_raw);
+  if (!(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size) && out_ok(o, s, k) &&
+        (!raw.has_value() || out_ok(*raw, s, k)))) {
     call_router("topk_page_table_transform", "out", scores, page_table, lengths, k, row_starts,
                 page_table_row_starts, row_to_batch, page_size, deterministic, out, out_raw);
     return;
   }
-  dsa_cuda_binding::topk_out(scores, k, lengths, row_starts, deterministic, page_table, page_table_row_starts,
-                             row_to_batch, page_size, std::nullopt, out, out_raw);
+  dsa_cuda_binding::topk_launch(
+      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, &o, ptr(raw)});
 }
 
 Tensor topk_page_table_transform(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
                                  OptTensor page_table_row_starts, OptTensor row_to_batch, int64_t page_size,
                                  bool deterministic) {
-  const Device dev = device_of(scores);
-  if (!(scores_ok(scores, k, lengths, row_starts, dev) &&
-        page_ok(scores, page_table, page_table_row_starts, row_to_batch, page_size, dev))) {
+  const TensorInfo s = info_of(scores);
+  const std::optional<TensorInfo> len = info_of(lengths);
+  const std::optional<TensorInfo> rs = info_of(row_starts);
+  const TensorInfo pt = info_of(page_table);
+  const std::optional<TensorInfo> ptrs = info_of(page_table_row_starts);
+  const std::optional<TensorInfo> rtb = info_of(row_to_batch);
+  if (!(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size))) {
     return sd::to<Tensor>(call_router("topk_page_table_transform", "", scores, page_table, lengths, k, row_starts,
                                       page_table_row_starts, row_to_batch, page_size, deterministic)[0]);
   }
-  Tensor out = new_out(scores, k);
-  dsa_cuda_binding::topk_out(scores, k, lengths, row_starts, deterministic, page_table, page_table_row_starts,
-                             row_to_batch, page_size, std::nullopt, out, std::nullopt);
+  int64_t size[2];
+  int64_t stride[2];
+  TensorInfo o;
+  Tensor out = new_out(s, k, size, stride, &o);
+  dsa_cuda_binding::topk_launch(
+      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, &o, nullptr});
   return out;
 }
 
 Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int64_t k, OptTensor row_starts) {
-  const Device dev = device_of(scores);
-  if (!(scores_ok(scores, k, lengths, row_starts, dev) && rows_ok(offsets, scores.size(0), dev))) {
+  const TensorInfo s = info_of(scores);
+  const TensorInfo off = info_of(offsets);
+  const std::optional<TensorInfo> len = info_of(lengths);
+  const std::optional<TensorInfo> rs = info_of(row_starts);
+  if (!(scores_ok(s, k, len, rs) && rows_ok(off, s))) {
     return sd::to<Tensor>(call_router("topk_ragged_transform", "", scores, offsets, lengths, k, row_starts)[0]);
   }
-  Tensor out = new_out(scores, k);
+  int64_t size[2];
+  int64_t stride[2];
+  TensorInfo o;
+  Tensor out = new_out(s, k, size, stride, &o);
   // The ragged form has no order flag: the ordered kernel, as providers_topk's ragged_fn.
-  dsa_cuda_binding::topk_out(scores, k, lengths, row_starts, true, std::nullopt, std::nullopt, std::nullopt, 64,
-                             offsets, out, std::nullopt);
+  dsa_cuda_binding::topk_launch(
+      TopkCall{&s, k, ptr(len), ptr(rs), true, nullptr, nullptr, nullptr, 64, &off, &o, nullptr});
   return out;
 }
 
