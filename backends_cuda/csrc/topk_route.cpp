@@ -128,8 +128,11 @@ Tensor new_out(const TensorInfo& scores, int64_t k, int64_t (&size)[2], int64_t 
   stride[0] = k;
   stride[1] = 1;
   AtenTensorHandle h = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(
-      aoti_torch_empty_strided(2, size, stride, kInt32, scores.device_type, scores.device_index, &h));
+  // (torch 2.11's stable headers have no STABLE_TORCH_ERROR_CODE_CHECK: the device build failed on it)
+  if (aoti_torch_empty_strided(2, size, stride, kInt32, scores.device_type, scores.device_index, &h) !=
+      AOTI_TORCH_SUCCESS) {
+    throw std::runtime_error("dsa top-k: allocating `out` failed");
+  }
   *info = TensorInfo{h, 2, size, stride, kInt32, scores.device_type, scores.device_index};
   return Tensor(h);
 }
