@@ -282,39 +282,13 @@ struct TieColumnList {
   __device__ __forceinline__ uint32_t value(int i) const { return ~uint32_t(cols[i]); }
 };
 
-// The page-table slots [lo, lo + n) that the columns of a window map to, when the page-table form is
-// asked for and they fit the stage buffer (else n = 0): rank 0 copies them into its idle stage buffer
-// after the filter pass, so the finish's writes read their page ids from shared memory instead of
-// waiting on device-memory loads (ids outside the slice, e.g. of a wrapped index, still come from
-// the table itself).
-struct TableSlice {
-  int64_t lo;
-  int32_t n;
-};
-constexpr int kStageWords = kStages * kThreads * 4;
-
-__device__ __forceinline__ TableSlice table_slice(const RowOut& o, const Window& w) {
-  const int64_t rel_lo = w.lo - w.start > 0 ? w.lo - w.start : 0;
-  const int64_t rel_hi = w.hi - 1 - w.start < int64_t(INT32_MAX) ? w.hi - 1 - w.start : int64_t(INT32_MAX);
-  if (o.mode != int32_t(TopkMode::kPageTable) || o.slots == 0 || rel_lo > rel_hi) {
-    return TableSlice{0, 0};
-  }
-  int64_t lo = o.first_slot + (rel_lo >> o.log2_page);
-  int64_t hi = o.first_slot + (rel_hi >> o.log2_page) + 1;
-  lo = lo < 0 ? 0 : lo;
-  hi = hi > o.slots ? o.slots : hi;
-  return TableSlice{lo, hi > lo && hi - lo <= kStageWords ? int32_t(hi - lo) : 0};
-}
-
 // The r largest of the m candidates (ties: smallest columns) to the output. The candidates' range
 // is in cnt.lo / cnt.hi. After the select, one of: the whole threshold bin is taken; the bin holds
 // at most kWarpBin entries, which one warp ranks by (key, column); or the bin is one key with more
-// ties than needed, split by a second select on the inverted columns. Page ids of the slots in `ts`
-// are read from `table` (shared memory).
+// ties than needed, split by a second select on the inverted columns.
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
-                                       SelectShared& sh, const uint32_t* table = nullptr,
-                                       TableSlice ts = TableSlice{0, 0}) {
+                                       SelectShared& sh) {
   if (threadIdx.x == 0) {
     cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
   }
@@ -362,11 +336,8 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
     take_bits &= take_bits - 1u;
     const int32_t rel0 = int32_t(int64_t(cols[it0 * kThreads + int(threadIdx.x)]) - o.start);
     const int32_t rel1 = int32_t(int64_t(cols[it1 * kThreads + int(threadIdx.x)]) - o.start);
-    const auto page_at = [&](int64_t slot) {
-      return uint64_t(slot - ts.lo) < uint64_t(ts.n) ? int32_t(table[slot - ts.lo]) : __ldg(o.table_row + slot);
-    };
-    const int32_t v0 = o.map(rel0, page_at);
-    const int32_t v1 = o.map(rel1, page_at);
+    const int32_t v0 = o.map(rel0);
+    const int32_t v1 = o.map(rel1);
     if (pos < k) {  // always: exactly r entries are taken
       o.put_mapped(pos, rel0, v0);
     }
@@ -465,10 +436,6 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
 __device__ __forceinline__ void cp_async16(uint4* dst, const void* src) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t* dst, const void* src) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending>
@@ -870,14 +837,6 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
     E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
     trace("threshold");
     filter_pass(g, stage, E, keys, cols, cnt);
-    const TableSlice ts = rank == 0 ? table_slice(o, w) : TableSlice{0, 0};
-    if (ts.n != 0) {  // (the stage buffer is idle: each thread waited for its own copies)
-      uint32_t* table = reinterpret_cast<uint32_t*>(stage);
-      for (int i = int(threadIdx.x); i < ts.n; i += kThreads) {
-        cp_async4(table + i, o.table_row + ts.lo + i);
-      }
-      cp_async_commit();
-    }
     __syncthreads();  // the candidates and their count are complete
     raw_to_keys<T>(keys, cnt.cand, cnt);
     trace("filtered");
@@ -949,17 +908,16 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         cnt.ok = (plateau || cnt.cand >= k) && cnt.cand <= uint32_t(kCapacity) ? 1u : 0u;
       }
     }
-    cp_async_wait<0>();  // the table slice (a thread's own copies; the barrier shows them to all)
     __syncthreads();
     if (cnt.ok != 0u) {
       const uint32_t m = cnt.cand;
       if (m >= k) {
-        finish(keys, cols, int(m), k, o, hist, cnt, k, sh, reinterpret_cast<const uint32_t*>(stage), ts);
+        finish(keys, cols, int(m), k, o, hist, cnt, k, sh);
         trace("finished");
         return;
       }
       // Plateau, m < k: every candidate, then the first k - m keys equal to V.
-      finish(keys, cols, int(m), m, o, hist, cnt, k, sh, reinterpret_cast<const uint32_t*>(stage), ts);
+      finish(keys, cols, int(m), m, o, hist, cnt, k, sh);
       GlobalSrc<T> gw;
       gw.init(row, w.lo, w.hi);
       if (ordered_ties(gw, V, k - m, m, o, k, sh) >= k - m) {

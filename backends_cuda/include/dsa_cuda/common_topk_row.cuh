@@ -71,11 +71,6 @@ struct RowOut {
   int64_t offset;
 
   __device__ __forceinline__ int32_t map(int32_t rel) const {
-    return map(rel, [this](int64_t slot) { return __ldg(table_row + slot); });
-  }
-  // map(rel) with page ids read through page_at(slot) (e.g. from a copy of the table row).
-  template <class PageAt>
-  __device__ __forceinline__ int32_t map(int32_t rel, const PageAt& page_at) const {
     if (mode == int32_t(TopkMode::kPlain)) {
       return rel;
     }
@@ -90,7 +85,7 @@ struct RowOut {
     if (uint64_t(slot) >= uint64_t(slots)) {  // unsigned: a negative slot fails too
       return -1;
     }
-    const int32_t page = page_at(slot);
+    const int32_t page = __ldg(table_row + slot);
     if (page < 0) {
       return -1;
     }
