@@ -60,6 +60,17 @@ for dtype in (torch.float32, torch.bfloat16):
         got_any = dsa_ops.topk(s, 2048, lengths=lengths)
     assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", dtype)
     ran.append(f"topk[cuda] 300x12000 {dtype}")
+# The page-table form of both top-k kernels, one CTA a row and split rows (a race in an unlanded change
+# once showed only here, under graph replay: keep the filter kernel's page-table path in this script).
+s = torch.randn(6, 70000, device=dev, generator=g)
+lengths = torch.randint(-5, 70010, (6,), device=dev, dtype=torch.int32, generator=g)
+pt = torch.randint(-1, 5000, (6, 1100), device=dev, dtype=torch.int32, generator=g)
+want = map_through_page_table(window_topk(s, 2048, lengths), pt, None, None, 64)
+with registry.use_backend("cuda"):
+    got = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048, deterministic=True)
+    got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048)
+assert torch.equal(got, want) and torch.equal(as_sets(got_any), as_sets(want)), "page-table form"
+ran.append("topk_page_table_transform[cuda] 6x70000")
 # Native HIP top-k: the row-split kernel sequence (forced through its one override) and the
 # single-workgroup tie-buffer overflow (an all-equal long row), with page-table outputs.
 try:
