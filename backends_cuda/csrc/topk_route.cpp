@@ -3,8 +3,9 @@
 //
 // A call that passes the fast check (the conditions under which the Python router would validate it,
 // pick the cuda provider and find its `out` buffers fine) allocates `out` and launches through
-// topk_launch (csrc/topk.cpp), topk_out's core without its checks: the fast check proves them. Any other call goes to the Python router, registered for the CUDA key of
-// dsa_route::<op> (ops_core/_route.py), which gives today's result or error. The Python side also says
+// topk_launch (csrc/topk.cpp), topk_out's core without its checks: the fast check proves them. Any
+// other call goes to the Python router, registered for the CUDA key of dsa_route::<op>
+// (ops_core/_route.py), which gives today's result or error. The Python side also says
 // which devices the fast path may serve (topk_route_set: the devices this library was built for, none
 // while a backend other than cuda is forced) and hands over the router's error message
 // (topk_route_error), which the stable ABI's dispatcher call does not pass back.
@@ -153,6 +154,17 @@ std::array<StableIValue, sizeof...(Args)> call_router(const char* op, const char
   return stack;
 }
 
+// A new `out` for `call` (whose `out` is ignored), the launch into it, and `out`.
+Tensor launch_into_new_out(TopkCall call) {
+  int64_t size[2];
+  int64_t stride[2];
+  TensorInfo o;
+  Tensor out = new_out(*call.scores, call.k, size, stride, &o);
+  call.out = &o;
+  dsa_cuda_binding::topk_launch(call);
+  return out;
+}
+
 Tensor topk(Tensor scores, int64_t k, OptTensor lengths, OptTensor row_starts, bool deterministic) {
   const TensorInfo s = info_of(scores);
   const std::optional<TensorInfo> len = info_of(lengths);
@@ -160,13 +172,8 @@ Tensor topk(Tensor scores, int64_t k, OptTensor lengths, OptTensor row_starts, b
   if (!scores_ok(s, k, len, rs)) {
     return sd::to<Tensor>(call_router("topk", "", scores, k, lengths, row_starts, deterministic)[0]);
   }
-  int64_t size[2];
-  int64_t stride[2];
-  TensorInfo o;
-  Tensor out = new_out(s, k, size, stride, &o);
-  dsa_cuda_binding::topk_launch(
-      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, nullptr, nullptr, nullptr, 64, nullptr, &o, nullptr});
-  return out;
+  return launch_into_new_out(
+      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, nullptr, nullptr, nullptr, 64, nullptr, nullptr, nullptr});
 }
 
 void topk_page_table_transform_out(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
@@ -203,13 +210,8 @@ Tensor topk_page_table_transform(Tensor scores, Tensor page_table, Tensor length
     return sd::to<Tensor>(call_router("topk_page_table_transform", "", scores, page_table, lengths, k, row_starts,
                                       page_table_row_starts, row_to_batch, page_size, deterministic)[0]);
   }
-  int64_t size[2];
-  int64_t stride[2];
-  TensorInfo o;
-  Tensor out = new_out(s, k, size, stride, &o);
-  dsa_cuda_binding::topk_launch(
-      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, &o, nullptr});
-  return out;
+  return launch_into_new_out(
+      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, nullptr, nullptr});
 }
 
 Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int64_t k, OptTensor row_starts) {
@@ -220,14 +222,9 @@ Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int6
   if (!(scores_ok(s, k, len, rs) && rows_ok(off, s))) {
     return sd::to<Tensor>(call_router("topk_ragged_transform", "", scores, offsets, lengths, k, row_starts)[0]);
   }
-  int64_t size[2];
-  int64_t stride[2];
-  TensorInfo o;
-  Tensor out = new_out(s, k, size, stride, &o);
   // The ragged form has no order flag: the ordered kernel, as providers_topk's ragged_fn.
-  dsa_cuda_binding::topk_launch(
-      TopkCall{&s, k, ptr(len), ptr(rs), true, nullptr, nullptr, nullptr, 64, &off, &o, nullptr});
-  return out;
+  return launch_into_new_out(
+      TopkCall{&s, k, ptr(len), ptr(rs), true, nullptr, nullptr, nullptr, 64, &off, nullptr, nullptr});
 }
 
 }  // namespace
