@@ -106,17 +106,24 @@ STABLE_TORCH_LIBRARY_IMPL(dsa_host_overhead_stub, CPU, m) {
 """
 
 
+def _cached_source(folder: str, name: str, text: str) -> tuple[str, str]:
+    """(build folder, path of `name` in it holding `text`) under ~/.cache/dsa_ops/<folder>/<torch version>;
+    the file is rewritten only when its text changed, so the build cache stays valid."""
+    root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", folder, torch.__version__)
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, name)
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+    return root, path
+
+
 def build_stub():
     """The stub kernels as (topk_out, page_table_transform_out) OpOverloads (and torch.ops.dsa_host_overhead_stub.topk,
     a C++ impl of topk's functional schema: what registering C++ directly for the op would cost)."""
     from torch.utils import cpp_extension
 
-    root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "host_overhead_stub", torch.__version__)
-    os.makedirs(root, exist_ok=True)
-    src = os.path.join(root, "stub.cpp")
-    if not os.path.exists(src) or open(src).read() != STUB_SRC:
-        with open(src, "w") as f:
-            f.write(STUB_SRC)
+    root, src = _cached_source("host_overhead_stub", "stub.cpp", STUB_SRC)
     cpp_extension.load(name="dsa_host_overhead_stub", sources=[src], build_directory=root, is_python_module=False,
                        extra_cflags=["-O2", "-DTORCH_TARGET_VERSION=0x020b000000000000"], verbose=False)
     ns = torch.ops.dsa_host_overhead_stub
@@ -154,12 +161,7 @@ def build_route():
             defs.define(f"{overload}{schema}")
             routes.define(f"{overload}{schema}")
             routes.impl(overload, _route._keeping_errors(_captured[overload]), "CPU")
-    root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "host_overhead_route", torch.__version__)
-    os.makedirs(root, exist_ok=True)
-    stub = os.path.join(root, "route_stub.cpp")
-    if not os.path.exists(stub) or open(stub).read() != ROUTE_STUB_SRC:
-        with open(stub, "w") as f:
-            f.write(ROUTE_STUB_SRC)
+    root, stub = _cached_source("host_overhead_route", "route_stub.cpp", ROUTE_STUB_SRC)
     flags = ["-O2", "-DTORCH_TARGET_VERSION=0x020b000000000000", "-DDSA_TOPK_ROUTE_CPU_TEST",
              "-DDSA_TOPK_ROUTE_NS=dsa_hob", "-DDSA_TOPK_ROUTE_KEY=CPU", "-DDSA_TOPK_ROUTE_FALLBACK_NS=dsa_hob_route",
              "-DDSA_TOPK_ROUTE_CONTROL_NS=dsa_hob_ctl"]

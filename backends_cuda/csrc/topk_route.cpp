@@ -176,42 +176,58 @@ Tensor topk(Tensor scores, int64_t k, OptTensor lengths, OptTensor row_starts, b
       TopkCall{&s, k, ptr(len), ptr(rs), deterministic, nullptr, nullptr, nullptr, 64, nullptr, nullptr, nullptr});
 }
 
+// The page-table form's inputs, read once, and whether the fast path serves them (scores_ok and
+// page_ok). Both of its forms start here.
+struct PageForm {
+  TensorInfo s;
+  std::optional<TensorInfo> len;
+  std::optional<TensorInfo> rs;
+  TensorInfo pt;
+  std::optional<TensorInfo> ptrs;
+  std::optional<TensorInfo> rtb;
+  bool ok;
+
+  PageForm(const Tensor& scores, const Tensor& page_table, const Tensor& lengths, const OptTensor& row_starts,
+           const OptTensor& page_table_row_starts, const OptTensor& row_to_batch, int64_t k, int64_t page_size)
+      : s(info_of(scores)),
+        len(info_of(lengths)),
+        rs(info_of(row_starts)),
+        pt(info_of(page_table)),
+        ptrs(info_of(page_table_row_starts)),
+        rtb(info_of(row_to_batch)),
+        ok(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size)) {}
+
+  // The launch of this form into `out` (nullptr: a new one, see launch_into_new_out) and `out_raw`.
+  TopkCall call(int64_t k, bool deterministic, int64_t page_size, const TensorInfo* out,
+                const TensorInfo* out_raw) const {
+    return TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, out,
+                    out_raw};
+  }
+};
+
 void topk_page_table_transform_out(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
                                    OptTensor page_table_row_starts, OptTensor row_to_batch, int64_t page_size,
                                    bool deterministic, Tensor out, OptTensor out_raw) {
-  const TensorInfo s = info_of(scores);
-  const std::optional<TensorInfo> len = info_of(lengths);
-  const std::optional<TensorInfo> rs = info_of(row_starts);
-  const TensorInfo pt = info_of(page_table);
-  const std::optional<TensorInfo> ptrs = info_of(page_table_row_starts);
-  const std::optional<TensorInfo> rtb = info_of(row_to_batch);
+  const PageForm f(scores, page_table, lengths, row_starts, page_table_row_starts, row_to_batch, k, page_size);
   const TensorInfo o = info_of(out);
   const std::optional<TensorInfo> raw = info_of(out_raw);
-  if (!(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size) && out_ok(o, s, k) &&
-        (!raw.has_value() || out_ok(*raw, s, k)))) {
+  if (!(f.ok && out_ok(o, f.s, k) && (!raw.has_value() || out_ok(*raw, f.s, k)))) {
     call_router("topk_page_table_transform", "out", scores, page_table, lengths, k, row_starts,
                 page_table_row_starts, row_to_batch, page_size, deterministic, out, out_raw);
     return;
   }
-  dsa_cuda_binding::topk_launch(
-      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, &o, ptr(raw)});
+  dsa_cuda_binding::topk_launch(f.call(k, deterministic, page_size, &o, ptr(raw)));
 }
 
 Tensor topk_page_table_transform(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
                                  OptTensor page_table_row_starts, OptTensor row_to_batch, int64_t page_size,
                                  bool deterministic) {
-  const TensorInfo s = info_of(scores);
-  const std::optional<TensorInfo> len = info_of(lengths);
-  const std::optional<TensorInfo> rs = info_of(row_starts);
-  const TensorInfo pt = info_of(page_table);
-  const std::optional<TensorInfo> ptrs = info_of(page_table_row_starts);
-  const std::optional<TensorInfo> rtb = info_of(row_to_batch);
-  if (!(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size))) {
+  const PageForm f(scores, page_table, lengths, row_starts, page_table_row_starts, row_to_batch, k, page_size);
+  if (!f.ok) {
     return sd::to<Tensor>(call_router("topk_page_table_transform", "", scores, page_table, lengths, k, row_starts,
                                       page_table_row_starts, row_to_batch, page_size, deterministic)[0]);
   }
-  return launch_into_new_out(
-      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, nullptr, nullptr});
+  return launch_into_new_out(f.call(k, deterministic, page_size, nullptr, nullptr));
 }
 
 Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int64_t k, OptTensor row_starts) {
