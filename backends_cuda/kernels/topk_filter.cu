@@ -841,23 +841,33 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   }
 }
 
-// One row (one CTA of its cluster).
-template <typename T>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr bool kLateSplitRowOut = true;
+#else
+constexpr bool kLateSplitRowOut = false;
+#endif
+
+// One row: one CTA of its cluster (kSplit), or the whole row.
+template <typename T, bool kSplit>
 __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
   uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
 
-  const uint32_t csize = uint32_t(a.cluster);
+  const uint32_t csize = kSplit ? uint32_t(a.cluster) : 1u;
   const int64_t r = blockIdx.x / csize;
-  const uint32_t rank = csize > 1 ? radix::cluster_rank() : 0u;
+  const uint32_t rank = kSplit ? radix::cluster_rank() : 0u;
   const Window w = row_window(a, r);
   const uint32_t n = uint32_t(w.hi - w.lo);
   const uint32_t k = uint32_t(a.k);
-  const RowOut o = row_out(a, r, w.start);
+  // The row's RowOut: made once here, or, for a split row on sm_10x, where it is used (the choice
+  // without spills at 64 registers on each arch).
+  const RowOut row_o = kSplit && kLateSplitRowOut ? RowOut{} : row_out(a, r, w.start);
+  const auto out_of_row = [&]() { return kSplit && kLateSplitRowOut ? row_out(a, r, w.start) : row_o; };
 
   if (n <= k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
+    const RowOut o = out_of_row();
     for (int64_t j = int64_t(rank) * blockDim.x + threadIdx.x; j < a.k; j += int64_t(csize) * blockDim.x) {
       if (j < n) {
         o.put(uint32_t(j), w.lo + j);
@@ -910,7 +920,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
       // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
       // the finish it spills.)
-      if (csize > 1) {
+      if (kSplit) {
         // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
         radix::cluster_sync();
         bool ok = true;
@@ -950,8 +960,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).
-        finish(keys, cols, int(cnt.cand), total < k ? total : k, o, hist, cnt, k, sh, total,
-               reinterpret_cast<uint32_t*>(stage), csize, rank);
+        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, total,
+               kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
       }
       if (rank != 0) {
         return;
@@ -964,7 +974,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         // Plateau, fewer than k candidates (all written): the first k - total keys equal to V.
         GlobalSrc<T> gw;
         gw.init(row, w.lo, w.hi);
-        if (ordered_ties(gw, V, k - total, total, o, k, sh) >= k - total) {
+        if (ordered_ties(gw, V, k - total, total, out_of_row(), k, sh) >= k - total) {
           return;
         }
         if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
@@ -978,10 +988,12 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   }
   GlobalSrc<T> g;
   g.init(row, w.lo, w.hi);
-  exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
+  exact_row(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
 }
 
-template <typename T>
+// kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
+// the one-CTA row in one kernel crowd the 64 registers).
+template <typename T, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
@@ -989,20 +1001,21 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   pdl_wait();
   pdl_launch_dependents();
   trace_begin();
-  filter_row<T>(a, sh, cnt, dyn_smem);
+  filter_row<T, kSplit>(a, sh, cnt, dyn_smem);
   trace_end();
 }
 
 using Kernel = void (*)(KernelArgs);
 
+template <bool kSplit>
 Kernel kernel_for(TopkDtype dtype) {
   switch (dtype) {
     case TopkDtype::kFloat32:
-      return topk_filter_kernel<float>;
+      return topk_filter_kernel<float, kSplit>;
     case TopkDtype::kBFloat16:
-      return topk_filter_kernel<__nv_bfloat16>;
+      return topk_filter_kernel<__nv_bfloat16, kSplit>;
     case TopkDtype::kFloat16:
-      return topk_filter_kernel<__half>;
+      return topk_filter_kernel<__half, kSplit>;
   }
   return nullptr;
 }
@@ -1010,7 +1023,7 @@ Kernel kernel_for(TopkDtype dtype) {
 // Allow the kernel kDynSmem bytes of dynamic shared memory on this device (once per device) and
 // say whether a cluster of kMaxCluster CTAs can be scheduled.
 cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
-  static std::atomic<int> state[3][kMaxDevices] = {};  // 0 unknown, 1 clusters fit, 2 they do not
+  static std::atomic<int> state[6][kMaxDevices] = {};  // 0 unknown, 1 clusters fit, 2 they do not
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached) {
     const int hit = state[which][device].load(std::memory_order_relaxed);
@@ -1032,8 +1045,9 @@ cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
 cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   namespace d = topk_filter_detail;
   namespace h = topk_heuristics;
-  const d::Kernel kernel = d::kernel_for(p.dtype);
-  if (kernel == nullptr) {
+  const d::Kernel row_kernel = d::kernel_for<false>(p.dtype);
+  const d::Kernel split_kernel = d::kernel_for<true>(p.dtype);
+  if (row_kernel == nullptr || split_kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
   topk_row::KernelArgs a = topk_row::make_args(p);
@@ -1044,17 +1058,23 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(current_arch_major(&major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
   bool clusters = false;
-  DSA_CUDA_CHECK(d::prepare(kernel, int(p.dtype), device, &clusters));
-  int cluster = major >= 9 && clusters ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;
-  if (p.rows * cluster > INT32_MAX) {
+  int cluster = major >= 9 ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;
+  if (cluster > 1) {
+    DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, &clusters));
+  }
+  if (!clusters || p.rows * cluster > INT32_MAX) {
     cluster = 1;
+  }
+  const d::Kernel kernel = cluster > 1 ? split_kernel : row_kernel;
+  if (cluster == 1) {  // (sets the kernel's shared-memory limit; the cluster answer is unused)
+    DSA_CUDA_CHECK(d::prepare(row_kernel, 2 * int(p.dtype), device, &clusters));
   }
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;
 
   // Rows on the flat grid.x, `cluster` CTAs each.
-  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)), size_t(d::kDynSmem), stream,
-                              cluster, a);
+  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)),
+                              size_t(d::kDynSmem), stream, cluster, a);
 }
 
 }  // namespace dsa_cuda
