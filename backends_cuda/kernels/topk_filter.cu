@@ -11,13 +11,14 @@
 //   2. Filter: one pass over device memory (cp.async, 16 keys per thread a round, the next
 //      round in flight) appends every key >= E, as raw bits with its column, to a shared-memory candidate
 //      buffer (one shared atomic per warp and round); the candidates are then converted to keys. A
-//      split row's CTAs each fill their own buffer and the cluster's rank 0 gathers them through
-//      distributed shared memory.
+//      split row's CTAs each fill their own buffer.
 //   3. Finish: when k <= candidates <= capacity, a radix select on the candidates (its bins over
 //      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
 //      above it are written, and the bin's entries are all taken, ranked by one warp (key, then
 //      smallest column) when there are at most 32, or split by a second select on the columns when
-//      they are more ties of one key.
+//      they are more ties of one key. A split row's CTAs keep their candidates and run the same
+//      select on histograms summed through distributed shared memory; each writes its own, with
+//      output positions from rank 0, which also ranks a small threshold bin.
 // Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
 // threshold is one value V (relu zeros, all-equal rows, heavy ties), step 2 takes the keys above V
 // only; if fewer than k, the first keys equal to V in index order complete the row (if the row has
@@ -94,7 +95,7 @@ __device__ __forceinline__ void trace_end() {}
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
   uint32_t out;   // outputs written
-  uint32_t ok;    // split rows: rank 0 gathered every candidate
+  uint32_t total;  // the row's candidates (all of a split row's CTAs'), or ~0 when they did not fit
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
@@ -145,8 +146,9 @@ __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, ui
 }
 
 // Reserve `n` consecutive candidate slots per lane (one shared atomic per warp); returns the first.
-// The warp must be converged.
-__device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter) {
+// `counter` is this CTA's, or (owner >= 0) the same variable in cluster CTA `owner`. The warp must be
+// converged.
+__device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter, int owner = -1) {
   if (__ballot_sync(0xFFFFFFFFu, n != 0u) == 0u) {
     return 0u;
   }
@@ -160,7 +162,7 @@ __device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter) {
   }
   uint32_t base = 0;
   if ((threadIdx.x & 31) == 31) {
-    base = atomicAdd(counter, incl);
+    base = owner >= 0 ? radix::cluster_atomic_add(counter, incl, uint32_t(owner)) : atomicAdd(counter, incl);
   }
   base = __shfl_sync(0xFFFFFFFFu, base, 31);
   return base + incl - n;
@@ -211,6 +213,44 @@ __device__ __forceinline__ void refine_at(const uint32_t* hist, int shift, Selec
   st.count = sh.count;
 }
 
+// A split row's finish runs on the union of the candidates of its cluster's CTAs, each CTA keeping
+// its own: every CTA runs the same select on histograms summed over the cluster (so every CTA reaches
+// the same state), then writes its own candidates. `csize` > 1 only there.
+
+// merged[b] = the sum of bin b of `hist` over the cluster's CTAs (this CTA's `merged`).
+__device__ __forceinline__ void merge_hists(const uint32_t* hist, uint32_t* merged, uint32_t csize) {
+  for (int b = int(threadIdx.x); b < radix::kBins; b += kThreads) {
+    uint32_t v[kMaxClusterCtas];
+#pragma unroll
+    for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {  // all remote loads first: they overlap
+      v[c] = c < csize ? radix::cluster_load(hist + b, c) : 0u;
+    }
+    uint32_t sum = 0;
+#pragma unroll
+    for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
+      sum += v[c];
+    }
+    merged[b] = sum;
+  }
+}
+
+// cnt.lo / cnt.hi (each CTA's own range) to the cluster's range. Ends with a barrier.
+__device__ __forceinline__ void cluster_range(Counters& cnt, uint32_t csize) {
+  radix::cluster_sync();  // every CTA's range is in place
+  uint32_t lo = 0xFFFFFFFFu;
+  uint32_t hi = 0u;
+  for (uint32_t c = 0; c < csize; ++c) {
+    lo = min(lo, radix::cluster_load(&cnt.lo, c));
+    hi = max(hi, radix::cluster_load(&cnt.hi, c));
+  }
+  radix::cluster_sync();  // every CTA read every range before it changes
+  if (threadIdx.x == 0) {
+    cnt.lo = lo;
+    cnt.hi = hi;
+  }
+  __syncthreads();
+}
+
 // The valid entries' range into cnt.lo / cnt.hi. Starts and ends with a barrier.
 template <class List>
 __device__ __forceinline__ void list_range(const List& list, int m, Counters& cnt) {
@@ -234,10 +274,13 @@ __device__ __forceinline__ void list_range(const List& list, int m, Counters& cn
 // The r-th largest of the m list entries (`valid` of them: r <= valid), whose range is in cnt.lo /
 // cnt.hi. Stops early once the entries at or above the bin number at most r + slack (slack 0: the
 // exact select), or once the bin holds at most `small` entries. Ends with a barrier.
+// csize > 1: the list is the union of the cluster's CTAs' lists (m: this CTA's entries; valid: the
+// cluster's; cnt.lo / cnt.hi: the cluster's range); `merged` holds the summed histograms.
 template <class List>
 __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
                                                   uint32_t slack, uint32_t small, uint32_t* hist, Counters& cnt,
-                                                  SelectShared& sh) {
+                                                  SelectShared& sh, uint32_t* merged = nullptr,
+                                                  uint32_t csize = 1) {
   ListSelect sel{0u, SelectState{0u, 0u, r, valid}};
   if (valid == r) {
     return sel;  // every entry is taken
@@ -260,7 +303,15 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
       hist_add(hist, in && (d & sel.st.mask) == sel.st.prefix, (d >> shift) & 0x7FFu);
     }
     __syncthreads();
-    refine_at(hist, shift, sel.st, sh);
+    if (csize > 1) {
+      radix::cluster_sync();  // every CTA's histogram of this level is complete
+      merge_hists(hist, merged, csize);
+      __syncthreads();
+      refine_at(merged, shift, sel.st, sh);
+      radix::cluster_sync();  // every CTA read every histogram: they may be cleared
+    } else {
+      refine_at(hist, shift, sel.st, sh);
+    }
     if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small) {
       return sel;
     }
@@ -286,13 +337,23 @@ struct TieColumnList {
 // is in cnt.lo / cnt.hi. After the select, one of: the whole threshold bin is taken; the bin holds
 // at most kWarpBin entries, which one warp ranks by (key, column); or the bin is one key with more
 // ties than needed, split by a second select on the inverted columns.
+// csize > 1: the candidates are the union of the cluster's CTAs' (m: this CTA's, `valid` of them in
+// all; cnt.lo / cnt.hi: the cluster's range; rank 0's cnt.out and cnt.nbin zeroed before the first
+// cluster barrier after the filter pass). Each CTA writes its own; output positions and the small
+// threshold bin's entries go to rank 0, which ranks the bin. `merged`: 2048 words for the summed
+// histograms. Every CTA of the cluster calls it.
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
-                                       SelectShared& sh) {
-  if (threadIdx.x == 0) {
-    cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
+                                       SelectShared& sh, uint32_t valid = 0u, uint32_t* merged = nullptr,
+                                       uint32_t csize = 1, uint32_t rank = 0) {
+  const bool cluster = csize > 1;
+  if (!cluster) {
+    valid = uint32_t(m);
+    if (threadIdx.x == 0) {
+      cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
+    }
   }
-  const ListSelect ks = select_list(KeyList{keys}, m, r, uint32_t(m), 0u, kWarpBin, hist, cnt, sh);
+  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, csize);
   trace("selected");
   const bool whole_bin = ks.st.count == ks.st.krem;
   const bool warp_bin = !whole_bin && ks.st.count <= kWarpBin;
@@ -301,7 +362,10 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   if (!whole_bin && !warp_bin) {  // (the bin is the single key `tie`)
     const TieColumnList ties{keys, cols, tie};
     list_range(ties, m, cnt);
-    cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh);
+    if (cluster) {
+      cluster_range(cnt, csize);
+    }
+    cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh, merged, csize);
   }
   // Flags first (candidate i = it * kThreads + thread: at most kCapacity / kThreads per thread), then
   // one reservation of output positions per thread and the writes.
@@ -316,7 +380,11 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       bool take = d > ks.st.prefix || (in_bin && whole_bin);
       if (in_bin && !whole_bin) {
         const int32_t col = cols[i];
-        if (warp_bin) {
+        if (warp_bin && cluster) {  // to rank 0's list
+          const uint32_t p = radix::cluster_atomic_add(&cnt.nbin, 1u, 0u);
+          radix::cluster_store(&cnt.bin_key[p], key, 0u);
+          radix::cluster_store(reinterpret_cast<uint32_t*>(&cnt.bin_col[p]), uint32_t(col), 0u);
+        } else if (warp_bin) {
           const uint32_t p = atomicAdd(&cnt.nbin, 1u);  // < kWarpBin: the bin holds count entries
           cnt.bin_key[p] = key;
           cnt.bin_col[p] = col;
@@ -327,7 +395,7 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       take_bits |= uint32_t(take) << it;
     }
   }
-  uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out);
+  uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out, cluster ? 0 : -1);
   while (take_bits != 0u) {  // two outputs a step: their page-table lookups overlap
     const int it0 = __ffs(take_bits) - 1;
     take_bits &= take_bits - 1u;
@@ -346,7 +414,10 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
     }
     pos += two ? 2u : 1u;
   }
-  if (warp_bin) {
+  if (cluster) {
+    radix::cluster_sync();  // every CTA's positions and bin entries are in rank 0; no remote access after
+  }
+  if (warp_bin && rank == 0) {
     __syncthreads();
     if (threadIdx.x < 32) {  // rank of each bin entry: entries with a larger key or an equal key and smaller column
       const uint32_t nb = cnt.nbin;
@@ -770,23 +841,33 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   }
 }
 
-// One row (one CTA of its cluster).
-template <typename T>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr bool kLateSplitRowOut = true;
+#else
+constexpr bool kLateSplitRowOut = false;
+#endif
+
+// One row: one CTA of its cluster (kSplit), or the whole row.
+template <typename T, bool kSplit>
 __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
   uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
 
-  const uint32_t csize = uint32_t(a.cluster);
+  const uint32_t csize = kSplit ? uint32_t(a.cluster) : 1u;
   const int64_t r = blockIdx.x / csize;
-  const uint32_t rank = csize > 1 ? radix::cluster_rank() : 0u;
+  const uint32_t rank = kSplit ? radix::cluster_rank() : 0u;
   const Window w = row_window(a, r);
   const uint32_t n = uint32_t(w.hi - w.lo);
   const uint32_t k = uint32_t(a.k);
-  const RowOut o = row_out(a, r, w.start);
+  // The row's RowOut: made once here, or, for a split row on sm_10x, where it is used (the choice
+  // without spills at 64 registers on each arch).
+  const RowOut row_o = kSplit && kLateSplitRowOut ? RowOut{} : row_out(a, r, w.start);
+  const auto out_of_row = [&]() { return kSplit && kLateSplitRowOut ? row_out(a, r, w.start) : row_o; };
 
   if (n <= k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
+    const RowOut o = out_of_row();
     for (int64_t j = int64_t(rank) * blockDim.x + threadIdx.x; j < a.k; j += int64_t(csize) * blockDim.x) {
       if (j < n) {
         o.put(uint32_t(j), w.lo + j);
@@ -801,7 +882,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   if (threadIdx.x == 0) {
     cnt.cand = 0u;
     cnt.out = 0u;
-    cnt.ok = 0u;
+    cnt.nbin = 0u;  // (a split row's finish: before the cluster barriers that follow the filter pass)
   }
   range_reset(cnt);
   __syncthreads();
@@ -821,122 +902,98 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
     range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
     __syncthreads();  // the samples are dead
     // Uniform over the row's CTAs (same samples, same decisions).
-    if (!promising && !single) {
+    if (!promising && !single) {  // (the sample missed) the exact fallback below, on rank 0
       if (rank != 0) {
         return;
       }
-      GlobalSrc<T> gw;
-      gw.init(row, w.lo, w.hi);
-      exact_row(gw, n, k, keys, cols, hist, cnt, o, sh);
-      return;
-    }
-    // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
-    // when fewer than k, the first keys equal to V in index order complete the row.
-    const bool plateau = !promising;
-    const uint32_t V = E;
-    E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
-    trace("threshold");
-    filter_pass(g, stage, E, keys, cols, cnt);
-    __syncthreads();  // the candidates and their count are complete
-    raw_to_keys<T>(keys, cnt.cand, cnt);
-    trace("filtered");
-    if (csize > 1) {
-      // Rank 0 gathers the other CTAs' candidates after its own, through distributed shared memory.
-      radix::cluster_sync();
-      if (rank == 0) {
-        // Every remote count and range first, then all remote candidates of a round of thread slots
-        // before any of their stores: the distributed-shared-memory loads overlap.
-        uint32_t mc[kMaxClusterCtas];
+    } else {
+      // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
+      // when fewer than k, the first keys equal to V in index order complete the row.
+      const bool plateau = !promising;
+      const uint32_t V = E;
+      E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
+      trace("threshold");
+      filter_pass(g, stage, E, keys, cols, cnt);
+      __syncthreads();  // the candidates and their count are complete
+      raw_to_keys<T>(keys, cnt.cand, cnt);
+      trace("filtered");
+      // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
+      // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
+      // the finish it spills.)
+      if (kSplit) {
+        // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
+        radix::cluster_sync();
+        bool ok = true;
         uint32_t total = 0;
-        uint32_t most = 0;
         uint32_t lo = 0xFFFFFFFFu;
         uint32_t hi = 0u;
-        bool ok = true;
-#pragma unroll
+        // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
+#pragma unroll 4
         for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-          mc[c] = c < csize ? radix::cluster_load(&cnt.cand, c) : 0u;
           if (c < csize) {
+            const uint32_t mc = radix::cluster_load(&cnt.cand, c);
+            ok = ok && mc <= uint32_t(kCapacity);
+            total += mc <= uint32_t(kCapacity) ? mc : 0u;
             lo = min(lo, radix::cluster_load(&cnt.lo, c));
             hi = max(hi, radix::cluster_load(&cnt.hi, c));
           }
         }
-#pragma unroll
-        for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-          ok = ok && mc[c] <= uint32_t(kCapacity);
-          total += mc[c] <= uint32_t(kCapacity) ? mc[c] : uint32_t(kCapacity) + 1u;
-          most = c > 0 && mc[c] > most ? mc[c] : most;
-        }
-        ok = ok && (plateau || total >= k) && total <= uint32_t(kCapacity);
-        if (ok) {
-          for (uint32_t i = threadIdx.x; i < most; i += blockDim.x) {
-            uint32_t kv[kMaxClusterCtas];
-            uint32_t cv[kMaxClusterCtas];
-#pragma unroll
-            for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
-              if (i < mc[c]) {
-                kv[c] = radix::cluster_load(keys + i, c);
-                cv[c] = radix::cluster_load(reinterpret_cast<const uint32_t*>(cols + i), c);
-              }
-            }
-            uint32_t at = mc[0];
-#pragma unroll
-            for (uint32_t c = 1; c < kMaxClusterCtas; ++c) {
-              if (i < mc[c]) {
-                keys[at + i] = kv[c];
-                cols[at + i] = int32_t(cv[c]);
-              }
-              at += mc[c];
-            }
-          }
-        }
-        __syncthreads();  // every thread read cnt.cand before thread 0 overwrites it
+        ok = ok && (plateau || total >= k);
+        radix::cluster_sync();  // every CTA read every count and range before they change
         if (threadIdx.x == 0) {
-          cnt.cand = total;
-          cnt.ok = ok ? 1u : 0u;
+          cnt.total = ok ? total : ~0u;
           cnt.lo = lo;
           cnt.hi = hi;
         }
+        __syncthreads();
+      } else {
+        __syncthreads();
+        const uint32_t total = cnt.cand;
+        const bool ok = (plateau || total >= k) && total <= uint32_t(kCapacity);
+        if (threadIdx.x == 0) {
+          cnt.total = ok ? total : ~0u;
+        }
+        __syncthreads();
       }
-      radix::cluster_sync();  // no CTA leaves while rank 0 still reads its shared memory
+      const uint32_t total = cnt.total;
+      const bool ok = total != ~0u;
+      if (ok) {
+        // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
+        // stage buffer holds the summed histograms).
+        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, total,
+               kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
+      }
       if (rank != 0) {
         return;
       }
-      trace("gathered");
-    } else {
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        cnt.ok = (plateau || cnt.cand >= k) && cnt.cand <= uint32_t(kCapacity) ? 1u : 0u;
+      if (ok) {
+        if (total >= k) {
+          trace("finished");
+          return;
+        }
+        // Plateau, fewer than k candidates (all written): the first k - total keys equal to V.
+        GlobalSrc<T> gw;
+        gw.init(row, w.lo, w.hi);
+        if (ordered_ties(gw, V, k - total, total, out_of_row(), k, sh) >= k - total) {
+          return;
+        }
+        if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
+          cnt.out = 0u;
+        }
+        __syncthreads();
       }
-    }
-    __syncthreads();
-    if (cnt.ok != 0u) {
-      const uint32_t m = cnt.cand;
-      if (m >= k) {
-        finish(keys, cols, int(m), k, o, hist, cnt, k, sh);
-        trace("finished");
-        return;
-      }
-      // Plateau, m < k: every candidate, then the first k - m keys equal to V.
-      finish(keys, cols, int(m), m, o, hist, cnt, k, sh);
-      GlobalSrc<T> gw;
-      gw.init(row, w.lo, w.hi);
-      if (ordered_ties(gw, V, k - m, m, o, k, sh) >= k - m) {
-        return;
-      }
-      if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
-        cnt.out = 0u;
-      }
-      __syncthreads();
     }
   } else if (rank != 0) {
     return;  // a split row without the fast path: rank 0 alone runs the exact fallback
   }
   GlobalSrc<T> g;
   g.init(row, w.lo, w.hi);
-  exact_row(g, n, k, keys, cols, hist, cnt, o, sh);
+  exact_row(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
 }
 
-template <typename T>
+// kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
+// the one-CTA row in one kernel crowd the 64 registers).
+template <typename T, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
@@ -944,20 +1001,21 @@ __global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_c
   pdl_wait();
   pdl_launch_dependents();
   trace_begin();
-  filter_row<T>(a, sh, cnt, dyn_smem);
+  filter_row<T, kSplit>(a, sh, cnt, dyn_smem);
   trace_end();
 }
 
 using Kernel = void (*)(KernelArgs);
 
+template <bool kSplit>
 Kernel kernel_for(TopkDtype dtype) {
   switch (dtype) {
     case TopkDtype::kFloat32:
-      return topk_filter_kernel<float>;
+      return topk_filter_kernel<float, kSplit>;
     case TopkDtype::kBFloat16:
-      return topk_filter_kernel<__nv_bfloat16>;
+      return topk_filter_kernel<__nv_bfloat16, kSplit>;
     case TopkDtype::kFloat16:
-      return topk_filter_kernel<__half>;
+      return topk_filter_kernel<__half, kSplit>;
   }
   return nullptr;
 }
@@ -965,7 +1023,7 @@ Kernel kernel_for(TopkDtype dtype) {
 // Allow the kernel kDynSmem bytes of dynamic shared memory on this device (once per device) and
 // say whether a cluster of kMaxCluster CTAs can be scheduled.
 cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
-  static std::atomic<int> state[3][kMaxDevices] = {};  // 0 unknown, 1 clusters fit, 2 they do not
+  static std::atomic<int> state[6][kMaxDevices] = {};  // 0 unknown, 1 clusters fit, 2 they do not
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached) {
     const int hit = state[which][device].load(std::memory_order_relaxed);
@@ -987,8 +1045,9 @@ cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
 cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   namespace d = topk_filter_detail;
   namespace h = topk_heuristics;
-  const d::Kernel kernel = d::kernel_for(p.dtype);
-  if (kernel == nullptr) {
+  const d::Kernel row_kernel = d::kernel_for<false>(p.dtype);
+  const d::Kernel split_kernel = d::kernel_for<true>(p.dtype);
+  if (row_kernel == nullptr || split_kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
   topk_row::KernelArgs a = topk_row::make_args(p);
@@ -999,17 +1058,23 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(current_arch_major(&major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
   bool clusters = false;
-  DSA_CUDA_CHECK(d::prepare(kernel, int(p.dtype), device, &clusters));
-  int cluster = major >= 9 && clusters ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;
-  if (p.rows * cluster > INT32_MAX) {
+  int cluster = major >= 9 ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;
+  if (cluster > 1) {
+    DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, &clusters));
+  }
+  if (!clusters || p.rows * cluster > INT32_MAX) {
     cluster = 1;
+  }
+  const d::Kernel kernel = cluster > 1 ? split_kernel : row_kernel;
+  if (cluster == 1) {  // (sets the kernel's shared-memory limit; the cluster answer is unused)
+    DSA_CUDA_CHECK(d::prepare(row_kernel, 2 * int(p.dtype), device, &clusters));
   }
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;
 
   // Rows on the flat grid.x, `cluster` CTAs each.
-  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)), size_t(d::kDynSmem), stream,
-                              cluster, a);
+  return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)),
+                              size_t(d::kDynSmem), stream, cluster, a);
 }
 
 }  // namespace dsa_cuda

@@ -174,6 +174,35 @@ __device__ __forceinline__ uint32_t cluster_load(const uint32_t* p, uint32_t ran
 #endif
 }
 
+// Atomic add of `v` to the word at `p` (an address in this CTA's shared memory) in the shared memory
+// of cluster CTA `rank`; returns the old value.
+__device__ __forceinline__ uint32_t cluster_atomic_add(uint32_t* p, uint32_t v, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  uint32_t remote;
+  uint32_t old;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(remote), "r"(v) : "memory");
+  return old;
+#else
+  (void)rank;
+  return atomicAdd(p, v);
+#endif
+}
+
+// Store `v` to the word at `p` (an address in this CTA's shared memory) in cluster CTA `rank`.
+__device__ __forceinline__ void cluster_store(uint32_t* p, uint32_t v, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(remote), "r"(v) : "memory");
+#else
+  (void)rank;
+  *p = v;
+#endif
+}
+
 // Where the select stands: keys with (key & mask) > prefix are taken, keys with (key & mask) ==
 // prefix are candidates of which `krem` (>= 1, <= their count) are still to be taken.
 struct SelectState {
