@@ -33,9 +33,14 @@ def shapes(ptt=False):
     line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
     for rows, n, dtype in ((4096, 32768, torch.float32), (16384, 65536, torch.float32), (4096, 131072, torch.float32),
                            (256, 131072, torch.float32), (4096, 32768, torch.bfloat16), (1, 131072, torch.float32),
-                           (20, 134868, torch.float32), (64, 1048576, torch.float32)):
+                           (20, 134868, torch.float32), (64, 1048576, torch.float32), (1, 131072, torch.bfloat16),
+                           (20, 134868, torch.bfloat16)):
         x = torch.randn(rows, n, device="cuda").to(dtype)
         fns = [lambda x=x: torch.ops.dsa.topk(x, 2048)]
+        # (a cheap exactness check: the chosen values, sorted, against torch.topk's)
+        got = x.gather(1, torch.ops.dsa.topk(x, 2048).long()).float().sort(dim=1).values
+        want = torch.topk(x.float(), 2048, dim=1).values.sort(dim=1).values
+        same = bool(torch.equal(got, want))
         if ptt:
             pt = torch.arange(rows * ((n + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
             lengths = torch.full((rows,), n, dtype=torch.int32, device="cuda")
@@ -44,6 +49,7 @@ def shapes(ptt=False):
                 x, pt, lengths, 2048, page_size=64, out=out))
         times = [timer.graph_median_us(fn) if rows <= 64 else timer.median_us(fn) for fn in fns]
         line += f" | {rows}x{n}{'' if dtype == torch.float32 else ' bf16'} " + " ".join(f"{t:.1f}" for t in times)
+        line += "" if same else " WRONG"
         del x
     print(line, flush=True)
 

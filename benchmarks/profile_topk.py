@@ -24,10 +24,10 @@ def build(flags: str) -> None:
     print(cuda.build(verbose=False))
 
 
-def run(rows: int, width: int, k: int = 2048) -> None:
+def run(rows: int, width: int, k: int = 2048, dtype=torch.float32) -> None:
     import dsa_ops  # noqa: F401
 
-    x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1)).to(dtype)
     for _ in range(3):
         torch.ops.dsa.topk(x, k)
     torch.cuda.synchronize()
@@ -35,9 +35,11 @@ def run(rows: int, width: int, k: int = 2048) -> None:
 
 def trace() -> None:
     # Each printed line: "trace <block> <phase> <SM cycles since the previous phase>".
-    for rows, width in ((4096, 32768), (1, 131072), (20, 134868), (64, 1048576), (4096, 131072)):
-        print(f"# shape {rows}x{width}", flush=True)
-        run(rows, width)
+    for rows, width, dtype in ((4096, 32768, torch.float32), (1, 131072, torch.float32), (20, 134868, torch.float32),
+                               (64, 1048576, torch.float32), (4096, 131072, torch.float32),
+                               (4096, 32768, torch.bfloat16), (1, 131072, torch.bfloat16)):
+        print(f"# shape {rows}x{width}{'' if dtype == torch.float32 else 'bf16'}", flush=True)
+        run(rows, width, dtype=dtype)
 
 
 if __name__ == "__main__":

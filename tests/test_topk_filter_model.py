@@ -115,30 +115,30 @@ def taken(v, sel):
     return d > prefix or (d == prefix and count == krem)
 
 
-WARP_BIN = 32  # the kernel's kWarpBin
+RANK_BIN = 256  # the kernel's kRankBin
 
 
 def finish(keys, cols, r):
     """The r largest candidates (ties: smallest columns), as a set of columns, as the kernel's finish:
-    a select that stops at a bin of at most WARP_BIN entries, then the whole bin, a warp's ranking of
-    the bin by (key, column), or a column select over the ties of a single-key bin."""
+    a select that stops at a bin of at most RANK_BIN entries, then the whole bin, a ranking of the
+    bin by (key, column), or a column select over the ties of a single-key bin."""
     keys = np.asarray(keys, dtype=np.uint64)
     cols = np.asarray(cols, dtype=np.int64)
-    base, prefix, mask, krem, count = ks = select_list(keys, np.ones(len(keys), bool), r, small=WARP_BIN)
+    base, prefix, mask, krem, count = ks = select_list(keys, np.ones(len(keys), bool), r, small=RANK_BIN)
     whole_bin = count == krem
-    warp_bin = not whole_bin and count <= WARP_BIN
+    rank_bin = not whole_bin and count <= RANK_BIN
     tie = base + prefix
-    if not whole_bin and not warp_bin:
+    if not whole_bin and not rank_bin:
         assert mask == 0xFFFFFFFF  # a single key
         cs = select_list((~cols) & 0xFFFFFFFF, keys == tie, krem)
     out, in_bin = [], []
     for key, col in zip(keys.tolist(), cols.tolist()):
         d = (key - base) & mask & 0xFFFFFFFF
-        if d == prefix and warp_bin:
+        if d == prefix and rank_bin:
             in_bin.append((key, col))
-        if d > prefix or (d == prefix and (whole_bin or (not warp_bin and taken((~col) & 0xFFFFFFFF, cs)))):
+        if d > prefix or (d == prefix and (whole_bin or (not rank_bin and taken((~col) & 0xFFFFFFFF, cs)))):
             out.append(col)
-    if warp_bin:
+    if rank_bin:
         assert len(in_bin) == count
         for key, col in in_bin:
             rank = sum(kj > key or (kj == key and cj < col) for kj, cj in in_bin)

@@ -14,9 +14,9 @@
 //      split row's CTAs each fill their own buffer.
 //   3. Finish: when k <= candidates <= capacity, a radix select on the candidates (its bins over
 //      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
-//      above it are written, and the bin's entries are all taken, ranked by one warp (key, then
-//      smallest column) when there are at most 32, or split by a second select on the columns when
-//      they are more ties of one key. A split row's CTAs keep their candidates and run the same
+//      above it are written, and the bin's entries are all taken, ranked (key, then smallest
+//      column; one thread an entry) when there are at most 256, or split by a second select on the
+//      columns when they are more ties of one key. A split row's CTAs keep their candidates and run the same
 //      select on histograms summed through distributed shared memory; each writes its own, with
 //      output positions from rank 0, which also ranks a small threshold bin.
 // Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
@@ -50,7 +50,11 @@ constexpr int kThreads = 512;
 constexpr int kCapacity = 8192;
 // cp.async stages of the filter pass: one 16-byte vector per thread each.
 constexpr int kStages = 4;
-constexpr int kMaxSamples = 16384;  // <= 2 * kCapacity: the samples sit in the candidate keys and columns
+// The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
+constexpr int kMaxSamples = 16384;
+static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the samples fit their buffer");
+// The fast path runs for k <= kCapacity / kFastRatio: the sampled threshold aims at k to 0.75 kCapacity keys.
+constexpr int kFastRatio = 4;
 constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
 
@@ -92,6 +96,12 @@ __device__ __forceinline__ void trace_begin() {}
 __device__ __forceinline__ void trace_end() {}
 #endif
 
+// A finish whose threshold bin holds at most this many entries ranks them by (key, column), one
+// thread an entry, instead of running more select levels: 16-bit scores put tens of ties of one
+// value in the bin, whose select on columns cost bf16 1x131072 a third of its time (32 -> 21 us, H200).
+constexpr uint32_t kRankBin = 256;
+static_assert(kRankBin <= kThreads && kRankBin % 32 == 0, "one thread an entry, whole warps");
+
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
   uint32_t out;   // outputs written
@@ -99,13 +109,9 @@ struct Counters {
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
-  uint32_t bin_key[32];
-  int32_t bin_col[32];
+  uint32_t bin_key[kRankBin];
+  int32_t bin_col[kRankBin];
 };
-
-// A finish whose threshold bin holds at most this many entries ranks them in one warp (ties by
-// column included) instead of running more select levels.
-constexpr uint32_t kWarpBin = 32;
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
 // barrier between). The warp must be converged.
@@ -335,8 +341,8 @@ struct TieColumnList {
 
 // The r largest of the m candidates (ties: smallest columns) to the output. The candidates' range
 // is in cnt.lo / cnt.hi. After the select, one of: the whole threshold bin is taken; the bin holds
-// at most kWarpBin entries, which one warp ranks by (key, column); or the bin is one key with more
-// ties than needed, split by a second select on the inverted columns.
+// at most kRankBin entries, which are gathered and ranked by (key, column); or the bin is one key
+// with more ties than needed, split by a second select on the inverted columns.
 // csize > 1: the candidates are the union of the cluster's CTAs' (m: this CTA's, `valid` of them in
 // all; cnt.lo / cnt.hi: the cluster's range; rank 0's cnt.out and cnt.nbin zeroed before the first
 // cluster barrier after the filter pass). Each CTA writes its own; output positions and the small
@@ -353,13 +359,13 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
     }
   }
-  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, csize);
+  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kRankBin, hist, cnt, sh, merged, csize);
   trace("selected");
   const bool whole_bin = ks.st.count == ks.st.krem;
-  const bool warp_bin = !whole_bin && ks.st.count <= kWarpBin;
+  const bool rank_bin = !whole_bin && ks.st.count <= kRankBin;
   const uint32_t tie = ks.value_at_prefix();
   ListSelect cs{0u, SelectState{0u, 0u, 0u, 0u}};
-  if (!whole_bin && !warp_bin) {  // (the bin is the single key `tie`)
+  if (!whole_bin && !rank_bin) {  // (the bin is the single key `tie`)
     const TieColumnList ties{keys, cols, tie};
     list_range(ties, m, cnt);
     if (cluster) {
@@ -371,29 +377,34 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   // one reservation of output positions per thread and the writes.
   static_assert(kCapacity / kThreads <= 32, "take flags fit a word");
   uint32_t take_bits = 0u;
-  for (int it = 0; it * kThreads < m; ++it) {
+  for (int it = 0; it * kThreads < m; ++it) {  // (uniform trip count: reserve votes)
     const int i = it * kThreads + int(threadIdx.x);
+    bool take = false;
+    bool to_bin = false;
+    uint32_t key = 0u;
+    int32_t col = 0;
     if (i < m) {
-      const uint32_t key = keys[i];
+      key = keys[i];
       const uint32_t d = (key - ks.base) & ks.st.mask;
       const bool in_bin = d == ks.st.prefix;
-      bool take = d > ks.st.prefix || (in_bin && whole_bin);
+      take = d > ks.st.prefix || (in_bin && whole_bin);
       if (in_bin && !whole_bin) {
-        const int32_t col = cols[i];
-        if (warp_bin && cluster) {  // to rank 0's list
-          const uint32_t p = radix::cluster_atomic_add(&cnt.nbin, 1u, 0u);
-          radix::cluster_store(&cnt.bin_key[p], key, 0u);
-          radix::cluster_store(reinterpret_cast<uint32_t*>(&cnt.bin_col[p]), uint32_t(col), 0u);
-        } else if (warp_bin) {
-          const uint32_t p = atomicAdd(&cnt.nbin, 1u);  // < kWarpBin: the bin holds count entries
-          cnt.bin_key[p] = key;
-          cnt.bin_col[p] = col;
-        } else {
-          take = cs.taken(~uint32_t(col));
-        }
+        col = cols[i];
+        to_bin = rank_bin;
+        take = !rank_bin && cs.taken(~uint32_t(col));
       }
-      take_bits |= uint32_t(take) << it;
     }
+    if (rank_bin) {  // the bin's entries to rank 0's list (< kRankBin: the bin holds count entries)
+      const uint32_t p = reserve(uint32_t(to_bin), &cnt.nbin, cluster ? 0 : -1);
+      if (to_bin && p < kRankBin && cluster) {
+        radix::cluster_store(&cnt.bin_key[p], key, 0u);
+        radix::cluster_store(reinterpret_cast<uint32_t*>(&cnt.bin_col[p]), uint32_t(col), 0u);
+      } else if (to_bin && p < kRankBin) {
+        cnt.bin_key[p] = key;
+        cnt.bin_col[p] = col;
+      }
+    }
+    take_bits |= uint32_t(take) << it;
   }
   uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out, cluster ? 0 : -1);
   while (take_bits != 0u) {  // two outputs a step: their page-table lookups overlap
@@ -417,27 +428,26 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   if (cluster) {
     radix::cluster_sync();  // every CTA's positions and bin entries are in rank 0; no remote access after
   }
-  if (warp_bin && rank == 0) {
+  if (rank_bin && rank == 0) {
     __syncthreads();
-    if (threadIdx.x < 32) {  // rank of each bin entry: entries with a larger key or an equal key and smaller column
+    // Entry t's rank: the entries with a larger key, or an equal key and a smaller column.
+    if (threadIdx.x < kRankBin) {  // (whole warps)
       const uint32_t nb = cnt.nbin;
-      const uint32_t lane = threadIdx.x;
-      const uint32_t key = lane < nb ? cnt.bin_key[lane] : 0u;
-      const int32_t col = lane < nb ? cnt.bin_col[lane] : 0;
-      uint32_t rank = 0;
-      for (uint32_t j = 0; j < nb; ++j) {
-        const uint32_t kj = __shfl_sync(0xFFFFFFFFu, key, int(j));
-        const int32_t cj = __shfl_sync(0xFFFFFFFFu, col, int(j));
-        rank += uint32_t(kj > key || (kj == key && cj < col));
+      const uint32_t t = threadIdx.x;
+      const uint32_t key = t < nb ? cnt.bin_key[t] : 0u;
+      const int32_t col = t < nb ? cnt.bin_col[t] : 0;
+      uint32_t before = 0;
+      for (uint32_t j = 0; j < nb; ++j) {  // (same j in every thread: broadcast reads)
+        before += uint32_t(cnt.bin_key[j] > key || (cnt.bin_key[j] == key && cnt.bin_col[j] < col));
       }
-      emit(lane < nb && rank < ks.st.krem, col, o, &cnt.out, k);
+      emit(t < nb && before < ks.st.krem, col, o, &cnt.out, k);
     }
   }
 }
 
 // Samples taken from a window of n keys: 2048, doubled (up to kMaxSamples) until n <= 48 S, so that
 // about 128 samples or more fall above the most the buffer should take (j_hi below): the threshold's
-// relative error stays small. (The samples sit in the candidate buffer: kMaxSamples <= 2 kCapacity.)
+// relative error stays small.
 constexpr int kMinSamples = 2048;
 __device__ __forceinline__ int sample_count(int64_t n) {
   int s = kMinSamples;
@@ -614,7 +624,7 @@ struct FilterStages {
   __device__ __forceinline__ void issue(int32_t s) const {
     const int32_t v = s * kThreads + int(threadIdx.x);
     if (v >= vf && v < ve) {
-      cp_async16(stage + (s & (kStages - 1)) * kThreads + threadIdx.x, src + v);
+      cp_async16(stage + (uint32_t(s) % kStages) * kThreads + threadIdx.x, src + v);
     }
     cp_async_commit();
   }
@@ -652,7 +662,7 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_
       uint32_t m = 0u;
       x[h] = make_uint4(0u, 0u, 0u, 0u);
       if (v >= vf && v < ve) {
-        x[h] = stage[((s0 + h) & (kStages - 1)) * kThreads + tid];
+        x[h] = stage[(uint32_t(s0 + h) % kStages) * kThreads + tid];
         m = (1u << I) - 1u;
       } else if (v < g.vecs) {
         alignas(16) T part[I];
@@ -888,7 +898,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   __syncthreads();
   // The fast path needs the sampled 2k..4k keys to fit the buffer with room to spare.
   const bool fits = n <= uint32_t(kCapacity);
-  const bool fast = fits || (a.sample != 0 && 4 * uint64_t(k) <= uint64_t(kCapacity));
+  const bool fast = fits || (a.sample != 0 && kFastRatio * uint64_t(k) <= uint64_t(kCapacity));
   if (fast) {
     // This CTA's part of the window.
     const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
