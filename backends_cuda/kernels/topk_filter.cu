@@ -151,27 +151,35 @@ __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, ui
   }
 }
 
+// Inclusive sum over the warp's lanes (predicated shuffles: no select per step). The warp must be
+// converged.
+__device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t x) {
+#pragma unroll
+  for (uint32_t o = 1; o < 32; o <<= 1) {
+    asm volatile("{\n .reg .u32 t;\n .reg .pred p;\n shfl.sync.up.b32 t|p, %0, %1, 0, 0xffffffff;\n @p add.u32 %0, %0, t;\n}"
+                 : "+r"(x)
+                 : "r"(o));
+  }
+  return x;
+}
+
 // Reserve `n` consecutive candidate slots per lane (one shared atomic per warp); returns the first.
 // `counter` is this CTA's, or (owner >= 0) the same variable in cluster CTA `owner`. The warp must be
-// converged.
-__device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter, int owner = -1) {
-  if (__ballot_sync(0xFFFFFFFFu, n != 0u) == 0u) {
-    return 0u;
-  }
-  uint32_t incl = n;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-    if (int(threadIdx.x & 31) >= o) {
-      incl += t;
-    }
-  }
+// converged; reserve_some: some lane of it has n > 0.
+__device__ __forceinline__ uint32_t reserve_some(uint32_t n, uint32_t* counter, int owner = -1) {
+  const uint32_t incl = warp_inclusive_sum(n);
   uint32_t base = 0;
   if ((threadIdx.x & 31) == 31) {
     base = owner >= 0 ? radix::cluster_atomic_add(counter, incl, uint32_t(owner)) : atomicAdd(counter, incl);
   }
   base = __shfl_sync(0xFFFFFFFFu, base, 31);
   return base + incl - n;
+}
+__device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter, int owner = -1) {
+  if (__ballot_sync(0xFFFFFFFFu, n != 0u) == 0u) {
+    return 0u;
+  }
+  return reserve_some(n, counter, owner);
 }
 
 // A select over a list, in offset space: d = value - base (base = the smallest valid value), so
@@ -607,7 +615,7 @@ __host__ __device__ constexpr int round_vecs() {
 }
 
 // The part's vectors [vf, ve) lie wholly inside the window and are copied ahead through `stage`;
-// the (at most two) partial ones load their in-window items in place (nothing outside is read).
+// the (at most two) partial ones are read apart, in place (nothing outside the window is read).
 template <typename T>
 struct FilterStages {
   const uint4* src;
@@ -620,89 +628,134 @@ struct FilterStages {
         ve(int32_t((g.hi - g.a0) / GlobalSrc<T>::kItems)),
         stage(stage_) {}
   // Copy the thread's vector of stage s into its slot; one commit group per stage, empty or not
-  // (the waits count groups).
+  // (the waits count groups). kChecked: the vector may lie outside [vf, ve).
+  template <bool kChecked>
   __device__ __forceinline__ void issue(int32_t s) const {
     const int32_t v = s * kThreads + int(threadIdx.x);
-    if (v >= vf && v < ve) {
+    if (!kChecked || (v >= vf && v < ve)) {
       cp_async16(stage + (uint32_t(s) % kStages) * kThreads + threadIdx.x, src + v);
     }
     cp_async_commit();
   }
 };
 
-// Append every key >= E of the part (every key when E == 0), with its column, to the candidates,
-// as raw bits (keys past kCapacity are counted in cnt.cand, not stored). kRoundVecs 16-byte vectors
-// per thread per round, loaded kStages vectors ahead through the thread's own slots of `stage`
-// (cp.async): the loads never wait for the compare-and-append work.
+// Append the passing items (bit h * I + j of `pass`: item j of x[h], column col0 + h * col_step + j)
+// as raw bits to the candidates (past kCapacity: counted, not stored). The warp must be converged.
+template <typename T, int R>
+__device__ __forceinline__ void append(uint32_t pass, const uint4 (&x)[R], int32_t col0, int32_t col_step,
+                                       uint32_t* keys, int32_t* cols, Counters& cnt) {
+  constexpr int I = GlobalSrc<T>::kItems;
+  const uint32_t n = uint32_t(__popc(pass));
+  if (__ballot_sync(0xFFFFFFFFu, n != 0u) == 0u) {
+    return;  // (warp-uniform)
+  }
+  uint32_t pos = reserve_some(n, &cnt.cand);
+  if (pos + n > uint32_t(kCapacity)) {
+    pass = 0u;  // overflow: counted, not stored (the row takes the exact fallback)
+  }
+#pragma unroll
+  for (int h = 0; h < R; ++h) {
+#pragma unroll
+    for (int j = 0; j < I; ++j) {
+      if ((pass >> (h * I + j)) & 1u) {
+        keys[pos] = raw_item<T>(x[h], j);
+        cols[pos] = col0 + h * col_step + j;
+        ++pos;
+      }
+    }
+  }
+}
+
+// One round of the filter pass: the thread's R vectors of stages s0 .. s0 + R - 1 compared with the
+// threshold (every item taken: kTakeAll), the next R stages issued, the passing items appended.
+// kChecked: some vector of the round, or of the stages it issues, may lie outside [vf, ve) (the
+// first round and the last ones); the rounds between skip the bounds tests.
+template <typename T, bool kTakeAll, bool kChecked>
+__device__ __forceinline__ void filter_round(const FilterStages<T>& fs, int32_t s0, const FloatThreshold& t,
+                                             int32_t a0, uint32_t* keys, int32_t* cols, Counters& cnt) {
+  constexpr int I = GlobalSrc<T>::kItems;
+  constexpr int R = round_vecs<T>();
+  const int tid = int(threadIdx.x);
+  cp_async_wait<kStages - R>();  // stages s0 .. s0 + R - 1 have landed
+  uint4 x[R];
+  uint32_t pass = 0u;
+#pragma unroll
+  for (int h = 0; h < R; ++h) {
+    const int32_t v = (s0 + h) * kThreads + tid;
+    const bool in = !kChecked || (v >= fs.vf && v < fs.ve);
+    x[h] = in ? fs.stage[(uint32_t(s0 + h) % kStages) * kThreads + tid] : make_uint4(0u, 0u, 0u, 0u);
+    const uint32_t m = in ? (1u << I) - 1u : 0u;
+    pass |= (kTakeAll ? m : m & pass_bits<T>(x[h], t)) << (h * I);
+  }
+#pragma unroll
+  for (int h = 0; h < R; ++h) {
+    fs.template issue<kChecked>(s0 + kStages + h);  // the slot is free: its vector is in registers
+  }
+  append<T, R>(pass, x, a0 + (s0 * kThreads + tid) * I, kThreads * I, keys, cols, cnt);
+}
+
+// Append every key >= E of the part (every key: kTakeAll, E == 0), with its column, to the
+// candidates, as raw bits (keys past kCapacity are counted in cnt.cand, not stored). round_vecs
+// 16-byte vectors per thread per round, loaded kStages vectors ahead through the thread's own slots
+// of `stage` (cp.async): the loads never wait for the compare-and-append work.
+template <typename T, bool kTakeAll>
+__device__ __forceinline__ void filter_pass_as(const GlobalSrc<T>& g, uint4* stage_buf, uint32_t E, uint32_t* keys,
+                                               int32_t* cols, Counters& cnt) {
+  constexpr int I = GlobalSrc<T>::kItems;
+  constexpr int R = round_vecs<T>();
+  static_assert(kStages % R == 0, "a round's vectors are whole stages");
+  const FloatThreshold t(E);
+  const FilterStages<T> fs(g, stage_buf);
+  const int32_t a0 = int32_t(g.a0);
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    fs.template issue<true>(s);
+  }
+  const int32_t rounds = vec_rounds(g, kThreads);
+  for (int32_t s0 = 0; s0 < rounds; s0 += R) {
+    // (block-uniform) every vector the round reads or issues lies inside [vf, ve)
+    if ((s0 > 0 || fs.vf == 0) && (s0 + kStages + R) * kThreads <= fs.ve) {
+      filter_round<T, kTakeAll, false>(fs, s0, t, a0, keys, cols, cnt);
+    } else {
+      filter_round<T, kTakeAll, true>(fs, s0, t, a0, keys, cols, cnt);
+    }
+  }
+  // The partial vectors, warp 0, a lane each: the first when the window starts inside a vector, the
+  // last when it ends inside one (one vector when the window lies inside it).
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    int32_t v = -1;
+    if (lane == 0 && fs.vf == 1) {
+      v = 0;
+    } else if (lane == 1 && fs.ve < g.vecs && fs.ve >= fs.vf) {
+      v = fs.ve;
+    }
+    uint4 x[1] = {make_uint4(0u, 0u, 0u, 0u)};
+    uint32_t m = 0u;
+    if (v >= 0) {
+      alignas(16) T part[I];
+#pragma unroll
+      for (int j = 0; j < I; ++j) {
+        const int64_t i = g.a0 + int64_t(v) * I + j;
+        const bool in = i >= g.lo && i < g.hi;
+        part[j] = in ? g.row[i] : T();
+        m |= uint32_t(in) << j;
+      }
+      x[0] = *reinterpret_cast<const uint4*>(part);
+    }
+    append<T, 1>(kTakeAll ? m : m & pass_bits<T>(x[0], t), x, a0 + (v < 0 ? 0 : v) * I, 0, keys, cols, cnt);
+  }
+  cp_async_wait<0>();  // no copy may land after the buffer is reused
+}
+
 template <typename T>
 __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_buf, uint32_t E, uint32_t* keys,
                                             int32_t* cols, Counters& cnt) {
-  constexpr int I = GlobalSrc<T>::kItems;
-  constexpr int kRoundVecs = round_vecs<T>();
-  static_assert(kStages % kRoundVecs == 0, "a round's vectors are whole stages");
-  const int32_t vecs_per_thread = vec_rounds(g, kThreads);
-  const int tid = int(threadIdx.x);
-  const FloatThreshold t(E);
-  const bool take_all = E == 0u;
-  const FilterStages<T> fs(g, stage_buf);
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    fs.issue(s);
+  if (E == 0u) {
+    filter_pass_as<T, true>(g, stage_buf, E, keys, cols, cnt);
+  } else {
+    filter_pass_as<T, false>(g, stage_buf, E, keys, cols, cnt);
   }
-  const int32_t vf = fs.vf;
-  const int32_t ve = fs.ve;
-  const uint4* stage = fs.stage;
-  for (int32_t s0 = 0; s0 < vecs_per_thread; s0 += kRoundVecs) {
-    cp_async_wait<kStages - kRoundVecs>();  // stages s0 .. s0 + kRoundVecs - 1 have landed
-    uint4 x[kRoundVecs];
-    uint32_t pass = 0u;
-#pragma unroll
-    for (int h = 0; h < kRoundVecs; ++h) {
-      const int32_t v = (s0 + h) * kThreads + tid;
-      uint32_t m = 0u;
-      x[h] = make_uint4(0u, 0u, 0u, 0u);
-      if (v >= vf && v < ve) {
-        x[h] = stage[(uint32_t(s0 + h) % kStages) * kThreads + tid];
-        m = (1u << I) - 1u;
-      } else if (v < g.vecs) {
-        alignas(16) T part[I];
-#pragma unroll
-        for (int j = 0; j < I; ++j) {
-          const int64_t i = g.a0 + int64_t(v) * I + j;
-          const bool in = i >= g.lo && i < g.hi;
-          part[j] = in ? g.row[i] : T();
-          m |= uint32_t(in) << j;
-        }
-        x[h] = *reinterpret_cast<const uint4*>(part);
-      }
-      pass |= (take_all ? m : m & pass_bits<T>(x[h], t)) << (h * I);
-    }
-#pragma unroll
-    for (int h = 0; h < kRoundVecs; ++h) {
-      fs.issue(s0 + kStages + h);  // the slot is free: its vector is in registers
-    }
-    if (__ballot_sync(0xFFFFFFFFu, pass != 0u) == 0u) {
-      continue;  // (warp-uniform)
-    }
-    const uint32_t n = uint32_t(__popc(pass));
-    uint32_t pos = reserve(n, &cnt.cand);
-    if (pos + n > uint32_t(kCapacity)) {
-      pass = 0u;  // overflow: counted, not stored (the row takes the exact fallback)
-    }
-#pragma unroll
-    for (int h = 0; h < kRoundVecs; ++h) {
-      const int32_t col0 = int32_t(g.a0 + int64_t((s0 + h) * kThreads + tid) * I);
-#pragma unroll
-      for (int j = 0; j < I; ++j) {
-        if ((pass >> (h * I + j)) & 1u) {
-          keys[pos] = raw_item<T>(x[h], j);
-          cols[pos] = col0 + j;
-          ++pos;
-        }
-      }
-    }
-  }
-  cp_async_wait<0>();  // no copy may land after the buffer is reused
 }
 
 // The filter's raw candidates (the first min(m, kCapacity)) to keys, in place, and their range
