@@ -13,7 +13,9 @@ import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from dsa_ops.ops._common import window_topk  # noqa: E402
 from harness import Timer  # noqa: E402
+from topk_cases import make_scores  # noqa: E402
 
 
 def by_k():
@@ -27,20 +29,25 @@ def by_k():
 
 
 def shapes(ptt=False):
-    """One line: the issue's shapes (fp32; bf16 4096x32768), and with ptt=True the page-table form after
-    each (page size 64, full lengths, out=, as bench_topk.py)."""
+    """One line: the issue's shapes (fp32; bf16 4096x32768 and decode rows; nan_inf 4096x32768), and with
+    ptt=True the page-table form after each (page size 64, full lengths, out=, as bench_topk.py)."""
     timer = Timer()
     line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
     for rows, n, dtype in ((4096, 32768, torch.float32), (16384, 65536, torch.float32), (4096, 131072, torch.float32),
                            (256, 131072, torch.float32), (4096, 32768, torch.bfloat16), (1, 131072, torch.float32),
                            (20, 134868, torch.float32), (64, 1048576, torch.float32), (1, 131072, torch.bfloat16),
-                           (20, 134868, torch.bfloat16)):
-        x = torch.randn(rows, n, device="cuda").to(dtype)
+                           (20, 134868, torch.bfloat16), (4096, 32768, "nan_inf")):
+        if dtype == "nan_inf":  # (the bench's generator: NaN, +-inf and normal scores)
+            x = make_scores(rows, n, "float32", "nan_inf")
+            same = bool(torch.equal(torch.ops.dsa.topk(x, 2048).sort(dim=1).values,
+                                    window_topk(x, 2048).sort(dim=1).values))
+        else:
+            x = torch.randn(rows, n, device="cuda").to(dtype)
+            # (a cheap exactness check: the chosen values, sorted, against torch.topk's)
+            got = x.gather(1, torch.ops.dsa.topk(x, 2048).long()).float().sort(dim=1).values
+            want = torch.topk(x.float(), 2048, dim=1).values.sort(dim=1).values
+            same = bool(torch.equal(got, want))
         fns = [lambda x=x: torch.ops.dsa.topk(x, 2048)]
-        # (a cheap exactness check: the chosen values, sorted, against torch.topk's)
-        got = x.gather(1, torch.ops.dsa.topk(x, 2048).long()).float().sort(dim=1).values
-        want = torch.topk(x.float(), 2048, dim=1).values.sort(dim=1).values
-        same = bool(torch.equal(got, want))
         if ptt:
             pt = torch.arange(rows * ((n + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
             lengths = torch.full((rows,), n, dtype=torch.int32, device="cuda")
@@ -48,7 +55,8 @@ def shapes(ptt=False):
             fns.append(lambda x=x, pt=pt, lengths=lengths, out=out: torch.ops.dsa.topk_page_table_transform.out(
                 x, pt, lengths, 2048, page_size=64, out=out))
         times = [timer.graph_median_us(fn) if rows <= 64 else timer.median_us(fn) for fn in fns]
-        line += f" | {rows}x{n}{'' if dtype == torch.float32 else ' bf16'} " + " ".join(f"{t:.1f}" for t in times)
+        tag = {torch.float32: "", torch.bfloat16: " bf16"}.get(dtype, f" {dtype}")
+        line += f" | {rows}x{n}{tag} " + " ".join(f"{t:.1f}" for t in times)
         line += "" if same else " WRONG"
         del x
     print(line, flush=True)
