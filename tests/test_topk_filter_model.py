@@ -293,3 +293,42 @@ def test_filter_row_model_matches_reference(k, sample):
             ref = window_topk(x[None, :], k, torch.tensor([hi - lo]), torch.tensor([lo]))[0]
             want = sorted(int(i) for i in ref.tolist() if i >= 0)
             assert got == want, (k, lo, hi)
+
+
+# ---- the filter pass's vector bookkeeping ------------------------------------------------------------
+
+def filter_vectors(lo_mis: int, n: int, items: int, threads: int, stages: int, round_vecs: int):
+    """The filter pass's schedule for a part [lo, lo + n) whose lo sits lo_mis items past a 16-byte
+    boundary a0: (vectors the rounds read, with each read's round kind, vectors the partial step reads,
+    vectors the unchecked rounds issue), as filter_pass_as runs it."""
+    vf = 0 if lo_mis == 0 else 1
+    ve = (lo_mis + n) // items  # vectors wholly inside: [vf, ve)
+    vecs = -(-(lo_mis + n) // items)
+    rounds = -(-vecs // threads)
+    read, issued_unchecked = [], []
+    for s0 in range(0, rounds, round_vecs):
+        unchecked = (s0 > 0 or vf == 0) and (s0 + stages + round_vecs) * threads <= ve
+        for h in range(round_vecs):
+            for tid in range(threads):
+                v = (s0 + h) * threads + tid
+                if unchecked or vf <= v < ve:
+                    read.append((v, unchecked))
+                if unchecked:
+                    issued_unchecked.append((s0 + stages + h) * threads + tid)
+    partial = [0] if vf == 1 else []  # lane 0 of warp 0
+    if ve < vecs and ve >= vf:
+        partial.append(ve)  # lane 1 (ve < vf: the window lies inside vector 0, lane 0's)
+    return read, partial, issued_unchecked, (vf, ve, vecs)
+
+
+@pytest.mark.parametrize("items,round_vecs", [(4, 4), (8, 2)])  # fp32, 16-bit scores
+def test_filter_pass_reads_every_vector_once(items, round_vecs):
+    threads, stages = 8, 4  # (the kernel's 512 threads, scaled down: same arithmetic)
+    for lo_mis in range(items):
+        for n in list(range(1, 6 * items)) + list(range(threads * items - 3, threads * items * 12, 7)):
+            read, partial, issued, (vf, ve, vecs) = filter_vectors(lo_mis, n, items, threads, stages, round_vecs)
+            got = sorted([v for v, _ in read] + partial)
+            assert got == list(range(vecs)), (lo_mis, n)  # each vector once: the rounds' or the partial step's
+            assert all(vf <= v < ve for v, unchecked in read if unchecked), (lo_mis, n)
+            assert all(vf <= v < ve for v in issued), (lo_mis, n)  # unchecked rounds issue inside only
+            assert all(not (vf <= v < ve) for v in partial), (lo_mis, n)  # partial vectors are partial
