@@ -67,7 +67,7 @@ def clusters():
     for rows, n in ((1, 131072), (20, 134868), (64, 131072), (256, 131072), (64, 1048576)):
         x = torch.randn(rows, n, device="cuda")
         line = f"{rows}x{n}:"
-        for c in ("auto", "1", "2", "4", "8"):
+        for c in ("auto", "1", "2", "3", "4", "5", "6", "8"):  # (the heuristic takes powers of two only)
             if c == "auto":
                 os.environ.pop("DSA_OPS_TOPK_CLUSTER", None)
             else:
