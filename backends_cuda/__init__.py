@@ -95,6 +95,15 @@ def capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+def sm90_only(t: torch.Tensor, kernel: str) -> Optional[str]:
+    """None on an SM90 device; else why `kernel` (wgmma, SM90-only) does not run on t's device."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    major, minor = capability(index)
+    if major != 9:
+        return f"compute capability {major}.{minor}: the {kernel} kernel is SM90-only (wgmma); no SM100 variant yet"
+    return None
+
+
 def aligned16(t: torch.Tensor, strides) -> bool:
     """Whether t's data and the given strides (in t's elements) allow 16-byte copies."""
     e = t.element_size()

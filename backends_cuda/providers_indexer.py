@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, capability
+from . import aligned16, sm90_only
 
 OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
@@ -43,11 +43,8 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = No
 
 
 def supports(q, kv, kv_scale, weights, ks, ke, clean) -> Optional[str]:
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    major, minor = capability(index)
-    if major != 9:
-        return (f"compute capability {major}.{minor}: the CUDA indexer kernel is SM90-only (wgmma); "
-                "no SM100 variant yet")
+    if (why := sm90_only(q, "CUDA indexer")) is not None:
+        return why
     t, h, d = q.shape
     if h not in (32, 64):
         return f"{h} heads (the CUDA kernel takes 32 or 64)"

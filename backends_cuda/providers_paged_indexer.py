@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, capability
+from . import aligned16, sm90_only
 
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
@@ -67,12 +67,7 @@ def unsupported_shape(q, kv_cache, max_context_len) -> Optional[str]:
 
 
 def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, clean) -> Optional[str]:
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    major, minor = capability(index)
-    if major != 9:
-        return (f"compute capability {major}.{minor}: the CUDA paged indexer kernel is SM90-only (wgmma); "
-                "no SM100 variant yet")
-    return unsupported_shape(q, kv_cache, max_context_len)
+    return sm90_only(q, "CUDA paged indexer") or unsupported_shape(q, kv_cache, max_context_len)
 
 
 def register() -> None:
