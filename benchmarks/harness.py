@@ -82,6 +82,21 @@ def host_overhead_us(fn: Callable, calls: int = 2000, batches: int = 1) -> tuple
     return statistics.median(per_call), min(per_call)
 
 
+def score_error(name: str, out: torch.Tensor, ref: torch.Tensor, fp8_mma: bool, failed: list) -> None:
+    """Print an indexer run's worst error per row norm (scores inside the windows) against the tolerance
+    of its mode, and whether -inf outside the windows is exact; append `name` to `failed` if either fails."""
+    vis = torch.isfinite(ref)
+    norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
+    err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
+    inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
+    tol = 2e-3 if fp8_mma else 1e-5
+    ok = inf_ok and err <= tol
+    print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf outside windows exact: {inf_ok}",
+          "ok" if ok else "FAIL")
+    if not ok:
+        failed.append(name)
+
+
 def copy_bandwidth_gbps(timer: Timer, nbytes: int = 2 << 30) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device=timer.device).random_(0, 255)

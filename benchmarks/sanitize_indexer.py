@@ -11,6 +11,7 @@ import sys
 import torch
 from dsa_ops.backends.cuda import providers_indexer as pi
 from dsa_ops.ops.indexer_logits import reference
+from harness import score_error
 
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -29,17 +30,7 @@ for h, wg in ((64, 2), (32, 2), (64, 3), (32, 3)):
         out = torch.full((t, n), 12345.0, device="cuda")
         pi.run(q, kv, s, w, ks, ke, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
         ref = reference(q, kv, s, w, ks, ke, True)
-        vis = torch.isfinite(ref)
-        norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
-        err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
-        inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
-        tol = 2e-3 if fp8_mma else 1e-5
-        ok = inf_ok and err <= tol
-        name = f"H{h} W{wg} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}"
-        print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf outside windows exact: {inf_ok}",
-              "ok" if ok else "FAIL")
-        if not ok:
-            failed.append(name)
+        score_error(f"H{h} W{wg} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}", out, ref, fp8_mma, failed)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)

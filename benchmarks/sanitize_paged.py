@@ -10,6 +10,7 @@ import sys
 import torch
 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 from dsa_ops.ops.paged_indexer_logits import reference
+from harness import score_error
 
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -33,17 +34,7 @@ for h in (64, 32):
             for wg in (2, 3):
                 out = torch.full((b * next_n, L), 12345.0, device="cuda")
                 ppi.run(q, cache, w, ctx, table, L, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
-                vis = torch.isfinite(ref)
-                norm = torch.where(vis, ref, 0).double().norm(dim=1).clamp_min(1e-30)
-                err = (torch.where(vis, (out.double() - ref.double()).abs(), 0).amax(dim=1) / norm).max().item()
-                inf_ok = bool(torch.equal(out[~vis], ref[~vis]))
-                tol = 2e-3 if fp8_mma else 1e-5
-                ok = inf_ok and err <= tol
-                name = f"H{h} next_n {next_n} fp8_mma={fp8_mma} warpgroups {wg}"
-                print(f"{name}: max err / row norm {err:.3g} (tol {tol}), -inf exact: {inf_ok}",
-                      "ok" if ok else "FAIL")
-                if not ok:
-                    failed.append(name)
+                score_error(f"H{h} next_n {next_n} fp8_mma={fp8_mma} warpgroups {wg}", out, ref, fp8_mma, failed)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)

@@ -52,7 +52,8 @@ def _direct(backend, math_warpgroups=None):
 VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
 
 
-def _check(out, ref):
+def _check(out, ref, tol=1e-5):
+    """-inf exactly outside the windows, finite inside, and within tol x the row norm there."""
     assert out.shape == ref.shape
     vis = torch.isfinite(ref)
     bad_outside = (~vis) & (out != ref)
@@ -60,9 +61,9 @@ def _check(out, ref):
     assert torch.isfinite(out[vis]).all(), "non-finite value inside a window"
     norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
     err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
-    excess = (err - 1e-5 * norm).amax(dim=1)
+    excess = (err - tol * norm).amax(dim=1)
     r = int(excess.argmax())
-    assert excess[r] <= 0, (f"row {r}: max err {err[r].max().item():.3g} > 1e-5 * row norm "
+    assert excess[r] <= 0, (f"row {r}: max err {err[r].max().item():.3g} > {tol} * row norm "
                             f"{norm[r].item():.3g}")
 
 
@@ -376,12 +377,7 @@ def test_cuda_paged_fp8_mma_close():
             pytest.skip(ppi.supports(*args, 6400, True))
         ref = ref_paged(*args, 6400, True)
         for wg in (2, 3):
-            out = ppi.run(*args, 6400, True, fp8_mma=True, math_warpgroups=wg)
-            vis = torch.isfinite(ref)
-            assert torch.equal(torch.isfinite(out), vis)
-            norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
-            err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
-            assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())
+            _check(ppi.run(*args, 6400, True, fp8_mma=True, math_warpgroups=wg), ref, tol=2e-3)
 
 
 def test_cuda_paged_matches_dense_kernel_bitwise():
@@ -442,12 +438,7 @@ def test_cuda_fp8_mma_close():
         args = _dense(700, 3000, h, FP8, "hostile", seed=12)
         if pi.supports(*args, True) is not None:
             pytest.skip(pi.supports(*args, True))
-        out, ref = pi.run(*args, True, fp8_mma=True), ref_dense(*args, True)
-        vis = torch.isfinite(ref)
-        assert torch.equal(torch.isfinite(out), vis)
-        norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
-        err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
-        assert (err <= 2e-3 * norm).all(), float((err / norm.clamp_min(1e-30)).max())
+        _check(pi.run(*args, True, fp8_mma=True), ref_dense(*args, True), tol=2e-3)
 
 
 def test_paged_cuda_declines_and_dispatch_falls_to_triton():
