@@ -35,6 +35,8 @@
 #include "dsa_cuda/sm90_topk_heuristics.cuh"
 #include "dsa_cuda/topk.cuh"
 
+#include <type_traits>
+
 #ifdef DSA_TOPK_TRACE
 #include <cstdio>
 #endif
@@ -101,6 +103,16 @@ __device__ __forceinline__ void trace_end() {}
 // value in the bin, whose select on columns cost bf16 1x131072 a third of its time (32 -> 21 us, H200).
 constexpr uint32_t kRankBin = 256;
 static_assert(kRankBin <= kThreads && kRankBin % 32 == 0, "one thread an entry, whole warps");
+// The finish's select runs its levels down to a bin of at most this many entries of mixed values.
+constexpr uint32_t kWarpBin = 32;
+
+// The largest level shift at which a bin of the finish's offset-space select holds one value at most:
+// the fp32 keys of bf16 scores differ by 2^16 or more (fp16: 2^13; across zero by one more), so do
+// their offsets; fp32 scores: none (-1).
+template <typename T>
+__host__ __device__ constexpr int one_value_shift() {
+  return sizeof(T) == 4 ? -1 : std::is_same<T, __half>::value ? 13 : 16;
+}
 
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
@@ -290,11 +302,12 @@ __device__ __forceinline__ void list_range(const List& list, int m, Counters& cn
 // exact select), or once the bin holds at most `small` entries. Ends with a barrier.
 // csize > 1: the list is the union of the cluster's CTAs' lists (m: this CTA's entries; valid: the
 // cluster's; cnt.lo / cnt.hi: the cluster's range); `merged` holds the summed histograms.
+// one_value_shift: the largest shift at which a bin can hold only one value (see one_value_shift<T>).
 template <class List>
 __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
                                                   uint32_t slack, uint32_t small, uint32_t* hist, Counters& cnt,
                                                   SelectShared& sh, uint32_t* merged = nullptr,
-                                                  uint32_t csize = 1) {
+                                                  uint32_t csize = 1, int one_value_shift = -1) {
   ListSelect sel{0u, SelectState{0u, 0u, r, valid}};
   if (valid == r) {
     return sel;  // every entry is taken
@@ -326,7 +339,9 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     } else {
       refine_at(hist, shift, sel.st, sh);
     }
-    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small) {
+    // (at shifts up to one_value_shift a bin holds one value: stop at once when the finish can rank it)
+    const uint32_t small_here = shift <= one_value_shift ? kRankBin : small;
+    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small_here) {
       return sel;
     }
   }
@@ -358,8 +373,8 @@ struct TieColumnList {
 // histograms. Every CTA of the cluster calls it.
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
-                                       SelectShared& sh, uint32_t valid = 0u, uint32_t* merged = nullptr,
-                                       uint32_t csize = 1, uint32_t rank = 0) {
+                                       SelectShared& sh, int one_value_shift, uint32_t valid = 0u,
+                                       uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0) {
   const bool cluster = csize > 1;
   if (!cluster) {
     valid = uint32_t(m);
@@ -367,7 +382,11 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
     }
   }
-  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kRankBin, hist, cnt, sh, merged, csize);
+  // Levels stop at a bin of kWarpBin entries (mixed values: one more level is cheaper than ranking
+  // them; nan_inf 4096x32768 took 378 -> 489 us when they stopped at kRankBin), or of kRankBin once a
+  // bin can hold one value only (16-bit scores: tens of ties, which more levels cannot split).
+  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, csize,
+                                    one_value_shift);
   trace("selected");
   const bool whole_bin = ks.st.count == ks.st.krem;
   const bool rank_bin = !whole_bin && ks.st.count <= kRankBin;
@@ -898,7 +917,7 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   __syncthreads();
   if (gather) {
     list_range(KeyList{keys}, int(st.count), cnt);
-    finish(keys, cols, int(st.count), st.krem, o, hist, cnt, k, sh);
+    finish(keys, cols, int(st.count), st.krem, o, hist, cnt, k, sh, one_value_shift<T>());
   } else if (!take_bin) {  // more than kCapacity keys equal the k-th largest: the first ones win
     ordered_ties(g, st.prefix, st.krem, k - st.krem, o, k, sh);
   }
@@ -1023,8 +1042,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).
-        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, total,
-               kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
+        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>(),
+               total, kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
       }
       if (rank != 0) {
         return;
