@@ -118,6 +118,7 @@ struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
   uint32_t out;   // outputs written
   uint32_t total;  // the row's candidates (all of a split row's CTAs'), or ~0 when they did not fit
+  uint32_t before;  // split rows: the candidates of the lower ranks (where the gather puts this CTA's)
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
@@ -1023,6 +1024,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         radix::cluster_sync();
         bool ok = true;
         uint32_t total = 0;
+        uint32_t before = 0;
         uint32_t lo = 0xFFFFFFFFu;
         uint32_t hi = 0u;
         // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
@@ -1032,6 +1034,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             const uint32_t mc = radix::cluster_load(&cnt.cand, c);
             ok = ok && mc <= uint32_t(kCapacity);
             total += mc <= uint32_t(kCapacity) ? mc : 0u;
+            before += c < rank && mc <= uint32_t(kCapacity) ? mc : 0u;
             lo = min(lo, radix::cluster_load(&cnt.lo, c));
             hi = max(hi, radix::cluster_load(&cnt.hi, c));
           }
@@ -1040,6 +1043,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         radix::cluster_sync();  // every CTA read every count and range before they change
         if (threadIdx.x == 0) {
           cnt.total = ok ? total : ~0u;
+          cnt.before = before;
           cnt.lo = lo;
           cnt.hi = hi;
         }
@@ -1055,7 +1059,24 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       }
       const uint32_t total = cnt.total;
       const bool ok = total != ~0u;
-      if (ok) {
+      if (kSplit && ok && total <= uint32_t(kCapacity)) {
+        // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
+        // those of the lower ranks, and rank 0 finishes alone on the cluster's range (a local select
+        // and rank 0's writes cost 1x131072 less than the cluster-wide select: 4.9 against 6.3 us).
+        if (rank != 0) {
+          const uint32_t mine = cnt.cand;
+          const uint32_t at = cnt.before;
+          for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
+            radix::cluster_store(keys + at + i, keys[i], 0u);
+            radix::cluster_store(reinterpret_cast<uint32_t*>(cols) + at + i, uint32_t(cols[i]), 0u);
+          }
+        }
+        radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
+        if (rank != 0) {
+          return;
+        }
+        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh);
+      } else if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).
         finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>(),
