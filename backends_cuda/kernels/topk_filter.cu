@@ -1075,7 +1075,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         if (rank != 0) {
           return;
         }
-        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh);
+        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>());
       } else if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).
