@@ -689,14 +689,16 @@ __device__ __forceinline__ void append(uint32_t pass, const uint4 (&x)[R], int32
   if (pos + n > uint32_t(kCapacity)) {
     pass = 0u;  // overflow: counted, not stored (the row takes the exact fallback)
   }
+  // (one moving pointer: one add a stored item; the column sits kCapacity words after its key)
+  uint32_t* kp = keys + pos;
 #pragma unroll
   for (int h = 0; h < R; ++h) {
 #pragma unroll
     for (int j = 0; j < I; ++j) {
       if ((pass >> (h * I + j)) & 1u) {
-        keys[pos] = raw_item<T>(x[h], j);
-        cols[pos] = col0 + h * col_step + j;
-        ++pos;
+        kp[0] = raw_item<T>(x[h], j);
+        kp[kCapacity] = uint32_t(col0 + h * col_step + j);
+        ++kp;
       }
     }
   }
