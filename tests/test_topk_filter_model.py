@@ -115,16 +115,18 @@ def taken(v, sel):
     return d > prefix or (d == prefix and count == krem)
 
 
-RANK_BIN = 256  # the kernel's kRankBin
+WARP_BIN = 32  # the kernel's kWarpBin: the finish's levels stop at a bin of this many (fp32 keys)
+RANK_BIN = 256  # the kernel's kRankBin: bins of up to this many are ranked
 
 
 def finish(keys, cols, r):
     """The r largest candidates (ties: smallest columns), as a set of columns, as the kernel's finish:
-    a select that stops at a bin of at most RANK_BIN entries, then the whole bin, a ranking of the
-    bin by (key, column), or a column select over the ties of a single-key bin."""
+    a select that stops at a bin of at most WARP_BIN entries (or at the last level), then the whole bin,
+    a ranking of the bin by (key, column) when it holds at most RANK_BIN, or a column select over the
+    ties of a single-key bin."""
     keys = np.asarray(keys, dtype=np.uint64)
     cols = np.asarray(cols, dtype=np.int64)
-    base, prefix, mask, krem, count = ks = select_list(keys, np.ones(len(keys), bool), r, small=RANK_BIN)
+    base, prefix, mask, krem, count = ks = select_list(keys, np.ones(len(keys), bool), r, small=WARP_BIN)
     whole_bin = count == krem
     rank_bin = not whole_bin and count <= RANK_BIN
     tie = base + prefix

@@ -35,6 +35,8 @@
 #include "dsa_cuda/sm90_topk_heuristics.cuh"
 #include "dsa_cuda/topk.cuh"
 
+#include <type_traits>
+
 #ifdef DSA_TOPK_TRACE
 #include <cstdio>
 #endif
@@ -101,11 +103,22 @@ __device__ __forceinline__ void trace_end() {}
 // value in the bin, whose select on columns cost bf16 1x131072 a third of its time (32 -> 21 us, H200).
 constexpr uint32_t kRankBin = 256;
 static_assert(kRankBin <= kThreads && kRankBin % 32 == 0, "one thread an entry, whole warps");
+// The finish's select runs its levels down to a bin of at most this many entries of mixed values.
+constexpr uint32_t kWarpBin = 32;
+
+// The largest level shift at which a bin of the finish's offset-space select holds one value at most:
+// the fp32 keys of bf16 scores differ by 2^16 or more (fp16: 2^13; across zero by one more), so do
+// their offsets; fp32 scores: none (-1).
+template <typename T>
+__host__ __device__ constexpr int one_value_shift() {
+  return sizeof(T) == 4 ? -1 : std::is_same<T, __half>::value ? 13 : 16;
+}
 
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
   uint32_t out;   // outputs written
   uint32_t total;  // the row's candidates (all of a split row's CTAs'), or ~0 when they did not fit
+  uint32_t before;  // split rows: the candidates of the lower ranks (where the gather puts this CTA's)
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
@@ -181,6 +194,15 @@ __device__ __forceinline__ uint32_t reserve(uint32_t n, uint32_t* counter, int o
   }
   return reserve_some(n, counter, owner);
 }
+
+// List selects count with one shared atomic an entry (an increment, ATOMS.POPC.INC on sm_90), not
+// hist_add's warp votes (~12 instructions an entry); on sm_10x the warp-vote form, since the plain one
+// spills 4 bytes there at 64 registers.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr bool kPlainListAtomics = false;
+#else
+constexpr bool kPlainListAtomics = true;
+#endif
 
 // A select over a list, in offset space: d = value - base (base = the smallest valid value), so
 // the first level's 2048 bins cover the list's actual range (keys above a threshold share their
@@ -290,11 +312,12 @@ __device__ __forceinline__ void list_range(const List& list, int m, Counters& cn
 // exact select), or once the bin holds at most `small` entries. Ends with a barrier.
 // csize > 1: the list is the union of the cluster's CTAs' lists (m: this CTA's entries; valid: the
 // cluster's; cnt.lo / cnt.hi: the cluster's range); `merged` holds the summed histograms.
+// one_value_shift: the largest shift at which a bin can hold only one value (see one_value_shift<T>).
 template <class List>
 __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
                                                   uint32_t slack, uint32_t small, uint32_t* hist, Counters& cnt,
                                                   SelectShared& sh, uint32_t* merged = nullptr,
-                                                  uint32_t csize = 1) {
+                                                  uint32_t csize = 1, int one_value_shift = -1) {
   ListSelect sel{0u, SelectState{0u, 0u, r, valid}};
   if (valid == r) {
     return sel;  // every entry is taken
@@ -314,7 +337,14 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
       const int i = base + int(threadIdx.x);
       const bool in = i < m && list.valid(i);
       const uint32_t d = in ? list.value(i) - sel.base : 0u;
-      hist_add(hist, in && (d & sel.st.mask) == sel.st.prefix, (d >> shift) & 0x7FFu);
+      const bool take = in && (d & sel.st.mask) == sel.st.prefix;
+      if (kPlainListAtomics) {
+        if (take) {
+          atomicAdd(hist + ((d >> shift) & 0x7FFu), 1u);
+        }
+      } else {
+        hist_add(hist, take, (d >> shift) & 0x7FFu);
+      }
     }
     __syncthreads();
     if (csize > 1) {
@@ -326,7 +356,9 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     } else {
       refine_at(hist, shift, sel.st, sh);
     }
-    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small) {
+    // (at shifts up to one_value_shift a bin holds one value: stop at once when the finish can rank it)
+    const uint32_t small_here = shift <= one_value_shift ? kRankBin : small;
+    if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small_here) {
       return sel;
     }
   }
@@ -358,8 +390,8 @@ struct TieColumnList {
 // histograms. Every CTA of the cluster calls it.
 __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
-                                       SelectShared& sh, uint32_t valid = 0u, uint32_t* merged = nullptr,
-                                       uint32_t csize = 1, uint32_t rank = 0) {
+                                       SelectShared& sh, int one_value_shift, uint32_t valid = 0u,
+                                       uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0) {
   const bool cluster = csize > 1;
   if (!cluster) {
     valid = uint32_t(m);
@@ -367,7 +399,11 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
     }
   }
-  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kRankBin, hist, cnt, sh, merged, csize);
+  // Levels stop at a bin of kWarpBin entries (mixed values: one more level is cheaper than ranking
+  // them; nan_inf 4096x32768 took 378 -> 489 us when they stopped at kRankBin), or of kRankBin once a
+  // bin can hold one value only (16-bit scores: tens of ties, which more levels cannot split).
+  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, csize,
+                                    one_value_shift);
   trace("selected");
   const bool whole_bin = ks.st.count == ks.st.krem;
   const bool rank_bin = !whole_bin && ks.st.count <= kRankBin;
@@ -653,14 +689,16 @@ __device__ __forceinline__ void append(uint32_t pass, const uint4 (&x)[R], int32
   if (pos + n > uint32_t(kCapacity)) {
     pass = 0u;  // overflow: counted, not stored (the row takes the exact fallback)
   }
+  // (one moving pointer: one add a stored item; the column sits kCapacity words after its key)
+  uint32_t* kp = keys + pos;
 #pragma unroll
   for (int h = 0; h < R; ++h) {
 #pragma unroll
     for (int j = 0; j < I; ++j) {
       if ((pass >> (h * I + j)) & 1u) {
-        keys[pos] = raw_item<T>(x[h], j);
-        cols[pos] = col0 + h * col_step + j;
-        ++pos;
+        kp[0] = raw_item<T>(x[h], j);
+        kp[kCapacity] = uint32_t(col0 + h * col_step + j);
+        ++kp;
       }
     }
   }
@@ -898,7 +936,7 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
   __syncthreads();
   if (gather) {
     list_range(KeyList{keys}, int(st.count), cnt);
-    finish(keys, cols, int(st.count), st.krem, o, hist, cnt, k, sh);
+    finish(keys, cols, int(st.count), st.krem, o, hist, cnt, k, sh, one_value_shift<T>());
   } else if (!take_bin) {  // more than kCapacity keys equal the k-th largest: the first ones win
     ordered_ties(g, st.prefix, st.krem, k - st.krem, o, k, sh);
   }
@@ -988,6 +1026,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         radix::cluster_sync();
         bool ok = true;
         uint32_t total = 0;
+        uint32_t before = 0;
         uint32_t lo = 0xFFFFFFFFu;
         uint32_t hi = 0u;
         // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
@@ -997,6 +1036,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             const uint32_t mc = radix::cluster_load(&cnt.cand, c);
             ok = ok && mc <= uint32_t(kCapacity);
             total += mc <= uint32_t(kCapacity) ? mc : 0u;
+            before += c < rank && mc <= uint32_t(kCapacity) ? mc : 0u;
             lo = min(lo, radix::cluster_load(&cnt.lo, c));
             hi = max(hi, radix::cluster_load(&cnt.hi, c));
           }
@@ -1005,6 +1045,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         radix::cluster_sync();  // every CTA read every count and range before they change
         if (threadIdx.x == 0) {
           cnt.total = ok ? total : ~0u;
+          cnt.before = before;
           cnt.lo = lo;
           cnt.hi = hi;
         }
@@ -1020,11 +1061,28 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       }
       const uint32_t total = cnt.total;
       const bool ok = total != ~0u;
-      if (ok) {
+      if (kSplit && ok && total <= uint32_t(kCapacity)) {
+        // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
+        // those of the lower ranks, and rank 0 finishes alone on the cluster's range (a local select
+        // and rank 0's writes cost 1x131072 less than the cluster-wide select: 4.9 against 6.3 us).
+        if (rank != 0) {
+          const uint32_t mine = cnt.cand;
+          const uint32_t at = cnt.before;
+          for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
+            radix::cluster_store(keys + at + i, keys[i], 0u);
+            radix::cluster_store(reinterpret_cast<uint32_t*>(cols) + at + i, uint32_t(cols[i]), 0u);
+          }
+        }
+        radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
+        if (rank != 0) {
+          return;
+        }
+        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>());
+      } else if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).
-        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, total,
-               kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
+        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>(),
+               total, kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
       }
       if (rank != 0) {
         return;
