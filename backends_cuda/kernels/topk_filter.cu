@@ -59,6 +59,9 @@ static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the sample
 constexpr int kFastRatio = 4;
 constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
+// A one-CTA finish's page-table slice sits in the stage buffer (words of dynamic shared memory).
+constexpr int kTableOffset = radix::kBins + 2 * kCapacity;
+constexpr uint32_t kTableSlots = kStages * kThreads * 4;
 
 // Phase timestamps of a few CTAs (dev builds with -DDSA_TOPK_TRACE only): SM clock stamps kept in
 // shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
@@ -421,7 +424,7 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
   // one reservation of output positions per thread and the writes.
   static_assert(kCapacity / kThreads <= 32, "take flags fit a word");
   uint32_t take_bits = 0u;
-  for (int it = 0; it * kThreads < m; ++it) {  // (uniform trip count: reserve votes)
+  for (int it = 0; it * kThreads < m; ++it) {
     const int i = it * kThreads + int(threadIdx.x);
     bool take = false;
     bool to_bin = false;
@@ -438,17 +441,20 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
         take = !rank_bin && cs.taken(~uint32_t(col));
       }
     }
-    if (rank_bin) {  // the bin's entries to rank 0's list (< kRankBin: the bin holds count entries)
-      const uint32_t p = reserve(uint32_t(to_bin), &cnt.nbin, cluster ? 0 : -1);
-      if (to_bin && p < kRankBin && cluster) {
+    if (to_bin) {  // the bin's entries to rank 0's list (<= kRankBin of them: one atomic each, no vote)
+      const uint32_t p = cluster ? radix::cluster_atomic_add(&cnt.nbin, 1u, 0u) : atomicAdd(&cnt.nbin, 1u);
+      if (p < kRankBin && cluster) {
         radix::cluster_store(&cnt.bin_key[p], key, 0u);
         radix::cluster_store(reinterpret_cast<uint32_t*>(&cnt.bin_col[p]), uint32_t(col), 0u);
-      } else if (to_bin && p < kRankBin) {
+      } else if (p < kRankBin) {
         cnt.bin_key[p] = key;
         cnt.bin_col[p] = col;
       }
     }
     take_bits |= uint32_t(take) << it;
+  }
+  if (o.nstaged != 0u) {
+    __syncthreads();  // the staged page-table slice is in place
   }
   uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out, cluster ? 0 : -1);
   while (take_bits != 0u) {  // two outputs a step: their page-table lookups overlap
@@ -519,14 +525,17 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   const int log2_runs = 31 - __clz(S / kSampleRun);
   uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
   uint32_t v_hi = 0u;
+  // Run r starts at r * step (32-bit offsets: windows hold fewer than 2^31 keys); the last run ends
+  // at most at n - 1.
+  const T* first = row + lo;
+  const uint32_t step = uint32_t((n - kSampleRun) >> log2_runs);
   for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
     uint32_t v[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = base + u * kThreads + int(threadIdx.x);
-      const int64_t run = i / kSampleRun;
-      const int64_t at = lo + ((run * (n - kSampleRun)) >> log2_runs) + (i % kSampleRun);
-      v[u] = i < S ? radix::KeyOf<T>::one(row + at) : 0u;
+      const uint32_t at = uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun);
+      v[u] = i < S ? radix::KeyOf<T>::one(first + at) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
@@ -966,6 +975,12 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   // without spills at 64 registers on each arch).
   const RowOut row_o = kSplit && kLateSplitRowOut ? RowOut{} : row_out(a, r, w.start);
   const auto out_of_row = [&]() { return kSplit && kLateSplitRowOut ? row_out(a, r, w.start) : row_o; };
+  // For a finish that runs on one CTA: the page-table slice goes to the stage buffer (free after the
+  // filter pass), loaded while the finish selects.
+  const auto staged_out = [&]() {
+    return with_staged_table(out_of_row(), w.hi - w.start, reinterpret_cast<int32_t*>(dyn_smem) + kTableOffset,
+                             kTableSlots);
+  };
 
   if (n <= k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
     const RowOut o = out_of_row();
@@ -1021,7 +1036,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
       // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
       // the finish it spills.)
-      if (kSplit) {
+      if constexpr (kSplit) {
         // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
         radix::cluster_sync();
         bool ok = true;
@@ -1077,7 +1092,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         if (rank != 0) {
           return;
         }
-        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>());
+        finish(keys, cols, int(total), total < k ? total : k, staged_out(), hist, cnt, k, sh, one_value_shift<T>());
+      } else if (!kSplit && ok) {
+        finish(keys, cols, int(cnt.cand), total < k ? total : k, staged_out(), hist, cnt, k, sh, one_value_shift<T>());
       } else if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).
