@@ -59,9 +59,11 @@ static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the sample
 constexpr int kFastRatio = 4;
 constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
-// A one-CTA finish's page-table slice sits in the stage buffer (words of dynamic shared memory).
+// A one-CTA finish's page-table slice sits in the stage buffer (at this word of dynamic shared
+// memory): up to 4 slots a thread, 2048 (131072 keys at 64 a page), one load each in flight at once.
 constexpr int kTableOffset = radix::kBins + 2 * kCapacity;
-constexpr uint32_t kTableSlots = kStages * kThreads * 4;
+constexpr int kTableSlotsPerThread = 4;
+static_assert(kTableSlotsPerThread <= kStages * 4, "the table slice fits the stage buffer");
 
 // Phase timestamps of a few CTAs (dev builds with -DDSA_TOPK_TRACE only): SM clock stamps kept in
 // shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
@@ -978,8 +980,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   // For a finish that runs on one CTA: the page-table slice goes to the stage buffer (free after the
   // filter pass), loaded while the finish selects.
   const auto staged_out = [&]() {
-    return with_staged_table(out_of_row(), w.hi - w.start, reinterpret_cast<int32_t*>(dyn_smem) + kTableOffset,
-                             kTableSlots);
+    return with_staged_table<kTableSlotsPerThread>(out_of_row(), w.hi - w.start,
+                                                   reinterpret_cast<int32_t*>(dyn_smem) + kTableOffset);
   };
 
   if (n <= k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)

@@ -321,18 +321,31 @@ __device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_
   return o;
 }
 
-// A page-table row's slots for the relative indices [0, rel_end), at most `cap` of them, copied to
-// `buf` (shared memory) by the CTA, so the writes look pages up there instead of one dependent global
-// load each. The copies are read only after a barrier; other modes are returned as they are.
-__device__ __forceinline__ RowOut with_staged_table(RowOut o, int64_t rel_end, int32_t* buf, uint32_t cap) {
+// A page-table row's slots for the relative indices [0, rel_end), at most kPerThread per thread of
+// the CTA, copied to `buf` (shared memory) by the CTA, so the writes look pages up there instead of
+// one dependent global load each (later slots still read the table). All loads are issued before
+// any store. The copies are read only after a barrier; other modes are returned as they are.
+template <int kPerThread>
+__device__ __forceinline__ RowOut with_staged_table(RowOut o, int64_t rel_end, int32_t* buf) {
   if (o.mode != int32_t(TopkMode::kPageTable) || rel_end <= 0) {
     return o;
   }
   const int64_t need = ((rel_end - 1) >> o.log2_page) + 1;
-  const uint32_t m = need < int64_t(cap) ? uint32_t(need) : cap;
-  for (uint32_t j = threadIdx.x; j < m; j += blockDim.x) {
+  const int64_t cap = int64_t(kPerThread) * blockDim.x;
+  const uint32_t m = uint32_t(need < cap ? need : cap);
+  int32_t page[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const uint32_t j = threadIdx.x + uint32_t(u) * blockDim.x;
     const int64_t slot = o.first_slot + int64_t(j);
-    buf[j] = uint64_t(slot) < uint64_t(o.slots) ? __ldg(o.table_row + slot) : -1;
+    page[u] = j < m && uint64_t(slot) < uint64_t(o.slots) ? __ldg(o.table_row + slot) : -1;
+  }
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const uint32_t j = threadIdx.x + uint32_t(u) * blockDim.x;
+    if (j < m) {
+      buf[j] = page[u];
+    }
   }
   o.staged = buf;
   o.nstaged = m;
