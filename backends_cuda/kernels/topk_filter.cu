@@ -59,11 +59,6 @@ static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the sample
 constexpr int kFastRatio = 4;
 constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
-// A one-CTA finish's page-table slice sits in the stage buffer (at this word of dynamic shared
-// memory): up to 4 slots a thread, 2048 (131072 keys at 64 a page), one load each in flight at once.
-constexpr int kTableOffset = radix::kBins + 2 * kCapacity;
-constexpr int kTableSlotsPerThread = 4;
-static_assert(kTableSlotsPerThread <= kStages * 4, "the table slice fits the stage buffer");
 
 // Phase timestamps of a few CTAs (dev builds with -DDSA_TOPK_TRACE only): SM clock stamps kept in
 // shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
@@ -454,9 +449,6 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
       }
     }
     take_bits |= uint32_t(take) << it;
-  }
-  if (o.nstaged != 0u) {
-    __syncthreads();  // the staged page-table slice is in place
   }
   uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out, cluster ? 0 : -1);
   while (take_bits != 0u) {  // two outputs a step: their page-table lookups overlap
@@ -977,12 +969,6 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   // without spills at 64 registers on each arch).
   const RowOut row_o = kSplit && kLateSplitRowOut ? RowOut{} : row_out(a, r, w.start);
   const auto out_of_row = [&]() { return kSplit && kLateSplitRowOut ? row_out(a, r, w.start) : row_o; };
-  // For a finish that runs on one CTA: the page-table slice goes to the stage buffer (free after the
-  // filter pass), loaded while the finish selects.
-  const auto staged_out = [&]() {
-    return with_staged_table<kTableSlotsPerThread>(out_of_row(), w.hi - w.start,
-                                                   reinterpret_cast<int32_t*>(dyn_smem) + kTableOffset);
-  };
 
   if (n <= k) {  // short window: its indices, then -1 (no shared memory of another CTA is touched)
     const RowOut o = out_of_row();
@@ -1094,9 +1080,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         if (rank != 0) {
           return;
         }
-        finish(keys, cols, int(total), total < k ? total : k, staged_out(), hist, cnt, k, sh, one_value_shift<T>());
-      } else if (!kSplit && ok) {
-        finish(keys, cols, int(cnt.cand), total < k ? total : k, staged_out(), hist, cnt, k, sh, one_value_shift<T>());
+        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>());
       } else if (ok) {
         // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
         // stage buffer holds the summed histograms).

@@ -69,10 +69,6 @@ struct RowOut {
   int64_t first_slot;
   int64_t slots;  // 0 when the row's batch is outside the table: every index maps to -1
   int64_t offset;
-  // Page-table mode: the table slots first_slot + j, j < nstaged, copied to shared memory (staged[j];
-  // -1 for a slot outside the table) by with_staged_table; nstaged = 0: every lookup reads the table.
-  const int32_t* staged;
-  uint32_t nstaged;
 
   __device__ __forceinline__ int32_t map(int32_t rel) const {
     if (mode == int32_t(TopkMode::kPlain)) {
@@ -85,17 +81,11 @@ struct RowOut {
       const int64_t s = int64_t(rel) + offset;
       return (s < 0 || s > int64_t(INT32_MAX)) ? -1 : int32_t(s);
     }
-    const uint32_t j = uint32_t(rel) >> log2_page;
-    int32_t page;
-    if (j < nstaged) {
-      page = staged[j];
-    } else {
-      const int64_t slot = first_slot + int64_t(j);
-      if (uint64_t(slot) >= uint64_t(slots)) {  // unsigned: a negative slot fails too
-        return -1;
-      }
-      page = __ldg(table_row + slot);
+    const int64_t slot = first_slot + (rel >> log2_page);
+    if (uint64_t(slot) >= uint64_t(slots)) {  // unsigned: a negative slot fails too
+      return -1;
     }
+    const int32_t page = __ldg(table_row + slot);
     if (page < 0) {
       return -1;
     }
@@ -307,8 +297,6 @@ __device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_
   o.first_slot = 0;
   o.slots = 0;
   o.offset = 0;
-  o.staged = nullptr;
-  o.nstaged = 0u;
   if (a.mode == int32_t(TopkMode::kPageTable)) {
     const int64_t b = a.row_to_batch != nullptr ? int64_t(__ldg(a.row_to_batch + r * a.row_to_batch_stride)) : r;
     const bool ok = b >= 0 && b < a.batches;
@@ -318,37 +306,6 @@ __device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_
   } else if (a.mode == int32_t(TopkMode::kRagged)) {
     o.offset = int64_t(__ldg(a.offsets + r * a.offsets_stride));
   }
-  return o;
-}
-
-// A page-table row's slots for the relative indices [0, rel_end), at most kPerThread per thread of
-// the CTA, copied to `buf` (shared memory) by the CTA, so the writes look pages up there instead of
-// one dependent global load each (later slots still read the table). All loads are issued before
-// any store. The copies are read only after a barrier; other modes are returned as they are.
-template <int kPerThread>
-__device__ __forceinline__ RowOut with_staged_table(RowOut o, int64_t rel_end, int32_t* buf) {
-  if (o.mode != int32_t(TopkMode::kPageTable) || rel_end <= 0) {
-    return o;
-  }
-  const int64_t need = ((rel_end - 1) >> o.log2_page) + 1;
-  const int64_t cap = int64_t(kPerThread) * blockDim.x;
-  const uint32_t m = uint32_t(need < cap ? need : cap);
-  int32_t page[kPerThread];
-#pragma unroll
-  for (int u = 0; u < kPerThread; ++u) {
-    const uint32_t j = threadIdx.x + uint32_t(u) * blockDim.x;
-    const int64_t slot = o.first_slot + int64_t(j);
-    page[u] = j < m && uint64_t(slot) < uint64_t(o.slots) ? __ldg(o.table_row + slot) : -1;
-  }
-#pragma unroll
-  for (int u = 0; u < kPerThread; ++u) {
-    const uint32_t j = threadIdx.x + uint32_t(u) * blockDim.x;
-    if (j < m) {
-      buf[j] = page[u];
-    }
-  }
-  o.staged = buf;
-  o.nstaged = m;
   return o;
 }
 
