@@ -206,7 +206,7 @@ def filter_row(x: torch.Tensor, k: int, lo: int, hi: int, capacity: int, max_sam
             S = sample_count(n, max_samples)
             runs = S // 32
             i = np.arange(S)
-            at = lo + ((i // 32) * (n - 32)) // runs + i % 32
+            at = lo + (i // 32) * ((n - 32) // runs) + i % 32  # run r at r * step (32-bit in the kernel)
             samples = keys[at]
             j0 = S * k / n
             j_hi = S * 0.75 * capacity / n
