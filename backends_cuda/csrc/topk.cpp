@@ -22,32 +22,29 @@ namespace {
 
 using namespace dsa_binding;  // current_stream
 using dsa_cuda_binding::info_of;
+using dsa_cuda_binding::kBFloat16;
+using dsa_cuda_binding::kFloat16;
+using dsa_cuda_binding::kFloat32;
+using dsa_cuda_binding::out_ok;
+using dsa_cuda_binding::page_table_ok;
 using dsa_cuda_binding::ptr;
+using dsa_cuda_binding::rows_ok;
+using dsa_cuda_binding::score_dtype_ok;
 using dsa_cuda_binding::TensorInfo;
 
 constexpr const char* kOp = "dsa_cuda.topk_out";
-
-// The shim's dtype and device codes, asked once at load.
-const int32_t kFloat32 = aoti_torch_dtype_float32();
-const int32_t kBFloat16 = aoti_torch_dtype_bfloat16();
-const int32_t kFloat16 = aoti_torch_dtype_float16();
-const int32_t kInt32 = aoti_torch_dtype_int32();
+// The shim's device code of CUDA, asked once at load.
 const int32_t kCuda = aoti_torch_device_type_cuda();
 
-// dsa_binding::check_row_vector on the metadata read once.
+// dsa_binding::check_row_vector on the metadata read once (`scores` is on the device by then).
 void check_row_vector(const std::optional<TensorInfo>& t, const char* name, const TensorInfo& scores) {
-  if (!t.has_value()) {
-    return;
-  }
-  STD_TORCH_CHECK(t->dim == 1 && t->size(0) == scores.size(0) && t->dtype == kInt32 && t->device_type == kCuda &&
-                      t->device_index == scores.device_index,
-                  kOp, ": `", name, "` must be an int32 [rows] tensor on the device of `scores`");
+  STD_TORCH_CHECK(!t.has_value() || rows_ok(*t, scores), kOp, ": `", name,
+                  "` must be an int32 [rows] tensor on the device of `scores`");
 }
 
 void check_out(const TensorInfo& t, const char* name, const TensorInfo& scores, int64_t k) {
-  STD_TORCH_CHECK(t.dim == 2 && t.size(0) == scores.size(0) && t.size(1) == k && t.dtype == kInt32 &&
-                      t.device_type == kCuda && t.device_index == scores.device_index && t.unit_last_stride(),
-                  kOp, ": `", name, "` must be an int32 [rows, k] tensor with unit last stride on the device of `scores`");
+  STD_TORCH_CHECK(out_ok(t, scores, k), kOp, ": `", name,
+                  "` must be an int32 [rows, k] tensor with unit last stride on the device of `scores`");
 }
 
 const int32_t* data_or_null(const TensorInfo* t) {
@@ -71,7 +68,7 @@ void dsa_cuda_binding::topk_out(Tensor scores, int64_t k, std::optional<Tensor> 
   const TensorInfo s = info_of(scores);
   STD_TORCH_CHECK(s.dim == 2 && s.device_type == kCuda && s.unit_last_stride(), kOp,
                   ": `scores` must be a [rows, width] CUDA tensor with unit last stride");
-  STD_TORCH_CHECK(s.dtype == kFloat32 || s.dtype == kBFloat16 || s.dtype == kFloat16, kOp,
+  STD_TORCH_CHECK(score_dtype_ok(s.dtype), kOp,
                   ": `scores` must be float32, bfloat16 or float16");
   STD_TORCH_CHECK(k >= 1 && k <= INT32_MAX, kOp, ": `k` must be in [1, 2^31), got ", k);
   STD_TORCH_CHECK(s.size(0) <= INT32_MAX && s.size(1) <= INT32_MAX - 16, kOp,
@@ -93,9 +90,7 @@ void dsa_cuda_binding::topk_out(Tensor scores, int64_t k, std::optional<Tensor> 
   const std::optional<TensorInfo> pt = info_of(page_table);
   std::optional<TensorInfo> raw;
   if (pt.has_value()) {
-    STD_TORCH_CHECK(pt->dim == 2 && pt->dtype == kInt32 && pt->device_type == kCuda &&
-                        pt->device_index == s.device_index && pt->unit_last_stride(),
-                    kOp, ": `page_table` must be an int32 [batches, max_pages] tensor with unit last stride");
+    STD_TORCH_CHECK(page_table_ok(*pt, s), kOp, ": `page_table` must be an int32 [batches, max_pages] tensor with unit last stride");
     STD_TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, kOp,
                     ": `page_size` must be a power of two, got ", page_size);
     if (out_raw.has_value()) {

@@ -60,6 +60,33 @@ inline std::optional<TensorInfo> info_of(const std::optional<Tensor>& t) {
 
 inline const TensorInfo* ptr(const std::optional<TensorInfo>& i) { return i.has_value() ? &*i : nullptr; }
 
+// The shim's dtype codes, asked once at load (one copy for the binding and the route).
+inline const int32_t kFloat32 = aoti_torch_dtype_float32();
+inline const int32_t kBFloat16 = aoti_torch_dtype_bfloat16();
+inline const int32_t kFloat16 = aoti_torch_dtype_float16();
+inline const int32_t kInt32 = aoti_torch_dtype_int32();
+
+// The conditions topk_out checks and the route's fast check proves, on metadata read once.
+// The score dtypes the kernels take.
+inline bool score_dtype_ok(int32_t dtype) { return dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16; }
+
+// An int32 [rows] tensor on the device of `scores` (Python's int32_rows_ok).
+inline bool rows_ok(const TensorInfo& t, const TensorInfo& scores) {
+  return t.dim == 1 && t.dtype == kInt32 && t.size(0) == scores.size(0) && t.same_device(scores);
+}
+
+// An int32 [batches, max_pages] page table with unit last stride on the device of `scores`.
+inline bool page_table_ok(const TensorInfo& page_table, const TensorInfo& scores) {
+  return page_table.dim == 2 && page_table.dtype == kInt32 && page_table.unit_last_stride() &&
+         page_table.same_device(scores);
+}
+
+// An int32 [rows, k] buffer with unit last stride on the device of `scores` (Python's out_ok).
+inline bool out_ok(const TensorInfo& out, const TensorInfo& scores, int64_t k) {
+  return out.dim == 2 && out.dtype == kInt32 && out.size(0) == scores.size(0) && out.size(1) == k &&
+         out.unit_last_stride() && out.same_device(scores);
+}
+
 // The arguments of one launch; an absent optional tensor is nullptr. `out` may be a tensor this
 // call allocated as contiguous int32 [rows, k] on the device of `scores`.
 struct TopkCall {

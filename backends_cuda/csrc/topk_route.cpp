@@ -59,15 +59,16 @@ void topk_route_set(int64_t devices) { g_devices.store(static_cast<uint64_t>(dev
 void topk_route_error(std::string message) { t_router_error = std::move(message); }
 
 using dsa_cuda_binding::info_of;
+using dsa_cuda_binding::kInt32;
+using dsa_cuda_binding::out_ok;
+using dsa_cuda_binding::page_table_ok;
 using dsa_cuda_binding::ptr;
+using dsa_cuda_binding::rows_ok;
+using dsa_cuda_binding::score_dtype_ok;
 using dsa_cuda_binding::TensorInfo;
 using dsa_cuda_binding::TopkCall;
 
-// The shim's dtype and device codes, asked once at load.
-const int32_t kFloat32 = aoti_torch_dtype_float32();
-const int32_t kBFloat16 = aoti_torch_dtype_bfloat16();
-const int32_t kFloat16 = aoti_torch_dtype_float16();
-const int32_t kInt32 = aoti_torch_dtype_int32();
+// The shim's device code of the device type served, asked once at load.
 #ifdef DSA_TOPK_ROUTE_CPU_TEST
 const int32_t kServedType = aoti_torch_device_type_cpu();
 #else
@@ -83,11 +84,6 @@ bool served(const TensorInfo& t) {
 #endif
 }
 
-// An int32 [rows] tensor on the device of `scores` (Python's int32_rows_ok).
-bool rows_ok(const TensorInfo& t, const TensorInfo& scores) {
-  return t.dim == 1 && t.dtype == kInt32 && t.size(0) == scores.size(0) && t.same_device(scores);
-}
-
 bool rows_ok(const std::optional<TensorInfo>& t, const TensorInfo& scores) {
   return !t.has_value() || rows_ok(*t, scores);
 }
@@ -98,25 +94,16 @@ bool scores_ok(const TensorInfo& scores, int64_t k, const std::optional<TensorIn
   if (!served(scores) || scores.dim != 2 || k < 1 || k > kInt32Max) {
     return false;
   }
-  const int32_t st = scores.dtype;
-  return (st == kFloat32 || st == kBFloat16 || st == kFloat16) && scores.unit_last_stride() &&
-         scores.size(0) <= kInt32Max && scores.size(1) <= kMaxWidth && rows_ok(lengths, scores) &&
-         rows_ok(row_starts, scores);
+  return score_dtype_ok(scores.dtype) && scores.unit_last_stride() && scores.size(0) <= kInt32Max &&
+         scores.size(1) <= kMaxWidth && rows_ok(lengths, scores) && rows_ok(row_starts, scores);
 }
 
 // The page-table form's other arguments (validate of topk_page_table_transform.py).
 bool page_ok(const TensorInfo& scores, const TensorInfo& page_table,
              const std::optional<TensorInfo>& page_table_row_starts, const std::optional<TensorInfo>& row_to_batch,
              int64_t page_size) {
-  return page_size >= 1 && (page_size & (page_size - 1)) == 0 && page_table.dim == 2 && page_table.dtype == kInt32 &&
-         page_table.unit_last_stride() && page_table.same_device(scores) && rows_ok(page_table_row_starts, scores) &&
-         rows_ok(row_to_batch, scores);
-}
-
-// An int32 [rows, k] buffer with unit last stride on the device of `scores` (Python's out_ok).
-bool out_ok(const TensorInfo& out, const TensorInfo& scores, int64_t k) {
-  return out.dim == 2 && out.dtype == kInt32 && out.size(0) == scores.size(0) && out.size(1) == k &&
-         out.unit_last_stride() && out.same_device(scores);
+  return page_size >= 1 && (page_size & (page_size - 1)) == 0 && page_table_ok(page_table, scores) &&
+         rows_ok(page_table_row_starts, scores) && rows_ok(row_to_batch, scores);
 }
 
 // A new contiguous int32 [rows, k] tensor on the device of `scores` (what new_empty gave), and its
