@@ -86,12 +86,12 @@ struct RowOut {
       return -1;
     }
     const int32_t page = __ldg(table_row + slot);
-    if (page < 0) {
+    // page * P + rel % P fits int32 exactly when 0 <= page <= INT32_MAX / P (P = 2^log2_page <= 2^31):
+    // one unsigned compare and 32-bit arithmetic, no 64-bit product to check.
+    if (uint32_t(page) > (uint32_t(INT32_MAX) >> log2_page)) {
       return -1;
     }
-    const uint32_t offset_mask = (1u << log2_page) - 1u;
-    const int64_t phys = (int64_t(page) << log2_page) + int64_t(uint32_t(rel) & offset_mask);
-    return phys > int64_t(INT32_MAX) ? -1 : int32_t(phys);
+    return int32_t((uint32_t(page) << log2_page) | (uint32_t(rel) & ((1u << log2_page) - 1u)));
   }
 
   // Output slot `pos` gets absolute column `col` (relative index col - start, wrapped to int32 as
