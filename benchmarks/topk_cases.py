@@ -25,7 +25,7 @@ MAIN_CASES = [
 ]
 
 # Reported in the results table too (no goal): bf16 and the adversarial distributions.
-DISTRIBUTIONS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf"]
+DISTRIBUTIONS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf", "walk"]
 EXTRA_CASES = (
     [dict(rows=r, keys=n, k=K, dtype="bfloat16", distribution="normal") for r, n, *_ in MAIN_CASES]
     + [dict(rows=4096, keys=32768, k=K, dtype="float32", distribution=d) for d in DISTRIBUTIONS[1:]]
@@ -68,6 +68,8 @@ def make_scores(rows: int, keys: int, dtype: str = "float32", distribution: str 
         x = 1.0 + 0.245 * torch.rand(shape, device=device, generator=g)
     elif distribution == "big":
         x = torch.randn(shape, device=device, generator=g) * 1e6
+    elif distribution == "walk":  # (smooth rows: neighbouring keys correlated, the top k in a few stretches)
+        x = torch.randn(shape, device=device, generator=g).cumsum(dim=1)
     elif distribution == "nan_inf":
         x = torch.randn(shape, device=device, generator=g)
         u = torch.rand(shape, device=device, generator=g)

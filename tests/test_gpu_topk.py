@@ -102,6 +102,8 @@ def gen_rows(dist: str, rows: int, width: int, dtype, g: torch.Generator) -> tor
         x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
         x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
         x = torch.where((u >= 0.2) & (u < 0.25), -torch.full_like(x, float("nan")), x)
+    elif dist == "walk":  # smooth rows: the top k in a few stretches, which strided samples can miss
+        x = rnd(rows, width).cumsum(dim=1)
     elif dist == "signed_zero":
         u = uni(rows, width)
         x = torch.where(u < 0.5, torch.full_like(u, -0.0), torch.zeros_like(u))
@@ -112,7 +114,7 @@ def gen_rows(dist: str, rows: int, width: int, dtype, g: torch.Generator) -> tor
     return x.to(dtype)
 
 
-DISTS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf", "signed_zero"]
+DISTS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf", "signed_zero", "walk"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # Widths: the shared-memory list path (3000, 40000; after the first level the keys at or above the
 # threshold bin are compacted into a candidate area after the list when they fit: k=2048 at 40000
