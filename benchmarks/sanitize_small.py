@@ -26,14 +26,16 @@ for backend in ("cuda", "hip", "triton"):
 # list, streamed rows, short windows, compacted list candidates. deterministic=False: the filter kernel
 # (kernels/topk_filter.cu): whole window as candidates (3000), sampled threshold with a cluster split of
 # few rows (70000, 40000), short windows, and the exact fallback with ordered ties (the all-equal row)
-# and the plateau early exit (relu zeros, 20000).
+# and the plateau early exit (relu zeros, 20000), smooth rows (random walks, 50000).
 def as_sets(x):
     return torch.sort(torch.where(x < 0, torch.full_like(x, 2**31 - 1), x), dim=1).values
 
 
 for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 70000, 300), (3, 40000, 2048),
-                       (2, 20000, 2048)):
+                       (2, 20000, 2048), (2, 50000, 2048)):
     s = torch.randn(rows, width, device=dev, generator=g)
+    if width == 50000:  # random walks: the sampled threshold is re-selected at the middle aim
+        s = s.cumsum(dim=1)
     if rows == 1:  # all-equal row: the candidates never fit, so the exact rescan / ordered ties run
         s.fill_(0.5)
     if width == 20000:  # relu plateau: the k-th largest is 0, shared by most of the row

@@ -52,8 +52,16 @@ def _direct(backend, math_warpgroups=None):
 VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
 
 
-def _check(out, ref, tol=1e-5):
-    """-inf exactly outside the windows, finite inside, and within tol x the row norm there."""
+def _check(out, ref, tol=1e-5, args=None):
+    """-inf exactly outside the windows, finite inside, and within tol x the row norm there.
+
+    With `args` (the dense op's q, kv, kv_scale, weights, ks, ke), an entry of a row past that bound
+    passes if within tol x its condition, sum_h |w[t,h]| |s[j]| sum_d |q[t,h,d] kv[j,d]|: the size
+    of the terms whose summation order differs. An ill-conditioned row (a window of one key whose
+    score is the cancelling sum of head terms hundreds of times larger) is beyond any fp32 kernel at
+    1e-5 of its norm (benchmarks/notes_indexer.md, "Correctness"); a wrong head, key or window still
+    fails, as its error is of the size of the terms themselves.
+    """
     assert out.shape == ref.shape
     vis = torch.isfinite(ref)
     bad_outside = (~vis) & (out != ref)
@@ -61,10 +69,25 @@ def _check(out, ref, tol=1e-5):
     assert torch.isfinite(out[vis]).all(), "non-finite value inside a window"
     norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
     err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
-    excess = (err - tol * norm).amax(dim=1)
+    bound = tol * norm.expand_as(err)
+    over = (err > bound).any(dim=1).nonzero().flatten()
+    if args is not None and 0 < len(over) <= 64:
+        bound = bound.clone()
+        bound[over] = torch.maximum(bound[over], tol * _condition(args, over))
+    excess = (err - bound).amax(dim=1)
     r = int(excess.argmax())
     assert excess[r] <= 0, (f"row {r}: max err {err[r].max().item():.3g} > {tol} * row norm "
-                            f"{norm[r].item():.3g}")
+                            f"{norm[r].item():.3g}" + (" (and its condition)" if args is not None else ""))
+
+
+def _condition(args, rows):
+    """sum_h |w[t,h]| |s[j]| sum_d |q[t,h,d] kv[j,d]| for the rows `rows`, in float64."""
+    q, kv, s, w = args[:4]
+    qa = q[rows].double().abs()  # [R, H, D]
+    ka = kv.double().abs()  # [N, D]
+    dots = torch.einsum("rhd,nd->rhn", qa, ka)
+    cond = torch.einsum("rh,rhn->rn", w[rows].double().abs(), dots)
+    return cond * (s.double().abs() if s is not None else 1.0)
 
 
 def _dense(t, n, h, dtype, windows, *, wt_noncontig=False, seed=0):
@@ -122,7 +145,7 @@ def test_indexer_logits(backend, case):
     with dsa_ops.use_backend(backend):
         out = dsa_ops.indexer_logits(*args)
     torch.cuda.synchronize()
-    _check(out, _ref_dense_cached(case, args))
+    _check(out, _ref_dense_cached(case, args), args=args)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -202,7 +225,7 @@ def test_cuda_three_warpgroups(case):
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
     pi.run(*args, True, math_warpgroups=3, out=out)
-    _check(out, _ref_dense_cached(case, args))
+    _check(out, _ref_dense_cached(case, args), args=args)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -122,6 +122,7 @@ struct Counters {
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
+  uint32_t runs;  // sample_threshold: sampled runs holding a sample at or above the threshold
   uint32_t bin_key[kRankBin];
   int32_t bin_col[kRankBin];
 };
@@ -542,17 +543,41 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
     }
   }
   range_add(v_lo, v_hi, cnt);
-  // j0 samples are expected among the top k, j_hi at the most the buffer should take: aim between
-  // them, and at least 4 standard deviations above j0 (a row that misses costs extra passes, and a
-  // split row's miss delays the whole launch).
+  if (threadIdx.x == 0) {
+    cnt.runs = 0u;  // (before the barrier below)
+  }
+  // j0 samples are expected among the top k. Aim 4 standard deviations above it (fewer than k
+  // candidates costs the row the exact fallback; each candidate past k costs the finish, about a third
+  // of the row's instructions at 32K keys). Aiming at the middle of j0 and j_hi, the most the buffer
+  // should take, cost 5% at 32K keys, 2.5% at 64K (H200, seventh session).
   const float j0 = float(S) * float(k) / float(n);
   const float j_hi = float(S) * 0.75f * float(kCapacity) / float(n);
-  uint32_t j = uint32_t(fmaxf(0.5f * (j0 + j_hi), j0 + 4.0f * sqrtf(j0) + 2.0f));
+  uint32_t j = uint32_t(j0 + 4.0f * sqrtf(j0) + 2.0f);
   j = j > uint32_t(S) ? uint32_t(S) : j;
   __syncthreads();  // the samples are in place
   trace("sampled");
   // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
-  const ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
+  ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
+  // Smooth rows (neighbouring keys alike): the samples at or above the threshold crowd into a few runs,
+  // so their count varies as a count of runs, far more than 4 sigma of independent samples covers.
+  // When fewer than half the runs expected of independent samples hold one, aim at the middle.
+  const uint32_t E = sel.value_at_prefix();
+  uint32_t hits = 0;  // (a warp reads one run a step)
+  static_assert(kSampleRun == 32 && kMinSamples % kThreads == 0, "a warp step is one whole run");
+  for (int i = int(threadIdx.x); i < S; i += kThreads) {
+    hits += __ballot_sync(0xFFFFFFFFu, buf[i] >= E) != 0u ? 1u : 0u;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&cnt.runs, hits);
+  }
+  __syncthreads();
+  const float p = float((j - sel.st.krem) + sel.st.count) / float(S);
+  const float expected_hits = float(S / kSampleRun) * (1.0f - __powf(1.0f - p, float(kSampleRun)));
+  const uint32_t j_mid = min(uint32_t(0.5f * (j0 + j_hi)), uint32_t(S));
+  if (float(cnt.runs) < 0.5f * expected_hits && j_mid > j) {  // (block-uniform)
+    j = j_mid;
+    sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
+  }
   const uint32_t at_or_above = (j - sel.st.krem) + sel.st.count;
   promising = float(at_or_above) * float(n) / float(S) <= 0.75f * float(kCapacity);
   single = sel.st.mask == 0xFFFFFFFFu;
