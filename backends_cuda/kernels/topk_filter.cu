@@ -1121,6 +1121,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           return;
         }
         // Plateau, fewer than k candidates (all written): the first k - total keys equal to V.
+        trace("to ties");
         GlobalSrc<T> gw;
         gw.init(row, w.lo, w.hi);
         if (ordered_ties(gw, V, k - total, total, out_of_row(), k, sh) >= k - total) {
@@ -1137,7 +1138,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   }
   GlobalSrc<T> g;
   g.init(row, w.lo, w.hi);
+  trace("to exact");
   exact_row(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
+  trace("exact");
 }
 
 // kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
