@@ -298,7 +298,7 @@ def rows(g):
     x = torch.rand(w, generator=g)
     S = sample_count(w, 1024)
     i = np.arange(S)
-    x[torch.from_numpy(((i // 32) * (w - 32)) // (S // 32) + i % 32)] += 10.0
+    x[torch.from_numpy((i // 32) * ((w - 32) // (S // 32)) + i % 32)] += 10.0  # (the kernel's sample positions)
     yield x
 
 
