@@ -135,13 +135,13 @@ def test_distributions(dist, dtype, shape, cluster):
 
 
 def test_plateau_the_sample_overstates(cluster3):
-    """The filter kernel's sampled runs (2048 samples in runs of 32 for a 40000-key window) hold a value
+    """The filter kernel's sampled runs (2048 samples in runs of 16 for a 40000-key window) hold a value
     V that the rest of the row lacks: to the sample V is a plateau, yet the row has fewer keys equal to
     V (1024) than k = 2048 needs, so the plateau path must notice and redo the row exactly."""
-    width, samples = 40000, 2048
-    runs = samples // 32
+    width, samples, run = 40000, 2048, 16
+    runs = samples // run
     i = torch.arange(samples)
-    at = (i // 32) * (width - 32) // runs + i % 32
+    at = (i // run) * ((width - run) // runs) + i % run
     g = torch.Generator().manual_seed(7)
     x = torch.rand(3, width, generator=g)
     x[:, at[: samples // 2]] = 5.0

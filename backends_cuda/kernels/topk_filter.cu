@@ -5,7 +5,7 @@
 // rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
-//   1. Sample: 2048 to 16384 keys (evenly spaced runs of 32) give a threshold E such that, with
+//   1. Sample: 2048 to 16384 keys (evenly spaced runs of kSampleRun) give a threshold E such that, with
 //      high probability, k to about 2k keys of the window are >= E (E = 0, every key, when the window
 //      fits the candidate buffer).
 //   2. Filter: one pass over device memory (cp.async, 16 keys per thread a round, the next
@@ -503,11 +503,13 @@ __device__ __forceinline__ int sample_count(int64_t n) {
 }
 
 // Keys per sampled run: single keys spread over the row cost one DRAM access each (random
-// accesses, the slowest pattern there is); runs of 32 consecutive keys read whole lines.
-constexpr int kSampleRun = 32;
+// accesses, the slowest pattern there is); runs of 16 consecutive keys read two 32-byte sectors. Runs of
+// 32 made smooth rows (random walks) miss k often enough that a launch of 64 x 131072 such rows waited on
+// one row's exact fallback (127 us against 22 us with runs of 16; H200, seventh session).
+constexpr int kSampleRun = 16;
 
 // A threshold E such that, with high probability, at least k and at most the buffer's keys of the
-// window are >= E: E is (close to) the j-th largest of S samples (S / 32 evenly spaced runs of 32
+// window are >= E: E is (close to) the j-th largest of S samples (evenly spaced runs of kSampleRun
 // consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
 // `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
 // e.g. relu zeros, puts most of the window at E: the filter pass would overflow), and `single`
@@ -562,10 +564,15 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   // so their count varies as a count of runs, far more than 4 sigma of independent samples covers.
   // When fewer than half the runs expected of independent samples hold one, aim at the middle.
   const uint32_t E = sel.value_at_prefix();
-  uint32_t hits = 0;  // (a warp reads one run a step)
-  static_assert(kSampleRun == 32 && kMinSamples % kThreads == 0, "a warp step is one whole run");
+  uint32_t hits = 0;  // (a warp reads 32 / kSampleRun whole runs a step)
+  static_assert(32 % kSampleRun == 0 && kMinSamples % kThreads == 0, "a warp step reads whole runs");
+  constexpr uint32_t kRunBits = kSampleRun == 32 ? 0xFFFFFFFFu : (1u << kSampleRun) - 1u;
   for (int i = int(threadIdx.x); i < S; i += kThreads) {
-    hits += __ballot_sync(0xFFFFFFFFu, buf[i] >= E) != 0u ? 1u : 0u;
+    const uint32_t b = __ballot_sync(0xFFFFFFFFu, buf[i] >= E);
+#pragma unroll
+    for (int r = 0; r < 32; r += kSampleRun) {
+      hits += ((b >> r) & kRunBits) != 0u ? 1u : 0u;
+    }
   }
   if ((threadIdx.x & 31) == 0) {
     atomicAdd(&cnt.runs, hits);
