@@ -62,11 +62,11 @@ for dtype in (torch.float32, torch.bfloat16):
         got_any = dsa_ops.topk(s, 2048, lengths=lengths)
     assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", dtype)
     ran.append(f"topk[cuda] 300x12000 {dtype}")
-# The filter kernel's second sampled attempt: rows whose sampled runs (70000 keys: 2048 samples, runs of 32
-# every 1093 keys) overstate the top (tests/test_gpu_topk.py::test_sample_misses_then_retry); row 0 is finished
+# The filter kernel's second sampled attempt: rows whose sampled runs (70000 keys: 2048 samples, runs of 16
+# every 546 keys) overstate the top (tests/test_gpu_topk.py::test_sample_misses_then_retry); row 0 is finished
 # by the retry, row 1 by the exact fallback after it.
 at = torch.arange(2048)
-at = (at // 32) * 1093 + at % 32
+at = (at // 16) * 546 + at % 16
 s = torch.rand(2, 70000, generator=torch.Generator().manual_seed(11)) * 0.9
 free = torch.ones(70000, dtype=torch.bool)
 free[at] = False

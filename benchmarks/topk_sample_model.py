@@ -1,6 +1,6 @@
 """Dev tool (CPU): a Python model of the filter top-k kernel's sampled threshold, to count misses.
 
-    python benchmarks/topk_sample_model.py [--rows 200] [--run 32] [--widths 32768 65536 131072]
+    python benchmarks/topk_sample_model.py [--rows 200] [--run 16] [--widths 32768 65536 131072]
 
 For each random row it does what kernels/topk_filter.cu's `sample_threshold` and the fast path's checks
 do: S samples in evenly spaced runs of `run` consecutive keys, the 2048-bin select on the samples'
@@ -86,7 +86,7 @@ def fast_path(x: np.ndarray, k: int, run: int, wide: bool = False) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=200)
-    ap.add_argument("--run", type=int, default=32)
+    ap.add_argument("--run", type=int, default=16)  # kSampleRun
     ap.add_argument("--k", type=int, default=2048)
     ap.add_argument("--widths", type=int, nargs="+", default=[32768, 65536, 131072])
     ap.add_argument("--retry", action="store_true")

@@ -151,13 +151,13 @@ def test_plateau_the_sample_overstates(cluster3):
 
 
 def test_sample_misses_then_retry(cluster3):
-    """The filter kernel's sampled runs (2048 samples in runs of 32 for a 70000-key window) overstate the
+    """The filter kernel's sampled runs (2048 samples in runs of 16 for a 70000-key window) overstate the
     top of the row: 100 of the samples are high (3.x) and the rest of the row low, but for 2500 keys near
     1.0 that no sample sees. The first aim (~92 samples) puts the threshold among the high samples, which
     leaves about 100 candidates, fewer than k; the wider second attempt (~150 samples) reaches the low
     samples and takes the keys near 1.0 as well. Rows: the retry succeeding, and a row where every
     sampled key is high (both attempts miss, the exact fallback finishes)."""
-    width, samples, run = 70000, 2048, 32
+    width, samples, run = 70000, 2048, 16
     runs = samples // run
     i = torch.arange(samples)
     at = (i // run) * ((width - run) >> (runs.bit_length() - 1)) + i % run
