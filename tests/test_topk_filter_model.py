@@ -8,8 +8,9 @@ What it pins down, step by step as the kernel does it:
 - select_list: the radix select over a list in offset space (d = value - min, first level's bins over
   the list's range, clamped last level, early stop with slack), and the tie split by a second select
   on inverted columns.
-- the row: sampled threshold (runs of 32 keys), filter into a bounded buffer, finish, and the exact
-  fallback (levels over the row, single-valued bin detection, gather, ordered ties).
+- the row: sampled threshold (runs of 16 keys, the 4-sigma aim and the run check), filter into a
+  bounded buffer, finish, and the exact fallback (levels over the row, single-valued bin detection,
+  gather, ordered ties).
 Capacities are parameters, so small rows reach every path. It cannot see races or CUDA semantics.
 """
 
@@ -192,6 +193,35 @@ def sample_count(n, max_samples):
     return s
 
 
+def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False):
+    """(E, promising, single) of the kernel's sample_threshold for the window [lo, lo + n) of `keys`:
+    S samples in evenly spaced runs of `run` keys, a select aimed 4 sigma above the expected count
+    (wide: at 0.85 of the buffer's share, branch miss-retry's second attempt), again at the middle aim
+    when the samples at or above it sit in fewer than half the runs independent samples would fill."""
+    S = sample_count(n, max_samples)
+    runs = S // run
+    i = np.arange(S)
+    at = lo + (i // run) * ((n - run) // runs) + i % run  # run r at r * step (32-bit in the kernel)
+    samples = keys[at]
+    j0 = S * k / n
+    j_hi = S * 0.75 * capacity / n
+    j = int(j0 + 4 * math.sqrt(j0) + 2)
+    if wide:
+        j = max(int(0.85 * j_hi), j)
+    j = min(j, S)
+    sel = select_list(samples, np.ones(S, bool), j, slack=j // 8 + 1)
+    if not wide:
+        E = sel[0] + sel[1]
+        hits = int((samples >= E).reshape(runs, run).any(axis=1).sum())
+        expected = runs * (1 - (1 - ((j - sel[3]) + sel[4]) / S) ** run)
+        j_mid = min(int(0.5 * (j0 + j_hi)), S)
+        if hits < 0.5 * expected and j_mid > j:
+            j = j_mid
+            sel = select_list(samples, np.ones(S, bool), j, slack=j // 8 + 1)
+    at_or_above = (j - sel[3]) + sel[4]
+    return sel[0] + sel[1], at_or_above * n / S <= 0.75 * capacity, sel[2] == 0xFFFFFFFF
+
+
 def filter_row(x: torch.Tensor, k: int, lo: int, hi: int, capacity: int, max_samples: int, sample=True):
     """Relative columns chosen by the filter kernel for one window (a set), as the kernel runs it."""
     keys = float_keys(x).astype(np.uint64)
@@ -201,21 +231,9 @@ def filter_row(x: torch.Tensor, k: int, lo: int, hi: int, capacity: int, max_sam
     fits = n <= capacity
     fast = fits or (sample and 4 * k <= capacity)
     if fast:
-        E, promising = 0, True
+        E, promising, single = 0, True, False
         if not fits:
-            S = sample_count(n, max_samples)
-            runs = S // 32
-            i = np.arange(S)
-            at = lo + (i // 32) * ((n - 32) // runs) + i % 32  # run r at r * step (32-bit in the kernel)
-            samples = keys[at]
-            j0 = S * k / n
-            j_hi = S * 0.75 * capacity / n
-            j = min(int(max(0.5 * (j0 + j_hi), j0 + 4 * math.sqrt(j0) + 2)), S)
-            sel = select_list(samples, np.ones(S, bool), j, slack=j // 8 + 1)
-            at_or_above = (j - sel[3]) + sel[4]
-            promising = at_or_above * n / S <= 0.75 * capacity
-            single = sel[2] == 0xFFFFFFFF
-            E = sel[0] + sel[1]
+            E, promising, single = sample_threshold(keys, lo, n, k, capacity, max_samples)
         win = keys[lo:hi]
         if promising:
             passing = np.nonzero(win >= E)[0]
@@ -280,7 +298,7 @@ def rows(g):
     x = torch.rand(w, generator=g)
     S = sample_count(w, 1024)
     i = np.arange(S)
-    x[torch.from_numpy(((i // 32) * (w - 32)) // (S // 32) + i % 32)] += 10.0
+    x[torch.from_numpy((i // 16) * ((w - 16) // (S // 16)) + i % 16)] += 10.0  # (the kernel's sample positions)
     yield x
 
 
