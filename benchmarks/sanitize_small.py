@@ -62,6 +62,22 @@ for dtype in (torch.float32, torch.bfloat16):
         got_any = dsa_ops.topk(s, 2048, lengths=lengths)
     assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", dtype)
     ran.append(f"topk[cuda] 300x12000 {dtype}")
+# The filter kernel's second sampled attempt: rows whose sampled runs (70000 keys: 2048 samples, runs of 16
+# every 546 keys) overstate the top (tests/test_gpu_topk.py::test_sample_misses_then_retry); row 0 is finished
+# by the retry, row 1 by the exact fallback after it.
+at = torch.arange(2048)
+at = (at // 16) * 546 + at % 16
+s = torch.rand(2, 70000, generator=torch.Generator().manual_seed(11)) * 0.9
+free = torch.ones(70000, dtype=torch.bool)
+free[at] = False
+s[0, free.nonzero().flatten()[:2500]] = 1.0 + 0.01 * torch.rand(2500)
+s[0, at[::20]] = 3.0 + torch.rand(len(at[::20]))
+s[1, at] = 3.0 + torch.rand(2048)
+s = s.to(dev)
+with registry.use_backend("cuda"):
+    got_any = dsa_ops.topk(s, 2048)
+assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048))), "sampled retry"
+ran.append("topk[cuda] 2x70000 sampled retry")
 # The page-table form of both top-k kernels, one CTA a row and split rows (a race in an unlanded change
 # once showed only here, under graph replay: keep the filter kernel's page-table path in this script).
 s = torch.randn(6, 70000, device=dev, generator=g)

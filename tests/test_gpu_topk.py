@@ -135,18 +135,42 @@ def test_distributions(dist, dtype, shape, cluster):
 
 
 def test_plateau_the_sample_overstates(cluster3):
-    """The filter kernel's sampled runs (2048 samples in runs of 32 for a 40000-key window) hold a value
+    """The filter kernel's sampled runs (2048 samples in runs of 16 for a 40000-key window) hold a value
     V that the rest of the row lacks: to the sample V is a plateau, yet the row has fewer keys equal to
     V (1024) than k = 2048 needs, so the plateau path must notice and redo the row exactly."""
-    width, samples = 40000, 2048
-    runs = samples // 32
+    width, samples, run = 40000, 2048, 16
+    runs = samples // run
     i = torch.arange(samples)
-    at = (i // 32) * (width - 32) // runs + i % 32
+    at = (i // run) * ((width - run) // runs) + i % run
     g = torch.Generator().manual_seed(7)
     x = torch.rand(3, width, generator=g)
     x[:, at[: samples // 2]] = 5.0
     x = x.to(DEV)
     for k in (1, 64, 1024, 1025, 2048):
+        check_topk(x, k, what=f"k={k}")
+
+
+def test_sample_misses_then_retry(cluster3):
+    """The filter kernel's sampled runs (2048 samples in runs of 16 for a 70000-key window) overstate the
+    top of the row: 100 of the samples are high (3.x) and the rest of the row low, but for 2500 keys near
+    1.0 that no sample sees. The first aim (~92 samples) puts the threshold among the high samples, which
+    leaves about 100 candidates, fewer than k; the wider second attempt (~150 samples) reaches the low
+    samples and takes the keys near 1.0 as well. Rows: the retry succeeding, and a row where every
+    sampled key is high (both attempts miss, the exact fallback finishes)."""
+    width, samples, run = 70000, 2048, 16
+    runs = samples // run
+    i = torch.arange(samples)
+    at = (i // run) * ((width - run) >> (runs.bit_length() - 1)) + i % run
+    g = torch.Generator().manual_seed(11)
+    x = torch.rand(2, width, generator=g) * 0.9  # low: [0, 0.9)
+    sampled = torch.zeros(width, dtype=torch.bool)
+    sampled[at] = True
+    near_one = (~sampled).nonzero().flatten()[torch.randperm(int((~sampled).sum()), generator=g)[:2500]]
+    x[0, near_one] = 1.0 + 0.01 * torch.rand(2500, generator=g)
+    x[0, at[torch.randperm(samples, generator=g)[:100]]] = 3.0 + torch.rand(100, generator=g)
+    x[1, at] = 3.0 + torch.rand(samples, generator=g)  # every sample high: both attempts miss
+    x = x.to(DEV)
+    for k in (1500, 2048):
         check_topk(x, k, what=f"k={k}")
 
 

@@ -8,7 +8,7 @@ What it pins down, step by step as the kernel does it:
 - select_list: the radix select over a list in offset space (d = value - min, first level's bins over
   the list's range, clamped last level, early stop with slack), and the tie split by a second select
   on inverted columns.
-- the row: sampled threshold (runs of 32 keys, the 4-sigma aim and the run check), filter into a
+- the row: sampled threshold (runs of 16 keys, the 4-sigma aim and the run check), filter into a
   bounded buffer, finish, and the exact fallback (levels over the row, single-valued bin detection,
   gather, ordered ties).
 Capacities are parameters, so small rows reach every path. It cannot see races or CUDA semantics.
@@ -193,7 +193,7 @@ def sample_count(n, max_samples):
     return s
 
 
-def sample_threshold(keys, lo, n, k, capacity, max_samples, run=32, wide=False):
+def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False):
     """(E, promising, single) of the kernel's sample_threshold for the window [lo, lo + n) of `keys`:
     S samples in evenly spaced runs of `run` keys, a select aimed 4 sigma above the expected count
     (wide: at 0.85 of the buffer's share, branch miss-retry's second attempt), again at the middle aim
@@ -298,7 +298,7 @@ def rows(g):
     x = torch.rand(w, generator=g)
     S = sample_count(w, 1024)
     i = np.arange(S)
-    x[torch.from_numpy((i // 32) * ((w - 32) // (S // 32)) + i % 32)] += 10.0  # (the kernel's sample positions)
+    x[torch.from_numpy((i // 16) * ((w - 16) // (S // 16)) + i % 16)] += 10.0  # (the kernel's sample positions)
     yield x
 
 

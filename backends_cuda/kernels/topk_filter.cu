@@ -5,7 +5,7 @@
 // rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
-//   1. Sample: 2048 to 16384 keys (evenly spaced runs of 32) give a threshold E such that, with
+//   1. Sample: 2048 to 16384 keys (evenly spaced runs of kSampleRun) give a threshold E such that, with
 //      high probability, k to about 2k keys of the window are >= E (E = 0, every key, when the window
 //      fits the candidate buffer).
 //   2. Filter: one pass over device memory (cp.async, 16 keys per thread a round, the next
@@ -123,6 +123,8 @@ struct Counters {
   uint32_t hi;
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
   uint32_t runs;  // sample_threshold: sampled runs holding a sample at or above the threshold
+  uint32_t few;   // the row's candidates all fit but are fewer than k (not at a plateau): retry wider
+  uint32_t retried;  // the sampled path's second, wider attempt is running
   uint32_t bin_key[kRankBin];
   int32_t bin_col[kRankBin];
 };
@@ -503,11 +505,13 @@ __device__ __forceinline__ int sample_count(int64_t n) {
 }
 
 // Keys per sampled run: single keys spread over the row cost one DRAM access each (random
-// accesses, the slowest pattern there is); runs of 32 consecutive keys read whole lines.
-constexpr int kSampleRun = 32;
+// accesses, the slowest pattern there is); runs of 16 consecutive keys read two 32-byte sectors. Runs of
+// 32 made smooth rows (random walks) miss k often enough that a launch of 64 x 131072 such rows waited on
+// one row's exact fallback (127 us against 22 us with runs of 16; H200, seventh session).
+constexpr int kSampleRun = 16;
 
 // A threshold E such that, with high probability, at least k and at most the buffer's keys of the
-// window are >= E: E is (close to) the j-th largest of S samples (S / 32 evenly spaced runs of 32
+// window are >= E: E is (close to) the j-th largest of S samples (evenly spaced runs of kSampleRun
 // consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
 // `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
 // e.g. relu zeros, puts most of the window at E: the filter pass would overflow), and `single`
@@ -515,7 +519,7 @@ constexpr int kSampleRun = 32;
 template <typename T>
 __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
-                                                     SelectShared& sh, bool& promising, bool& single) {
+                                                     SelectShared& sh, bool wide, bool& promising, bool& single) {
   const int S = sample_count(n);
   const int log2_runs = 31 - __clz(S / kSampleRun);
   uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
@@ -553,6 +557,9 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   const float j0 = float(S) * float(k) / float(n);
   const float j_hi = float(S) * 0.75f * float(kCapacity) / float(n);
   uint32_t j = uint32_t(j0 + 4.0f * sqrtf(j0) + 2.0f);
+  if (wide) {  // (a retry after too few candidates) most of what the buffer takes: 0.85 of j_hi keeps
+    j = max(uint32_t(0.85f * j_hi), j);  // the select's slack (j / 8 + 1) under j_hi, so still promising
+  }
   j = j > uint32_t(S) ? uint32_t(S) : j;
   __syncthreads();  // the samples are in place
   trace("sampled");
@@ -562,10 +569,15 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   // so their count varies as a count of runs, far more than 4 sigma of independent samples covers.
   // When fewer than half the runs expected of independent samples hold one, aim at the middle.
   const uint32_t E = sel.value_at_prefix();
-  uint32_t hits = 0;  // (a warp reads one run a step)
-  static_assert(kSampleRun == 32 && kMinSamples % kThreads == 0, "a warp step is one whole run");
+  uint32_t hits = 0;  // (a warp reads 32 / kSampleRun whole runs a step)
+  static_assert(32 % kSampleRun == 0 && kMinSamples % kThreads == 0, "a warp step reads whole runs");
+  constexpr uint32_t kRunBits = kSampleRun == 32 ? 0xFFFFFFFFu : (1u << kSampleRun) - 1u;
   for (int i = int(threadIdx.x); i < S; i += kThreads) {
-    hits += __ballot_sync(0xFFFFFFFFu, buf[i] >= E) != 0u ? 1u : 0u;
+    const uint32_t b = __ballot_sync(0xFFFFFFFFu, buf[i] >= E);
+#pragma unroll
+    for (int r = 0; r < 32; r += kSampleRun) {
+      hits += ((b >> r) & kRunBits) != 0u ? 1u : 0u;
+    }
   }
   if ((threadIdx.x & 31) == 0) {
     atomicAdd(&cnt.runs, hits);
@@ -574,7 +586,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   const float p = float((j - sel.st.krem) + sel.st.count) / float(S);
   const float expected_hits = float(S / kSampleRun) * (1.0f - __powf(1.0f - p, float(kSampleRun)));
   const uint32_t j_mid = min(uint32_t(0.5f * (j0 + j_hi)), uint32_t(S));
-  if (float(cnt.runs) < 0.5f * expected_hits && j_mid > j) {  // (block-uniform)
+  if (!wide && float(cnt.runs) < 0.5f * expected_hits && j_mid > j) {  // (block-uniform)
     j = j_mid;
     sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
   }
@@ -1007,11 +1019,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
     return;
   }
 
-  const T* row = static_cast<const T*>(a.scores) + r * a.row_stride;
+  // The row's pointer, taken anew from the arguments at each use (live across the sampled path's two
+  // attempts, it spills at 64 registers).
+  const auto row_of = [&]() { return static_cast<const T*>(a.scores) + r * a.row_stride; };
   if (threadIdx.x == 0) {
     cnt.cand = 0u;
     cnt.out = 0u;
     cnt.nbin = 0u;  // (a split row's finish: before the cluster barriers that follow the filter pass)
+    cnt.retried = 0u;
   }
   range_reset(cnt);
   __syncthreads();
@@ -1019,125 +1034,151 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   const bool fits = n <= uint32_t(kCapacity);
   const bool fast = fits || (a.sample != 0 && kFastRatio * uint64_t(k) <= uint64_t(kCapacity));
   if (fast) {
-    // This CTA's part of the window.
-    const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
-    const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
-    const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
-    GlobalSrc<T> g;
-    g.init(row, p_lo, p_hi);
-    bool promising = true;
-    bool single = false;
-    uint32_t E = fits ? 0u : sample_threshold(row, w.lo, int64_t(n), k, keys, hist, cnt, sh, promising, single);
-    range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
-    __syncthreads();  // the samples are dead
-    // Uniform over the row's CTAs (same samples, same decisions).
-    if (!promising && !single) {  // (the sample missed) the exact fallback below, on rank 0
-      if (rank != 0) {
-        return;
-      }
-    } else {
-      // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
-      // when fewer than k, the first keys equal to V in index order complete the row.
-      const bool plateau = !promising;
-      const uint32_t V = E;
-      E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
-      trace("threshold");
-      filter_pass(g, stage, E, keys, cols, cnt);
-      __syncthreads();  // the candidates and their count are complete
-      raw_to_keys<T>(keys, cnt.cand, cnt);
-      trace("filtered");
-      // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
-      // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
-      // the finish it spills.)
-      if constexpr (kSplit) {
-        // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
-        radix::cluster_sync();
-        bool ok = true;
-        uint32_t total = 0;
-        uint32_t before = 0;
-        uint32_t lo = 0xFFFFFFFFu;
-        uint32_t hi = 0u;
-        // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
-#pragma unroll 4
-        for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-          if (c < csize) {
-            const uint32_t mc = radix::cluster_load(&cnt.cand, c);
-            ok = ok && mc <= uint32_t(kCapacity);
-            total += mc <= uint32_t(kCapacity) ? mc : 0u;
-            before += c < rank && mc <= uint32_t(kCapacity) ? mc : 0u;
-            lo = min(lo, radix::cluster_load(&cnt.lo, c));
-            hi = max(hi, radix::cluster_load(&cnt.hi, c));
-          }
+    // A second attempt when the first left every candidate in the buffer but fewer than k of them:
+    // sampled again at a wider aim, a fraction of the exact fallback's passes (smooth rows miss so).
+    // (The attempt is kept in shared memory, the part and the row pointer recomputed: live across the
+    // loop, they spill.)
+    for (;;) {
+      const bool wide = cnt.retried != 0u;
+      bool promising = true;
+      bool single = false;
+      const T* row_a = static_cast<const T*>(a.scores) + r * a.row_stride;  // (row_of(), written out: fewer spills)
+      uint32_t E = fits ? 0u
+                        : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single);
+      range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
+      __syncthreads();  // the samples are dead
+      // Uniform over the row's CTAs (same samples, same decisions).
+      if (!promising && !single) {  // (the sample missed) the exact fallback below, on rank 0
+        if (rank != 0) {
+          return;
         }
-        ok = ok && (plateau || total >= k);
-        radix::cluster_sync();  // every CTA read every count and range before they change
-        if (threadIdx.x == 0) {
-          cnt.total = ok ? total : ~0u;
-          cnt.before = before;
-          cnt.lo = lo;
-          cnt.hi = hi;
-        }
-        __syncthreads();
       } else {
-        __syncthreads();
-        const uint32_t total = cnt.cand;
-        const bool ok = (plateau || total >= k) && total <= uint32_t(kCapacity);
-        if (threadIdx.x == 0) {
-          cnt.total = ok ? total : ~0u;
+        // A plateau at the sampled value V = E (relu zeros, heavy ties): filter the keys above V only;
+        // when fewer than k, the first keys equal to V in index order complete the row.
+        const bool plateau = !promising;
+        const uint32_t V = E;
+        E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
+        trace("threshold");
+        {
+          // This CTA's part of the window.
+          const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
+          const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
+          const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
+          GlobalSrc<T> g;
+          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, p_lo, p_hi);
+          filter_pass(g, stage, E, keys, cols, cnt);
         }
-        __syncthreads();
-      }
-      const uint32_t total = cnt.total;
-      const bool ok = total != ~0u;
-      if (kSplit && ok && total <= uint32_t(kCapacity)) {
-        // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
-        // those of the lower ranks, and rank 0 finishes alone on the cluster's range (a local select
-        // and rank 0's writes cost 1x131072 less than the cluster-wide select: 4.9 against 6.3 us).
-        if (rank != 0) {
-          const uint32_t mine = cnt.cand;
-          const uint32_t at = cnt.before;
-          for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
-            radix::cluster_store(keys + at + i, keys[i], 0u);
-            radix::cluster_store(reinterpret_cast<uint32_t*>(cols) + at + i, uint32_t(cols[i]), 0u);
+        __syncthreads();  // the candidates and their count are complete
+        raw_to_keys<T>(keys, cnt.cand, cnt);
+        trace("filtered");
+        // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
+        // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
+        // the finish it spills.)
+        if constexpr (kSplit) {
+          // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
+          radix::cluster_sync();
+          bool ok = true;
+          uint32_t total = 0;
+          uint32_t before = 0;
+          uint32_t lo = 0xFFFFFFFFu;
+          uint32_t hi = 0u;
+          // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
+  #pragma unroll 4
+          for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
+            if (c < csize) {
+              const uint32_t mc = radix::cluster_load(&cnt.cand, c);
+              ok = ok && mc <= uint32_t(kCapacity);
+              total += mc <= uint32_t(kCapacity) ? mc : 0u;
+              before += c < rank && mc <= uint32_t(kCapacity) ? mc : 0u;
+              lo = min(lo, radix::cluster_load(&cnt.lo, c));
+              hi = max(hi, radix::cluster_load(&cnt.hi, c));
+            }
           }
+          const bool few = ok && !plateau && total < k;
+          ok = ok && (plateau || total >= k);
+          radix::cluster_sync();  // every CTA read every count and range before they change
+          if (threadIdx.x == 0) {
+            cnt.total = ok ? total : ~0u;
+            cnt.few = few ? 1u : 0u;
+            cnt.before = before;
+            cnt.lo = lo;
+            cnt.hi = hi;
+          }
+          __syncthreads();
+        } else {
+          __syncthreads();
+          const uint32_t total = cnt.cand;
+          const bool ok = (plateau || total >= k) && total <= uint32_t(kCapacity);
+          if (threadIdx.x == 0) {
+            cnt.total = ok ? total : ~0u;
+            cnt.few = !plateau && total < k ? 1u : 0u;
+          }
+          __syncthreads();
         }
-        radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
+        const uint32_t total = cnt.total;
+        const bool ok = total != ~0u;
+        if (!ok && cnt.few != 0u && !wide && !fits) {  // (cluster-uniform) nothing written yet: again
+          if (threadIdx.x == 0) {
+            cnt.retried = 1u;
+            cnt.cand = 0u;  // (a split row's counts were read by every CTA before the last cluster barrier)
+            cnt.nbin = 0u;
+          }
+          range_reset(cnt);
+          __syncthreads();
+          trace("retry");
+          continue;
+        }
+        if (kSplit && ok && total <= uint32_t(kCapacity)) {
+          // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
+          // those of the lower ranks, and rank 0 finishes alone on the cluster's range (a local select
+          // and rank 0's writes cost 1x131072 less than the cluster-wide select: 4.9 against 6.3 us).
+          if (rank != 0) {
+            const uint32_t mine = cnt.cand;
+            const uint32_t at = cnt.before;
+            for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
+              radix::cluster_store(keys + at + i, keys[i], 0u);
+              radix::cluster_store(reinterpret_cast<uint32_t*>(cols) + at + i, uint32_t(cols[i]), 0u);
+            }
+          }
+          radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
+          if (rank != 0) {
+            return;
+          }
+          finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>());
+        } else if (ok) {
+          // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
+          // stage buffer holds the summed histograms).
+          finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>(),
+                 total, kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
+        }
         if (rank != 0) {
           return;
         }
-        finish(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>());
-      } else if (ok) {
-        // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
-        // stage buffer holds the summed histograms).
-        finish(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh, one_value_shift<T>(),
-               total, kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
-      }
-      if (rank != 0) {
-        return;
-      }
-      if (ok) {
-        if (total >= k) {
-          trace("finished");
-          return;
+        if (ok) {
+          if (total >= k) {
+            trace("finished");
+            return;
+          }
+          // Plateau, fewer than k candidates (all written): the first k - total keys equal to V.
+          trace("to ties");
+          GlobalSrc<T> gw;
+          gw.init(row_of(), w.lo, w.hi);
+          if (ordered_ties(gw, V, k - total, total, out_of_row(), k, sh) >= k - total) {
+            return;
+          }
+          if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
+            cnt.out = 0u;
+          }
+          __syncthreads();
         }
-        // Plateau, fewer than k candidates (all written): the first k - total keys equal to V.
-        trace("to ties");
-        GlobalSrc<T> gw;
-        gw.init(row, w.lo, w.hi);
-        if (ordered_ties(gw, V, k - total, total, out_of_row(), k, sh) >= k - total) {
-          return;
-        }
-        if (threadIdx.x == 0) {  // fewer keys at V than the sample said: redo the row, every output anew
-          cnt.out = 0u;
-        }
-        __syncthreads();
       }
+      break;  // to the exact fallback
     }
   } else if (rank != 0) {
     return;  // a split row without the fast path: rank 0 alone runs the exact fallback
   }
   GlobalSrc<T> g;
-  g.init(row, w.lo, w.hi);
+  g.init(row_of(), w.lo, w.hi);
   trace("to exact");
   exact_row(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
   trace("exact");
