@@ -89,6 +89,16 @@ with registry.use_backend("cuda"):
     got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048)
 assert torch.equal(got, want) and torch.equal(as_sets(got_any), as_sets(want)), "page-table form"
 ran.append("topk_page_table_transform[cuda] 6x70000")
+# A table narrower than the rows, slot offsets before and past it, batches outside it: the filter
+# kernel's page-table prefetch must stay inside each table row, as the lookups do.
+pt = torch.randint(-1, 5000, (3, 700), device=dev, dtype=torch.int32, generator=g)
+ptrs = torch.tensor([-40, 0, 650, 690, 800, 5], dtype=torch.int32, device=dev)
+rtb = torch.tensor([0, 2, 1, 3, 0, -1], dtype=torch.int32, device=dev)
+want = map_through_page_table(window_topk(s, 2048, lengths), pt, rtb, ptrs, 64)
+with registry.use_backend("cuda"):
+    got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048, page_table_row_starts=ptrs, row_to_batch=rtb)
+assert torch.equal(as_sets(got_any), as_sets(want)), "page-table form, narrow table"
+ran.append("topk_page_table_transform[cuda] 6x70000 narrow table")
 # Native HIP top-k: the row-split kernel sequence (forced through its one override) and the
 # single-workgroup tie-buffer overflow (an all-equal long row), with page-table outputs.
 try:
