@@ -10,6 +10,7 @@ are absolute medians.
 from __future__ import annotations
 
 import torch
+from dsa_ops.testing import topk_scores
 
 K = 2048
 
@@ -51,31 +52,6 @@ def cases():
 
 def make_scores(rows: int, keys: int, dtype: str = "float32", distribution: str = "normal",
                 device: str = "cuda", seed: int = 0) -> torch.Tensor:
-    """Scores of one case (same generators as tests/test_gpu_topk.py)."""
+    """Scores of one case: dsa_ops.testing.topk_scores (the GPU tests' generators), seeded."""
     g = torch.Generator(device=device).manual_seed(seed)
-    shape = (rows, keys)
-    if distribution == "normal":
-        x = torch.randn(shape, device=device, generator=g)
-    elif distribution == "equal":
-        x = torch.full(shape, 0.6875, device=device)
-    elif distribution == "zeros":
-        x = torch.zeros(shape, device=device)
-    elif distribution == "mostly_zero":
-        x = torch.relu(torch.randn(shape, device=device, generator=g) - 2.5)
-    elif distribution == "ties":
-        x = torch.randint(0, 8, shape, device=device, generator=g).float()
-    elif distribution == "narrow":
-        x = 1.0 + 0.245 * torch.rand(shape, device=device, generator=g)
-    elif distribution == "big":
-        x = torch.randn(shape, device=device, generator=g) * 1e6
-    elif distribution == "walk":  # (smooth rows: neighbouring keys correlated, the top k in a few stretches)
-        x = torch.randn(shape, device=device, generator=g).cumsum(dim=1)
-    elif distribution == "nan_inf":
-        x = torch.randn(shape, device=device, generator=g)
-        u = torch.rand(shape, device=device, generator=g)
-        x = torch.where(u < 0.1, torch.full_like(x, float("nan")), x)
-        x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
-        x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
-    else:
-        raise ValueError(f"unknown distribution {distribution!r}")
-    return x.to(getattr(torch, dtype))
+    return topk_scores(distribution, rows, keys, getattr(torch, dtype), generator=g, device=device)

@@ -21,6 +21,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops.ops._common import INT32_MAX, map_through_page_table, window_topk
+from dsa_ops.testing import topk_scores
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -75,43 +76,7 @@ def check_topk(scores, k, lengths=None, row_starts=None, what=""):
 
 
 def gen_rows(dist: str, rows: int, width: int, dtype, g: torch.Generator) -> torch.Tensor:
-    def rnd(*shape):
-        return torch.randn(*shape, device=DEV, generator=g)
-
-    def uni(*shape):
-        return torch.rand(*shape, device=DEV, generator=g)
-
-    if dist == "normal":
-        x = rnd(rows, width)
-    elif dist == "equal":
-        x = torch.full((rows, width), 0.6875, device=DEV)
-    elif dist == "zeros":
-        x = torch.zeros(rows, width, device=DEV)
-    elif dist == "mostly_zero":  # relu plateau: a few winners
-        x = torch.relu(rnd(rows, width) - 2.5)
-    elif dist == "ties":  # heavy ties at the k-th value
-        x = torch.randint(0, 8, (rows, width), device=DEV, generator=g).float()
-    elif dist == "narrow":
-        x = 1.0 + 0.245 * uni(rows, width)
-    elif dist == "big":  # beyond the fp16 range
-        x = rnd(rows, width) * 1e6
-    elif dist == "nan_inf":
-        x = rnd(rows, width)
-        u = uni(rows, width)
-        x = torch.where(u < 0.1, torch.full_like(x, float("nan")), x)
-        x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
-        x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
-        x = torch.where((u >= 0.2) & (u < 0.25), -torch.full_like(x, float("nan")), x)
-    elif dist == "walk":  # smooth rows: the top k in a few stretches, which strided samples can miss
-        x = rnd(rows, width).cumsum(dim=1)
-    elif dist == "signed_zero":
-        u = uni(rows, width)
-        x = torch.where(u < 0.5, torch.full_like(u, -0.0), torch.zeros_like(u))
-        x = torch.where(u > 0.995, u, x)
-        x = torch.where(u < 0.003, -u, x)
-    else:
-        raise ValueError(dist)
-    return x.to(dtype)
+    return topk_scores(dist, rows, width, dtype, generator=g, device=DEV)
 
 
 DISTS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf", "signed_zero", "walk"]

@@ -14,6 +14,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops.ops._common import INT32_MAX, map_through_page_table, window_topk
+from dsa_ops.testing import topk_scores
 
 pytestmark = [
     pytest.mark.gpu,
@@ -62,36 +63,7 @@ def check_topk(scores, k, lengths=None, row_starts=None, what=""):
 
 
 def gen_rows(dist, rows, width, dtype, g):
-    def rnd():
-        return torch.randn(rows, width, device=DEV, generator=g)
-
-    def uni():
-        return torch.rand(rows, width, device=DEV, generator=g)
-
-    if dist == "normal":
-        x = rnd()
-    elif dist == "equal":
-        x = torch.full((rows, width), 0.6875, device=DEV)
-    elif dist == "zeros":
-        x = torch.zeros(rows, width, device=DEV)
-    elif dist == "mostly_zero":
-        x = torch.relu(rnd() - 2.5)
-    elif dist == "ties":
-        x = torch.randint(0, 8, (rows, width), device=DEV, generator=g).float()
-    elif dist == "narrow":
-        x = 1.0 + 0.245 * uni()
-    elif dist == "big":
-        x = rnd() * 1e6
-    elif dist == "nan_inf":
-        x, u = rnd(), uni()
-        x = torch.where(u < 0.1, torch.full_like(x, float("nan")), x)
-        x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
-        x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
-        x = torch.where((u >= 0.2) & (u < 0.25), -torch.full_like(x, float("nan")), x)
-        x = torch.where((u >= 0.25) & (u < 0.3), torch.full_like(x, -0.0), x)
-    else:
-        raise ValueError(dist)
-    return x.to(dtype)
+    return topk_scores(dist, rows, width, dtype, generator=g, device=DEV)
 
 
 DISTS = ["normal", "equal", "zeros", "mostly_zero", "ties", "narrow", "big", "nan_inf"]

@@ -3,6 +3,7 @@
 import math
 
 import dsa_ops
+import dsa_ops.testing
 import pytest
 import torch
 from brute import page_map, topk_row
@@ -137,3 +138,20 @@ def test_topk_page_table_and_ragged_transforms():
 def test_topk_half_dtypes_rank_as_fp32(dtype):
     s = torch.tensor([[1.0, 1.0078125, 1.0, 65504.0, -65504.0, 0.0]]).to(dtype)
     assert set(dsa_ops.topk(s, 2)[0].tolist()) == {1, 3}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dist", list(dsa_ops.testing.TOPK_DISTRIBUTIONS))
+def test_reference_on_shared_distributions(dist, dtype):
+    # The distributions the GPU tests and the benchmarks draw from (dsa_ops.testing), on the CPU: the
+    # reference against brute force, and the draw reproducible from the generator's seed.
+    g = torch.Generator().manual_seed(3)
+    scores = dsa_ops.testing.topk_scores(dist, 3, 300, dtype, generator=g, device="cpu")
+    again = dsa_ops.testing.topk_scores(dist, 3, 300, dtype, generator=torch.Generator().manual_seed(3), device="cpu")
+    assert scores.shape == (3, 300) and scores.dtype == dtype
+    assert torch.equal(scores.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                       again.view(torch.int16 if dtype != torch.float32 else torch.int32))  # (bitwise: NaN too)
+    got = dsa_ops.reference.topk(scores, 40)
+    f = scores.float()
+    for r in range(3):
+        assert set(got[r].tolist()) == topk_row(f[r].tolist(), 40, 0, None), (dist, r)

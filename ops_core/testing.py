@@ -1,0 +1,70 @@
+"""Adversarial score rows for the top-k ops: the distributions of DESIGN.md's Tests, in one place.
+
+Used by the GPU tests (tests/test_gpu_topk.py, tests/test_gpu_topk_hip.py) and the benchmarks
+(benchmarks/topk_cases.py), so a table row and a test case of one name hold the same kind of data.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+# name: what the rows hold (and what it tests)
+TOPK_DISTRIBUTIONS = {
+    "normal": "standard normal",
+    "equal": "one value everywhere (every key ties)",
+    "zeros": "all 0.0",
+    "mostly_zero": "relu(normal - 2.5): a 0.0 plateau with a few winners",
+    "ties": "integers 0..7: heavy ties at the k-th value",
+    "narrow": "uniform [1.0, 1.245): one exponent, few mantissa bits apart",
+    "big": "normal * 1e6: beyond the fp16 range",
+    "nan_inf": "normal with 10% NaN, 3% +inf, 7% -inf, 5% -NaN and 5% -0.0",
+    "signed_zero": "mostly +0.0 and -0.0 (equal under the ranking), a few values either side",
+    "walk": "random walks (cumulative sums): smooth rows, the top k in a few stretches",
+}
+
+
+def topk_scores(distribution: str, rows: int, width: int, dtype: torch.dtype = torch.float32,
+                generator: Optional[torch.Generator] = None, device="cuda") -> torch.Tensor:
+    """[rows, width] scores of `distribution` (a key of TOPK_DISTRIBUTIONS), drawn with `generator`
+    (which must live on `device`), generated in fp32 and cast to `dtype`."""
+    shape = (rows, width)
+
+    def normal():
+        return torch.randn(shape, device=device, generator=generator)
+
+    def uniform():
+        return torch.rand(shape, device=device, generator=generator)
+
+    if distribution == "normal":
+        x = normal()
+    elif distribution == "equal":
+        x = torch.full(shape, 0.6875, device=device)
+    elif distribution == "zeros":
+        x = torch.zeros(shape, device=device)
+    elif distribution == "mostly_zero":
+        x = torch.relu(normal() - 2.5)
+    elif distribution == "ties":
+        x = torch.randint(0, 8, shape, device=device, generator=generator).float()
+    elif distribution == "narrow":
+        x = 1.0 + 0.245 * uniform()
+    elif distribution == "big":
+        x = normal() * 1e6
+    elif distribution == "nan_inf":
+        x, u = normal(), uniform()
+        x = torch.where(u < 0.1, torch.full_like(x, float("nan")), x)
+        x = torch.where((u >= 0.1) & (u < 0.13), torch.full_like(x, float("inf")), x)
+        x = torch.where((u >= 0.13) & (u < 0.2), torch.full_like(x, -float("inf")), x)
+        x = torch.where((u >= 0.2) & (u < 0.25), -torch.full_like(x, float("nan")), x)
+        x = torch.where((u >= 0.25) & (u < 0.3), torch.full_like(x, -0.0), x)
+    elif distribution == "signed_zero":
+        u = uniform()
+        x = torch.where(u < 0.5, torch.full_like(u, -0.0), torch.zeros_like(u))
+        x = torch.where(u > 0.995, u, x)
+        x = torch.where(u < 0.003, -u, x)
+    elif distribution == "walk":
+        x = normal().cumsum(dim=1)
+    else:
+        raise ValueError(f"unknown distribution {distribution!r}; known: {', '.join(TOPK_DISTRIBUTIONS)}")
+    return x.to(dtype)
