@@ -89,8 +89,8 @@ with registry.use_backend("cuda"):
     got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048)
 assert torch.equal(got, want) and torch.equal(as_sets(got_any), as_sets(want)), "page-table form"
 ran.append("topk_page_table_transform[cuda] 6x70000")
-# A table narrower than the rows, slot offsets before and past it, batches outside it: the filter
-# kernel's page-table prefetch must stay inside each table row, as the lookups do.
+# A table narrower than the rows, slot offsets before and past it, batches outside it: every lookup
+# must stay inside its table row.
 pt = torch.randint(-1, 5000, (3, 700), device=dev, dtype=torch.int32, generator=g)
 ptrs = torch.tensor([-40, 0, 650, 690, 800, 5], dtype=torch.int32, device=dev)
 rtb = torch.tensor([0, 2, 1, 3, 0, -1], dtype=torch.int32, device=dev)
