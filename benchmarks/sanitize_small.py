@@ -4,6 +4,7 @@ import dsa_ops
 import torch
 from dsa_ops import registry
 from dsa_ops.ops._common import map_through_page_table, window_topk
+from dsa_ops.testing import filter_sample_positions
 
 dev = "cuda"
 g = torch.Generator(device=dev).manual_seed(0)
@@ -65,8 +66,7 @@ for dtype in (torch.float32, torch.bfloat16):
 # The filter kernel's second sampled attempt: rows whose sampled runs (70000 keys: 2048 samples, runs of 16
 # every 546 keys) overstate the top (tests/test_gpu_topk.py::test_sample_misses_then_retry); row 0 is finished
 # by the retry, row 1 by the exact fallback after it.
-at = torch.arange(2048)
-at = (at // 16) * 546 + at % 16
+at = filter_sample_positions(70000, 2048)
 s = torch.rand(2, 70000, generator=torch.Generator().manual_seed(11)) * 0.9
 free = torch.ones(70000, dtype=torch.bool)
 free[at] = False

@@ -68,3 +68,17 @@ def topk_scores(distribution: str, rows: int, width: int, dtype: torch.dtype = t
     else:
         raise ValueError(f"unknown distribution {distribution!r}; known: {', '.join(TOPK_DISTRIBUTIONS)}")
     return x.to(dtype)
+
+
+# Keys per sampled run of the CUDA filter kernel (kSampleRun in backends_cuda/kernels/topk_filter.cu).
+FILTER_SAMPLE_RUN = 16
+
+
+def filter_sample_positions(n: int, samples: int, run: int = FILTER_SAMPLE_RUN) -> torch.Tensor:
+    """Offsets in a window of n keys that the CUDA filter kernel samples for its threshold: `samples`
+    keys in samples / run evenly spaced runs of `run` consecutive keys, run r at r * ((n - run) //
+    runs) (the kernel's shift by log2(runs)). For rows built to mislead the sampled threshold."""
+    runs = samples // run
+    assert runs > 0 and runs & (runs - 1) == 0 and samples % run == 0, (samples, run)
+    i = torch.arange(samples)
+    return (i // run) * ((n - run) // runs) + i % run

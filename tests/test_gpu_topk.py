@@ -21,7 +21,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops.ops._common import INT32_MAX, map_through_page_table, window_topk
-from dsa_ops.testing import topk_scores
+from dsa_ops.testing import filter_sample_positions, topk_scores
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -103,10 +103,8 @@ def test_plateau_the_sample_overstates(cluster3):
     """The filter kernel's sampled runs (2048 samples in runs of 16 for a 40000-key window) hold a value
     V that the rest of the row lacks: to the sample V is a plateau, yet the row has fewer keys equal to
     V (1024) than k = 2048 needs, so the plateau path must notice and redo the row exactly."""
-    width, samples, run = 40000, 2048, 16
-    runs = samples // run
-    i = torch.arange(samples)
-    at = (i // run) * ((width - run) // runs) + i % run
+    width, samples = 40000, 2048
+    at = filter_sample_positions(width, samples)
     g = torch.Generator().manual_seed(7)
     x = torch.rand(3, width, generator=g)
     x[:, at[: samples // 2]] = 5.0
@@ -122,10 +120,8 @@ def test_sample_misses_then_retry(cluster3):
     leaves about 100 candidates, fewer than k; the wider second attempt (~150 samples) reaches the low
     samples and takes the keys near 1.0 as well. Rows: the retry succeeding, and a row where every
     sampled key is high (both attempts miss, the exact fallback finishes)."""
-    width, samples, run = 70000, 2048, 16
-    runs = samples // run
-    i = torch.arange(samples)
-    at = (i // run) * ((width - run) >> (runs.bit_length() - 1)) + i % run
+    width, samples = 70000, 2048
+    at = filter_sample_positions(width, samples)
     g = torch.Generator().manual_seed(11)
     x = torch.rand(2, width, generator=g) * 0.9  # low: [0, 0.9)
     sampled = torch.zeros(width, dtype=torch.bool)

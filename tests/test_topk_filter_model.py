@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 from dsa_ops.ops._common import window_topk
+from dsa_ops.testing import filter_sample_positions
 
 from tests.test_topk_radix_model import float_keys
 
@@ -200,9 +201,7 @@ def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False):
     when the samples at or above it sit in fewer than half the runs independent samples would fill."""
     S = sample_count(n, max_samples)
     runs = S // run
-    i = np.arange(S)
-    at = lo + (i // run) * ((n - run) // runs) + i % run  # run r at r * step (32-bit in the kernel)
-    samples = keys[at]
+    samples = keys[lo + filter_sample_positions(n, S, run).numpy()]
     j0 = S * k / n
     j_hi = S * 0.75 * capacity / n
     j = int(j0 + 4 * math.sqrt(j0) + 2)
@@ -296,9 +295,7 @@ def rows(g):
     # Hostile to the sample: the full window's sampled runs hold the only large values, so the
     # threshold passes fewer than k keys and the row must go to the exact fallback.
     x = torch.rand(w, generator=g)
-    S = sample_count(w, 1024)
-    i = np.arange(S)
-    x[torch.from_numpy((i // 16) * ((w - 16) // (S // 16)) + i % 16)] += 10.0  # (the kernel's sample positions)
+    x[filter_sample_positions(w, sample_count(w, 1024))] += 10.0
     yield x
 
 
