@@ -12,6 +12,11 @@ Design (q stationary, keys streamed; the head reduction stays inside each warp):
   reshape to [BLOCK_N, BLOCK_T, H] + sum: on the MMA accumulator layout the N dimension lives inside a
   thread and across the 4 lanes of a quad, so the head sum needs no shared-memory round trip (the
   transposed layout, (rows*heads) as M, would reduce across warps).
+- Exact fp8 (fp16 MMA): with enough rows, kv is widened to fp16 once before the kernel (widen_kv, one
+  pass), negating the rows whose scale is negative, so that relu(dot * s) = |s| * relu(dot * sign(s))
+  lets the kernel apply |s| once per key after the head sum instead of once per (key, head); the MMA
+  then reads 16-bit operands from shared memory, as for bf16. With few rows each program widens its key
+  tiles in registers (see WIDEN_MIN_HEAD_ROWS).
 - Windows: the program computes only the key tiles that meet the hull of its rows' windows; every
   other tile of its split is written -inf without any math (when `clean`). Inside computed tiles each
   row's own window masks the result.
@@ -30,15 +35,32 @@ import triton
 import triton.language as tl
 
 # Config per head count: (BLOCK_T, BLOCK_N, num_warps, num_stages), BLOCK_T * H = the MMA N width.
-# H=64: 2 rows x 64 heads = N 128; BLOCK_N 128 keys = M over 2 warpgroups (8 warps): accumulator
-# 64 fp32 registers per thread; one 16 KB fp8 kv tile per stage. (BLOCK_T * H = 256 ran 10% faster
-# on the H200 sweep but needs a stack frame at 255 registers: the gates refuse local memory.)
+# fp8 operands in memory (widened in the loop, or fp8 MMA): 2 rows x 64 heads = N 128, 64 keys = M for one
+# warpgroup, 64 accumulator registers a thread. (N 256 here needs a 255-register stack frame.)
 _CONFIGS = {
     16: (8, 64, 4, 3),
     32: (4, 64, 4, 3),
     64: (2, 64, 4, 3),
     128: (1, 64, 4, 3),
 }
+# 16-bit operands in memory (bf16, or fp8 widened once before the kernel): N 256 (e.g. 4 rows x 64 heads),
+# 64 keys, 2 warpgroups each 64 x 128 of it. On SM90 at H 32 and 64, 128 keys (each warpgroup 64 x 256:
+# 128 accumulator registers a thread, 251-255 in all; sm_100a needs a stack frame for it). H200 sweeps
+# (probe_indexer_triton.py), exact fp8 4096 x 32768, H 64: (4, 128, 8, 3) 4275 us, (4, 64, 8, 3) 4634,
+# (2, 64, 4, 3) 4445, (2, 128, 8, 3) 5147; bf16: (4, 128, 8, 3) 3849 us, (2, 64, 4, 3) 4217; H 32:
+# (8, 128, 8, 3) 2126 us, (8, 64, 8, 3) 2325.
+_CONFIGS_16BIT = {
+    16: (16, 64, 8, 3),
+    32: (8, 64, 8, 3),
+    64: (4, 64, 8, 3),
+    128: (2, 64, 8, 3),
+}
+_CONFIGS_16BIT_SM90 = {32: (8, 128, 8, 3), 64: (4, 128, 8, 3)}
+# Exact fp8 widens kv to fp16 once (widen_kv: N * D bytes read, twice that written) when the call has at
+# least this many (row, head) pairs; below it each program widens its key tiles in registers, which
+# costs ~20% of the MMA time a row tile (H200, 4096 x 32768, H 64: 5170 us in the loop, 4445 us widened
+# once, same config). At H 64 the threshold is 128 rows, past the break-even near 64.
+WIDEN_MIN_HEAD_ROWS = 8192
 # (BLOCK_T, BLOCK_N, num_warps, num_stages) for every head count when set: for benchmark sweeps.
 CONFIG_OVERRIDE: Optional[tuple[int, int, int, int]] = None
 
@@ -79,6 +101,7 @@ def indexer_logits_kernel(
     HAS_SCALE: tl.constexpr,
     CLEAN: tl.constexpr,
     F16_MMA: tl.constexpr,  # fp8 operands widened (exactly) to fp16 before the MMA: see FP8_MMA
+    SIGNS_IN_KV: tl.constexpr = False,  # kv rows of negative scale were negated (widen_kv): use |scale|
 ):
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -128,9 +151,12 @@ def indexer_logits_kernel(
         acc = tl.dot(kv, qt, out_dtype=tl.float32)  # [BLOCK_N, TH]
         if HAS_SCALE:
             s = tl.load(scale_ptr + n.to(tl.int64) * stride_s, mask=n_ok, other=0.0)
-            acc = acc * s[:, None]
+            if not SIGNS_IN_KV:
+                acc = acc * s[:, None]
         acc = tl.maximum(acc, 0.0) * w[None, :]
         score = tl.sum(tl.reshape(acc, (BLOCK_N, BLOCK_T, H)), axis=2)  # [BLOCK_N, BLOCK_T]
+        if HAS_SCALE and SIGNS_IN_KV:  # relu(x s) = |s| relu(x sign(s)): the scale after the head sum
+            score = score * tl.abs(s)[:, None]
         inside = (n[:, None] >= lo[None, :]) & (n[:, None] < hi[None, :])
         score = tl.where(inside, score, float("-inf"))
         tl.store(out_rows[None, :] + n[:, None], score, mask=n_ok[:, None] & row_ok[None, :])
@@ -145,6 +171,33 @@ def indexer_logits_kernel(
             tl.store(out_rows[None, :] + n[:, None], ninf, mask=(n < N)[:, None] & row_ok[None, :])
 
 
+@triton.jit
+def widen_kv_kernel(kv_ptr, scale_ptr, out_ptr, N, stride_kn, stride_s, D: tl.constexpr, BLOCK: tl.constexpr):
+    """out[j] = fp16(kv[j]), negated where scale[j] has its sign bit set (exact: e4m3 is a subset of fp16)."""
+    n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n_ok = n < N
+    s = tl.load(scale_ptr + n * stride_s, mask=n_ok, other=0.0)
+    neg = (s.to(tl.int32, bitcast=True) < 0)[:, None]
+    d = tl.arange(0, D)
+    x = tl.load(kv_ptr + n[:, None] * stride_kn + d[None, :], mask=n_ok[:, None], other=0.0).to(tl.float16)
+    tl.store(out_ptr + n[:, None] * D + d[None, :], tl.where(neg, -x, x), mask=n_ok[:, None])
+
+
+def widen_kv(kv, kv_scale, wrap=None):
+    """kv as fp16 [N, D], rows of negative scale negated, so the kernel may take |scale| after the head sum."""
+    n, d = kv.shape
+    out = torch.empty((n, d), dtype=torch.float16, device=kv.device)
+    block = 64
+    kernel = widen_kv_kernel if wrap is None else wrap(widen_kv_kernel)
+    kernel[(triton.cdiv(n, block),)](kv, kv_scale, out, n, kv.stride(0), kv_scale.stride(0), D=d, BLOCK=block)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _is_sm90(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(index: Optional[int]) -> int:
     try:
@@ -155,12 +208,16 @@ def _sm_count(index: Optional[int]) -> int:
     return 132
 
 
-def config(h: int) -> tuple[int, int, int, int]:
-    """(BLOCK_T, BLOCK_N, num_warps, num_stages) for h heads; CONFIG_OVERRIDE wins (for sweeps)."""
+def config(h: int, sixteen_bit: bool = False, sm90: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_N, num_warps, num_stages) for h heads, kv in memory as 16-bit values or fp8, on an
+    SM90 device or another; CONFIG_OVERRIDE wins (for sweeps)."""
     if CONFIG_OVERRIDE is not None:
         return CONFIG_OVERRIDE
-    if h in _CONFIGS:
-        return _CONFIGS[h]
+    if sixteen_bit and sm90 and h in _CONFIGS_16BIT_SM90:
+        return _CONFIGS_16BIT_SM90[h]
+    table = _CONFIGS_16BIT if sixteen_bit else _CONFIGS
+    if h in table:
+        return table[h]
     bt = max(1, 128 // triton.next_power_of_2(h))
     return bt, 128, 8, 3
 
@@ -181,14 +238,19 @@ def launch(q, kv, kv_scale, weights, ks, ke, clean, *, out=None, wrap=None, fp8_
         out = torch.empty((t, n), dtype=torch.float32, device=q.device)
     if t == 0 or n == 0:
         return out
-    bt, bn, nw, ns = config(h)
+    f16_mma = q.dtype == torch.float8_e4m3fn and not (FP8_MMA if fp8_mma is None else fp8_mma)
+    has_scale = kv_scale is not None
+    widened = f16_mma and has_scale and t * h >= WIDEN_MIN_HEAD_ROWS
+    if widened:  # a temporary of N * D * 2 bytes
+        kv = widen_kv(kv, kv_scale, wrap)
+    sm90 = q.device.type == "cuda" and _is_sm90(q.device.index if q.device.index is not None else 0)
+    bt, bn, nw, ns = config(h, sixteen_bit=widened or q.dtype == torch.bfloat16, sm90=sm90)
     row_tiles = triton.cdiv(t, bt)
     key_tiles = triton.cdiv(n, bn)
     splits = split_count(row_tiles, key_tiles, _sm_count(q.device.index) if q.device.type == "cuda" else 132)
     per_split = triton.cdiv(key_tiles, splits)
     splits = triton.cdiv(key_tiles, per_split)
     kernel = indexer_logits_kernel if wrap is None else wrap(indexer_logits_kernel)
-    has_scale = kv_scale is not None
     kernel[(row_tiles, splits)](
         q, kv, kv_scale if has_scale else weights, weights, ks, ke, out,
         t, n,
@@ -196,7 +258,7 @@ def launch(q, kv, kv_scale, weights, ks, ke, clean, *, out=None, wrap=None, fp8_
         weights.stride(0), weights.stride(1), ks.stride(0), ke.stride(0), out.stride(0),
         per_split,
         H=h, D=d, BLOCK_T=bt, BLOCK_N=bn, HAS_SCALE=has_scale, CLEAN=bool(clean),
-        F16_MMA=q.dtype == torch.float8_e4m3fn and not (FP8_MMA if fp8_mma is None else fp8_mma),
+        F16_MMA=f16_mma, SIGNS_IN_KV=widened,
         num_warps=nw, num_stages=ns,
     )
     return out
@@ -232,28 +294,41 @@ _GATE_SIG = {
     "stride_kn": "i32", "stride_s": "i32", "stride_wt": "i32", "stride_wh": "i32", "stride_ks": "i32",
     "stride_ke": "i32", "stride_ot": "i32", "tiles_per_split": "i32",
     "H": "constexpr", "D": "constexpr", "BLOCK_T": "constexpr", "BLOCK_N": "constexpr",
-    "HAS_SCALE": "constexpr", "CLEAN": "constexpr", "F16_MMA": "constexpr",
+    "HAS_SCALE": "constexpr", "CLEAN": "constexpr", "F16_MMA": "constexpr", "SIGNS_IN_KV": "constexpr",
 }
 _STRIDES = ["N", "stride_qt", "stride_qh", "stride_kn", "stride_ot"]
 
 
-def _gate(name, dtype, h, f16_mma=False):
-    bt, bn, _, _ = _CONFIGS[h]
+def _gate(name, dtype, h, f16_mma=False, widened=False, sm90=False):
+    bt, bn, nw, ns = config(h, sixteen_bit=widened or dtype == "bf16", sm90=sm90)
     sig = dict(_GATE_SIG)
     if dtype == "bf16":
         sig["q_ptr"] = sig["kv_ptr"] = "*bf16"
-    return (name, indexer_logits_kernel, sig,
-            {"H": h, "D": 128, "BLOCK_T": bt, "BLOCK_N": bn, "HAS_SCALE": dtype == "fp8", "CLEAN": True,
-             "F16_MMA": f16_mma},
-            _STRIDES)
+    if widened:
+        sig["kv_ptr"] = "*fp16"
+    constexprs = {"H": h, "D": 128, "BLOCK_T": bt, "BLOCK_N": bn, "HAS_SCALE": dtype == "fp8", "CLEAN": True,
+                  "F16_MMA": f16_mma, "SIGNS_IN_KV": widened}
+    options = {"num_warps": nw, "num_stages": ns}
+    if sm90:
+        options["targets"] = ("sm_90a",)
+    return name, indexer_logits_kernel, sig, constexprs, _STRIDES, options
 
 
-# For the compile gates: fp8 (fp16 MMA and fp8 MMA) and bf16, H=64 and H=32, D=128 (the provider's
-# configs, default
-# num_warps/num_stages of triton.compile).
+# For the compile gates, each with the launcher's config (the _sm90 ones for sm_90a only): fp8 widened in
+# the loop (fp16 MMA), fp8 widened once (fp16 kv), fp8 MMA, bf16; D 128.
 GATE_KERNELS = [
     _gate("indexer_logits_fp8_h64", "fp8", 64, f16_mma=True),
     _gate("indexer_logits_fp8_h32", "fp8", 32, f16_mma=True),
+    _gate("indexer_logits_fp8wide_h64", "fp8", 64, f16_mma=True, widened=True),
+    _gate("indexer_logits_fp8wide_h64_sm90", "fp8", 64, f16_mma=True, widened=True, sm90=True),
+    _gate("indexer_logits_fp8wide_h32", "fp8", 32, f16_mma=True, widened=True),
+    _gate("indexer_logits_fp8wide_h32_sm90", "fp8", 32, f16_mma=True, widened=True, sm90=True),
+    _gate("indexer_logits_fp8wide_h16", "fp8", 16, f16_mma=True, widened=True),
+    _gate("indexer_logits_fp8wide_h128", "fp8", 128, f16_mma=True, widened=True),
     _gate("indexer_logits_fp8mma_h64", "fp8", 64),
     _gate("indexer_logits_bf16_h64", "bf16", 64),
+    _gate("indexer_logits_bf16_h64_sm90", "bf16", 64, sm90=True),
+    ("widen_kv", widen_kv_kernel,
+     {"kv_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "out_ptr": "*fp16", "N": "i32", "stride_kn": "i32",
+      "stride_s": "i32", "D": "constexpr", "BLOCK": "constexpr"}, {"D": 128, "BLOCK": 64}, ["stride_kn"]),
 ]

@@ -1,4 +1,5 @@
-"""Runs the CUDA indexer_logits kernel once per mode on small shapes and checks it against the reference.
+"""Runs the CUDA indexer_logits kernel once per mode on small shapes, then the Triton one (kv widened in
+the loop and once before the kernel, with negative scales; bf16), and checks each against the reference.
 
 Plain: a quick smoke test that prints each mode's error (max |out - ref| / row norm). Under
 compute-sanitizer (memcheck, racecheck) it is the small shape the sanitizer walks:
@@ -10,6 +11,7 @@ import sys
 
 import torch
 from dsa_ops.backends.cuda import providers_indexer as pi
+from dsa_ops.backends.triton import indexer_logits as il
 from dsa_ops.ops.indexer_logits import reference
 from harness import score_error
 
@@ -31,6 +33,23 @@ for h, wg in ((64, 2), (32, 2), (64, 3), (32, 3)):
         pi.run(q, kv, s, w, ks, ke, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
         ref = reference(q, kv, s, w, ks, ke, True)
         score_error(f"H{h} W{wg} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}", out, ref, fp8_mma, failed)
+for h in (64, 32):
+    for dtype, widen_from in ((FP8, 1 << 62), (FP8, 0), (torch.bfloat16, 0)):
+        t, n, d = 37, 1000, 128
+        q = (torch.randn(t, h, d, device="cuda", generator=g) * 2).to(dtype)
+        kv = (torch.randn(n, d, device="cuda", generator=g) * 2).to(dtype)
+        s = None
+        if dtype == FP8:  # both signs and zeros
+            s = (torch.rand(n, device="cuda", generator=g) + 0.25) * (torch.arange(n, device="cuda") % 3 - 1)
+        w = torch.randn(t, h, device="cuda", generator=g)
+        ks = torch.randint(-100, n, (t,), device="cuda", generator=g, dtype=torch.int32)
+        ke = ks + torch.randint(-10, n, (t,), device="cuda", generator=g, dtype=torch.int32)
+        out = torch.full((t, n), 12345.0, device="cuda")
+        il.WIDEN_MIN_HEAD_ROWS = widen_from
+        il.launch(q, kv, s, w, ks, ke, True, out=out)
+        ref = reference(q, kv, s, w, ks, ke, True)
+        label = "widened once" if widen_from == 0 and dtype == FP8 else "in the loop"
+        score_error(f"triton H{h} {str(dtype).split('.')[-1]} {label}", out, ref, False, failed)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)

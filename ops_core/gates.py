@@ -384,7 +384,7 @@ _triton_lock = threading.Lock()  # triton.compile is not documented as thread-sa
 
 
 def triton_job(name: str, fn, signature: dict, constexprs: dict, label: str, target: tuple, tmp: Path,
-               divisible: tuple = ()) -> GateResult:
+               divisible: tuple = (), options: Optional[dict] = None) -> GateResult:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -399,7 +399,7 @@ def triton_job(name: str, fn, signature: dict, constexprs: dict, label: str, tar
                  for a, ty in signature.items() if ty.startswith("*") or a in divisible}
         src = ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
         with _triton_lock:
-            kernel = triton.compile(src, target=GPUTarget(*target))
+            kernel = triton.compile(src, target=GPUTarget(*target), options=options)
         shared = int(getattr(kernel.metadata, "shared", 0) or 0)
         if target[0] == "hip":
             r.kernels = parse_amdgpu_asm(kernel.asm["amdgcn"])
@@ -478,11 +478,17 @@ def plan(only: set[str], tmp: Path, cuda_sources: Optional[Path] = None,
         if tb.IMPORT_ERROR:
             rows.append(GateResult("(all triton)", "-", "triton", error=tb.IMPORT_ERROR))
         else:
-            for name, fn, sig, constexprs, *divisible in tb.GATE_KERNELS:
-                div = tuple(divisible[0]) if divisible else ()
+            # (name, kernel, signature, constexprs[, divisible ints[, options]]): options are the launcher's
+            # num_warps / num_stages, and "targets", the labels it is built for when not all of them.
+            for name, fn, sig, constexprs, *rest in tb.GATE_KERNELS:
+                div = tuple(rest[0]) if rest else ()
+                opts = dict(rest[1]) if len(rest) > 1 else {}
+                only_on = opts.pop("targets", None)
                 for label, target in TRITON_TARGETS:
-                    jobs.append(lambda n=name, f=fn, s=sig, c=constexprs, lb=label, tg=target, d=div:
-                                triton_job(n, f, s, c, lb, tg, tmp, d))
+                    if only_on is not None and label not in only_on:
+                        continue
+                    jobs.append(lambda n=name, f=fn, s=sig, c=constexprs, lb=label, tg=target, d=div, o=opts:
+                                triton_job(n, f, s, c, lb, tg, tmp, d, o))
     return jobs, rows
 
 

@@ -77,8 +77,12 @@ SCRIPT = textwrap.dedent(
     results = {}
 
     def dense_case(name, t, n, h, dtype, windows, wt_noncontig=False, clean=True, via_op=False,
-                   strided_q=False, fp8_mma=None):
+                   strided_q=False, fp8_mma=None, neg_scales=False):
         q, kv, s, w, ks, ke = dense_inputs(t, n, h, dtype, windows, wt_noncontig)
+        if neg_scales:  # both signs, +0.0 and -0.0: relu applies to dot * scale
+            s = s * torch.where(torch.arange(n) % 3 == 0, -1.0, 1.0)
+            s[7::50] = 0.0
+            s[5::50] = -0.0
         if strided_q:  # q rows padded: stride(0) = (H + 2) * D, heads of stride D
             big = torch.zeros(t, h + 2, 128, dtype=torch.float32).to(dtype)
             big[:, 1:h + 1] = q
@@ -104,6 +108,14 @@ SCRIPT = textwrap.dedent(
     dense_case("dense-fp8-h64-one-row", 1, 65, 64, FP8, "full")
     dense_case("dense-fp8-h16", 6, 70, 16, FP8, "hostile")
     dense_case("dense-fp8-h64-fp8mma", 11, 150, 64, FP8, "hostile", fp8_mma=True)
+    # kv widened to fp16 once before the kernel (the launcher does it from WIDEN_MIN_HEAD_ROWS up).
+    il.WIDEN_MIN_HEAD_ROWS = 0
+    dense_case("dense-fp8-h64-widened-hostile", 11, 300, 64, FP8, "hostile")
+    dense_case("dense-fp8-h32-widened-causal", 13, 150, 32, FP8, "causal", wt_noncontig=True)
+    dense_case("dense-fp8-h64-widened-triton_op", 5, 80, 64, FP8, "hostile", via_op=True)
+    dense_case("dense-fp8-h64-widened-neg-scales", 9, 200, 64, FP8, "full", neg_scales=True)
+    il.WIDEN_MIN_HEAD_ROWS = 1 << 62
+    dense_case("dense-fp8-h64-neg-scales", 9, 200, 64, FP8, "full", neg_scales=True)
 
     # ---- paged -----------------------------------------------------------------------------------
     def make_cache(nb, d=128, pad=0):
@@ -148,7 +160,8 @@ CASES = (
      for w in ("full", "causal", "hostile")]
     + ["dense-fp8-h64-weights-noncontig", "dense-bf16-h32-weights-noncontig", "dense-fp8-h64-q-strided",
        "dense-fp8-h64-unclean", "dense-fp8-h64-triton_op", "dense-fp8-h64-one-row", "dense-fp8-h16",
-       "dense-fp8-h64-fp8mma"]
+       "dense-fp8-h64-fp8mma", "dense-fp8-h64-widened-hostile", "dense-fp8-h32-widened-causal",
+       "dense-fp8-h64-widened-triton_op", "dense-fp8-h64-widened-neg-scales", "dense-fp8-h64-neg-scales"]
     + ["paged-n1-h64", "paged-n2-h64", "paged-n3-h32", "paged-n4-h64", "paged-n1-h64-padded-pages",
        "paged-n1-h64-L-past-table", "paged-n2-h64-unclean", "paged-n1-h64-triton_op", "paged-n2-h64-fp8mma"]
 )
@@ -187,5 +200,6 @@ def test_split_count_and_configs():
     assert il.split_count(2048, 1024, 132) == 1  # rows alone fill the GPU
     assert il.split_count(1, 1024, 132) == 264
     assert il.split_count(1, 3, 132) == 3  # never more splits than key tiles
-    for h, (bt, bn, _nw, _ns) in il._CONFIGS.items():
-        assert bt * h <= 256 and bn in (64, 128)
+    for table in (il._CONFIGS, il._CONFIGS_16BIT):
+        for h, (bt, bn, _nw, _ns) in table.items():
+            assert bt * h <= 256 and bn in (64, 128)

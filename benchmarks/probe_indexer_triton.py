@@ -1,0 +1,86 @@
+"""Probe the Triton indexer_logits kernel's exact fp8 path (H200). Dev tool.
+
+    python benchmarks/probe_indexer_triton.py
+
+The exact fp8 path (fp16 MMA) ran at 29% of the fp8 ceiling while bf16 operands, twice the bytes and the
+same MMA rate, ran 22% faster: each program widened every key tile it streamed, so a key was widened once
+per row tile (2048 times at T = 4096). The launcher now widens kv to fp16 once when the call has enough
+rows, negating the rows of negative scale so that the kernel applies |scale| after the head sum. Timed
+here, per shape and head count: the launcher's default, widen_kv alone, the in-loop widening, the
+widened path under a few (BLOCK_T, BLOCK_N, num_warps, num_stages) configs, and bf16 operands under the
+16-bit config and the fp8 one. Each exact variant is compared with the default's output.
+"""
+
+import os
+import sys
+
+import dsa_ops  # noqa: F401
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from dsa_ops.backends.triton import indexer_logits as il  # noqa: E402
+from harness import Timer, matmul_tflops  # noqa: E402
+
+FP8 = torch.float8_e4m3fn
+D = 128
+WIDE_CONFIGS = {64: [(4, 128, 8, 3), (4, 64, 8, 3)], 32: [(8, 64, 8, 3), (8, 128, 8, 3)]}
+
+
+def inputs(t, n, h, dtype):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(t, h, D, device="cuda", generator=g).to(dtype)
+    kv = torch.randn(n, D, device="cuda", generator=g).to(dtype)
+    s = (torch.rand(n, device="cuda", generator=g) + 0.5) if dtype == FP8 else None
+    w = torch.randn(t, h, device="cuda", generator=g)
+    ks = torch.zeros(t, dtype=torch.int32, device="cuda")
+    ke = torch.full((t,), n, dtype=torch.int32, device="cuda")
+    return q, kv, s, w, ks, ke
+
+
+def probe_shape(timer, fp8_ceil, t, n, h):
+    flops = 2 * h * D * t * n
+    args = inputs(t, n, h, FP8)
+    ref = il.launch(*args, True, fp8_mma=False)
+
+    def row(label, fn, ref=ref):
+        try:
+            if ref is not None:
+                err = (fn() - ref).abs().max().item()
+                if err != 0.0:  # same products; only a config's head-sum order may differ
+                    label += f" (max |diff| {err:.3g})"
+            us = timer.median_us(fn, warmup=2, iters=10 if n > 32768 else 20)
+            tf = flops / (us * 1e-6) / 1e12
+            print(f"  {t}x{n} H{h} {label}: {us:.0f} us, {tf:.0f} TFLOPS, {tf / fp8_ceil:.3f} of fp8", flush=True)
+        except Exception as e:  # noqa: BLE001  (a config out of resources is a line, not a stop)
+            print(f"  {t}x{n} H{h} {label}: failed: {type(e).__name__}: {str(e)[:160]}", flush=True)
+
+    row(f"default {il.config(h, True, True)} (kv widened once)", lambda: il.launch(*args, True, fp8_mma=False))
+    kv, s = args[1], args[2]
+    print(f"  widen_kv alone: {timer.median_us(lambda: il.widen_kv(kv, s), iters=20):.1f} us", flush=True)
+    floor, il.WIDEN_MIN_HEAD_ROWS = il.WIDEN_MIN_HEAD_ROWS, 1 << 62
+    row(f"in-loop widening {il.config(h)}", lambda: il.launch(*args, True, fp8_mma=False))
+    il.WIDEN_MIN_HEAD_ROWS = floor
+    for cfg in WIDE_CONFIGS[h] if n == 32768 else []:
+        il.CONFIG_OVERRIDE = cfg
+        row(f"widened once, cfg {cfg}", lambda: il.launch(*args, True, fp8_mma=False))
+    il.CONFIG_OVERRIDE = None
+    if h == 64:
+        bargs = inputs(t, n, h, torch.bfloat16)
+        bref = il.launch(*bargs, True)
+        for cfg in (il.config(h, True, True), il.config(h)):
+            il.CONFIG_OVERRIDE = cfg
+            row(f"bf16 operands, cfg {cfg}", lambda: il.launch(*bargs, True), ref=bref)
+        il.CONFIG_OVERRIDE = None
+    torch.cuda.empty_cache()
+
+
+def main():
+    timer = Timer()
+    fp8_ceil = matmul_tflops(timer, FP8)
+    print(f"ceilings: fp8 {fp8_ceil:.1f} TFLOPS, bf16 {matmul_tflops(timer, torch.bfloat16):.1f}", flush=True)
+    for t, n, h in ((4096, 32768, 64), (4096, 32768, 32), (4096, 131072, 64)):
+        probe_shape(timer, fp8_ceil, t, n, h)
+
+
+if __name__ == "__main__":
+    main()
