@@ -8,9 +8,6 @@ cores with fp32 accumulation, which meets the op's 1e-5-of-row-norm contract. ``
 module's attribute; ``run(..., fp8_mma=True)`` per call) feeds e4m3 to the fp8 tensor cores instead:
 twice the rate, but Hopper keeps only ~14 mantissa bits while accumulating their products, so scores
 miss the contract (the same trade as the Triton provider's FP8_MMA).
-
-Exact fp8 with enough rows (``WIDEN_MIN_HEAD_ROWS``) first widens kv to fp16 in one torch pass (a temporary
-of N * D * 2 bytes) and runs the kernel on 16-bit keys: no widening in the loop, bitwise the same scores.
 """
 
 from __future__ import annotations
@@ -26,10 +23,6 @@ _KERNEL = "indexer_logits_out"
 FP8_MMA = False
 # Math warpgroups per CTA (2 or 3; each takes 64 keys of every pipeline stage). For benchmark sweeps.
 MATH_WARPGROUPS = 2
-# Exact fp8 calls with at least this many (row, head) pairs widen kv to fp16 once (2 math warpgroups only).
-# H200: the kernel on 16-bit keys runs ~10% faster (bf16 4014 us against exact fp8 4459 at 4096 x 32768,
-# H 64) and the widening costs ~51 us at 131072 keys: a net gain from a few hundred rows.
-WIDEN_MIN_HEAD_ROWS = 32768
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128
 
@@ -44,12 +37,8 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, *, fp8_mma: Optional[bool] = No
         fn = _fn = op(_KERNEL, q.device)
     if out is None:
         out = torch.empty((q.shape[0], kv.shape[0]), dtype=torch.float32, device=q.device)
-    fp8_mma = bool(FP8_MMA if fp8_mma is None else fp8_mma)
-    wgs = int(MATH_WARPGROUPS if math_warpgroups is None else math_warpgroups)
-    if (q.dtype == torch.float8_e4m3fn and not fp8_mma and wgs != 3
-            and q.shape[0] * q.shape[1] >= WIDEN_MIN_HEAD_ROWS and kv.shape[0] > 0):
-        kv = kv.to(torch.float16)
-    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), fp8_mma, wgs, out)
+    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), bool(FP8_MMA if fp8_mma is None else fp8_mma),
+       int(MATH_WARPGROUPS if math_warpgroups is None else math_warpgroups), out)
     return out
 
 

@@ -125,6 +125,8 @@ def indexer_logits_kernel(
     m_head = m % H
     m_ok = m_row < T
     w = tl.load(w_ptr + m_row * stride_wt + m_head * stride_wh, mask=m_ok, other=0.0)  # [TH] fp32
+    if SIGNS_IN_KV:  # relu(x) w as (x + |x|) (w / 2) below, exactly (2x and w / 2 round as x and w)
+        w = 0.5 * w
     d = tl.arange(0, D)
     q = tl.load(q_ptr + (m_row * stride_qt + m_head * stride_qh)[:, None] + d[None, :],
                 mask=m_ok[:, None], other=0.0)  # [TH, D]
@@ -153,7 +155,10 @@ def indexer_logits_kernel(
             s = tl.load(scale_ptr + n.to(tl.int64) * stride_s, mask=n_ok, other=0.0)
             if not SIGNS_IN_KV:
                 acc = acc * s[:, None]
-        acc = tl.maximum(acc, 0.0) * w[None, :]
+        if SIGNS_IN_KV:  # H200: -2.5% on this path, +37% on the in-loop widening path (as max there)
+            acc = (acc + tl.abs(acc)) * w[None, :]
+        else:
+            acc = tl.maximum(acc, 0.0) * w[None, :]
         score = tl.sum(tl.reshape(acc, (BLOCK_N, BLOCK_T, H)), axis=2)  # [BLOCK_N, BLOCK_T]
         if HAS_SCALE and SIGNS_IN_KV:  # relu(x s) = |s| relu(x sign(s)): the scale after the head sum
             score = score * tl.abs(s)[:, None]

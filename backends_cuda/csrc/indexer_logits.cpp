@@ -30,12 +30,9 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
                   ": `q` must be float8_e4m3fn or bfloat16");
   const bool fp8 = st == ScalarType::Float8_e4m3fn;
   const int64_t t = q.size(0), h = q.size(1), d = q.size(2);
-  // fp8 q may come with fp16 kv: the fp8 keys widened by the caller (exact), so no widening in the loop.
-  const bool kv_f16 = fp8 && kv.scalar_type() == ScalarType::Half;
-  STD_TORCH_CHECK(kv.dim() == 2 && kv.size(1) == d && (kv.scalar_type() == st || kv_f16) && kv.is_cuda() &&
+  STD_TORCH_CHECK(kv.dim() == 2 && kv.size(1) == d && kv.scalar_type() == st && kv.is_cuda() &&
                       kv.get_device_index() == device && unit_last_stride(kv),
-                  kOp, ": `kv` must be a [N, D] tensor of q's dtype (or float16 for float8 q) and device with "
-                  "unit last stride");
+                  kOp, ": `kv` must be a [N, D] tensor of q's dtype and device with unit last stride");
   const int64_t n = kv.size(0);
   if (fp8) {
     STD_TORCH_CHECK(kv_scale.has_value() && kv_scale->dim() == 1 && kv_scale->size(0) == n &&
@@ -78,7 +75,6 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
   p.out_row_stride = out.stride(0);
   p.dtype = fp8 ? dsa_cuda::IndexerDtype::kFp8E4m3 : dsa_cuda::IndexerDtype::kBf16;
   p.fp8_mma = fp8_mma;
-  p.kv_f16 = kv_f16;
   p.clean = clean;
   p.math_warpgroups = static_cast<int32_t>(math_warpgroups);
   if (t == 0 || n == 0) {

@@ -43,14 +43,10 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
     return "the CUDA indexer kernel takes fewer than 2^31 - 256 keys";
   }
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
-  const int64_t kv_elem = p.kv_f16 ? 2 : elem;
-  if (p.kv_f16 && (p.dtype != IndexerDtype::kFp8E4m3 || p.fp8_mma || p.math_warpgroups == 3)) {
-    return "fp16 keys (fp8 keys widened) go with fp8 q, fp16 MMAs and 2 math warpgroups";
-  }
   if (!is_aligned16(p.q) || (p.q_row_stride * elem) % 16 != 0 || (p.q_head_stride * elem) % 16 != 0) {
     return "the CUDA indexer kernel needs q's data and row/head strides 16-byte aligned";
   }
-  if (!is_aligned16(p.kv) || (p.kv_row_stride * kv_elem) % 16 != 0) {
+  if (!is_aligned16(p.kv) || (p.kv_row_stride * elem) % 16 != 0) {
     return "the CUDA indexer kernel needs kv's data and row stride 16-byte aligned";
   }
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
@@ -98,7 +94,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.rows = p.rows;
   a.q_row_stride = p.q_row_stride * elem;
   a.q_head_stride = p.q_head_stride * elem;
-  a.kv_row_stride = p.kv_row_stride * (p.kv_f16 ? 2 : elem);
+  a.kv_row_stride = p.kv_row_stride * elem;
   a.kv_scale_stride = p.kv_scale_stride;
   a.w_row_stride = p.weights_row_stride;
   a.w_head_stride = p.weights_head_stride;
@@ -116,9 +112,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
 
   if (p.dtype == IndexerDtype::kBf16) {
     return launch_variant<k::kBf16>(a, p.heads, wgs, grid, stream);
-  }
-  if (p.kv_f16) {  // 2 math warpgroups only (checked above)
-    return p.heads == 64 ? launch<k::kFp8F16Kv, 64, 2>(a, grid, stream) : launch<k::kFp8F16Kv, 32, 2>(a, grid, stream);
   }
   return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, wgs, grid, stream)
                    : launch_variant<k::kFp8AsF16>(a, p.heads, wgs, grid, stream);

@@ -43,9 +43,6 @@ struct IndexerLogitsParams {
   // with ~14 mantissa bits, so scores miss the 1e-5-of-row-norm contract). false: widen e4m3 to fp16
   // in registers (exact) and use the fp16 tensor cores with fp32 accumulation.
   bool fp8_mma;
-  // fp8 only, with fp8_mma false: kv holds fp16 values (the fp8 keys widened by the caller, exactly),
-  // kv_row_stride in fp16 elements; scores are bitwise those of the fp8 kv.
-  bool kv_f16 = false;
   bool clean;  // write -inf outside the windows
   // Math warpgroups per CTA: 2 or 3 (0: the default, 2). Each takes 64 keys of every pipeline stage.
   int32_t math_warpgroups;

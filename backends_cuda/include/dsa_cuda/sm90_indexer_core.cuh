@@ -36,9 +36,7 @@
 namespace dsa_cuda {
 namespace sm90_indexer {
 
-// kFp8F16Kv: fp8 q, kv widened to fp16 by the caller (16-bit rows in the stages, no widening in the
-// loop); the same A fragments, Q tile and fp16 MMAs as kFp8AsF16, so bitwise the same scores.
-enum Mode : int { kFp8AsF16 = 0, kBf16 = 1, kFp8Mma = 2, kFp8F16Kv = 3 };
+enum Mode : int { kFp8AsF16 = 0, kBf16 = 1, kFp8Mma = 2 };
 
 constexpr int kWgKeys = 64;     // MMA M per warpgroup
 constexpr int kDim = 128;       // head dim D
@@ -47,12 +45,11 @@ constexpr int kMathBarrier = 1;  // named barrier of the math threads
 // Operand sizes of a mode.
 template <int kMode>
 struct ModeTraits {
-  static constexpr bool kKv16 = kMode == kBf16 || kMode == kFp8F16Kv;  // 16-bit key values in memory
-  static constexpr int kKvRowBytes = kKv16 ? 2 * kDim : kDim;  // bytes of a key row in a stage
+  static constexpr int kKvRowBytes = kMode == kBf16 ? 2 * kDim : kDim;  // bytes of a key row in a stage
   static constexpr int kKvChunks = kKvRowBytes / 16;
   static constexpr int kQRowBytes = kMode == kFp8Mma ? kDim : 2 * kDim;  // operand bytes per Q row
   static constexpr int kSteps = kMode == kFp8Mma ? kDim / 32 : kDim / 16;  // MMA k-steps over D
-  static constexpr int kRowWords = kKv16 ? 16 : 8;  // u32 of a key row one thread reads
+  static constexpr int kRowWords = kMode == kBf16 ? 16 : 8;  // u32 of a key row one thread reads
 };
 
 #if DSA_SM90_INDEXER_DEVICE
@@ -310,7 +307,7 @@ __device__ __forceinline__ void stage_q_row(bool valid, const uint8_t* src_row, 
     }
   }
   // Each output u32 goes to logical K byte 32 s + 16 sub + 4 c, c = the A-fragment lane column.
-  if constexpr (kMode == kFp8AsF16 || kMode == kFp8F16Kv) {
+  if constexpr (kMode == kFp8AsF16) {
 #pragma unroll
     for (int k = 0; k < 16; ++k) {  // word k: physical d = 64 half + 4 k = 32 c + 4 s + j
       const int c = 2 * half + k / 8, s = k % 8;

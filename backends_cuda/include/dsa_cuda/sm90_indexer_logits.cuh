@@ -20,9 +20,8 @@
 //   written -inf directly when `clean`.
 //
 // Operand modes: kFp8AsF16 (default for fp8: e4m3 widened to fp16 exactly, fp16 MMA with fp32
-// accumulation, meets the 1e-5 contract), kFp8F16Kv (the same with kv widened to fp16 once by the
-// caller: no widening in the loop, same scores bit for bit), kFp8Mma (e4m3 MMA: 2x the rate, ~14-bit
-// accumulation inside the tensor core), kBf16.
+// accumulation, meets the 1e-5 contract), kFp8Mma (e4m3 MMA: 2x the rate, ~14-bit accumulation inside
+// the tensor core), kBf16.
 //
 // The scoring core (A fragments, MMA, head reduction) is sm90_indexer_core.cuh, shared with
 // paged_indexer_logits so both compute scores with the same arithmetic.
@@ -53,7 +52,7 @@ struct Cfg {
   static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;
   static constexpr int kKvChunks = ModeTraits<kMode>::kKvChunks;
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
-  static constexpr int kStages = ModeTraits<kMode>::kKv16 ? (kWgs == 2 ? 4 : 3) : 6;
+  static constexpr int kStages = kMode == kBf16 ? (kWgs == 2 ? 4 : 3) : 6;
   static constexpr int kQRowBytes = ModeTraits<kMode>::kQRowBytes;  // operand bytes per Q row
   static constexpr int kQBytes = kN * kQRowBytes;
   // 3 warpgroups + the producer warp get 128 registers a thread: the item's head weights and row
