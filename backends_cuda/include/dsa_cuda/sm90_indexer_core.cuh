@@ -388,9 +388,7 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&
 
 // relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r], kh = 0 for
 // key g, 1 for key g + 8; kRows = kN / kHeads.
-// relu(x) is taken as (x + |x|) / 2 (an add with an abs operand; max issues at half rate on SM90), the
-// 1/2 folded into the key scale: 2x and x/2 are exact, so the sums round as with max. kSigned: some key
-// scale is negative, so relu(x * s) = s * min(x, 0) = (s / 2) * (x - |x|) there.
+// kSigned: some key scale is negative, so relu(x * s) = s * min(x, 0) there (not s * max(x, 0)).
 // kWSmem: the weights are read from shared memory at w_smem, 4 at a time as they are used
 // (128-register variant); otherwise from `w` (w[2 i + e]: column 8 i + 2 c + e).
 template <int kHeads, int kN, bool kSigned, bool kWSmem>
@@ -407,8 +405,6 @@ __device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float 
     }
   }
   float ws[4];
-  const float g0 = kSigned && s0 < 0.f ? -1.f : 1.f;
-  const float g1 = kSigned && s1 < 0.f ? -1.f : 1.f;
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
     const int r = (8 * i) / kHeads;
@@ -427,12 +423,12 @@ __device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float 
       const float x0 = d[4 * i + e];
       const float x1 = d[4 * i + 2 + e];
       float v0, v1;
-      if constexpr (kSigned) {  // x -+ |x|: exact
-        v0 = fmaf(g0, fabsf(x0), x0);
-        v1 = fmaf(g1, fabsf(x1), x1);
+      if constexpr (kSigned) {
+        v0 = s0 < 0.f ? fminf(x0, 0.f) : fmaxf(x0, 0.f);
+        v1 = s1 < 0.f ? fminf(x1, 0.f) : fmaxf(x1, 0.f);
       } else {
-        v0 = x0 + fabsf(x0);
-        v1 = x1 + fabsf(x1);
+        v0 = fmaxf(x0, 0.f);
+        v1 = fmaxf(x1, 0.f);
       }
       part[0][r][e] = fmaf(wt, v0, part[0][r][e]);
       part[1][r][e] = fmaf(wt, v1, part[1][r][e]);
@@ -440,8 +436,8 @@ __device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float 
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    v[r] = (part[0][r][0] + part[0][r][1]) * (0.5f * s0);
-    v[kRows + r] = (part[1][r][0] + part[1][r][1]) * (0.5f * s1);
+    v[r] = (part[0][r][0] + part[0][r][1]) * s0;
+    v[kRows + r] = (part[1][r][0] + part[1][r][1]) * s1;
   }
 }
 
