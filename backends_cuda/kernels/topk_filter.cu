@@ -519,7 +519,8 @@ constexpr int kSampleRun = 16;
 template <typename T>
 __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
-                                                     SelectShared& sh, bool wide, bool& promising, bool& single) {
+                                                     SelectShared& sh, bool wide, bool& promising, bool& single,
+                                                     uint32_t pf_begin, uint32_t pf_bytes) {
   const int S = sample_count(n);
   const int log2_runs = 31 - __clz(S / kSampleRun);
   uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
@@ -544,6 +545,13 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
         v_lo = min(v_lo, v[u]);
         v_hi = max(v_hi, v[u]);
       }
+    }
+  }
+  {  // the head of this CTA's part into L2 while the samples are selected (in bounds: pf_begin +
+     // pf_bytes is at most the window's end)
+    const char* pf = reinterpret_cast<const char*>(row + lo + pf_begin);
+    for (uint32_t off = threadIdx.x * 128u; off < pf_bytes; off += kThreads * 128u) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(pf + off));
     }
   }
   range_add(v_lo, v_hi, cnt);
@@ -1043,8 +1051,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       bool promising = true;
       bool single = false;
       const T* row_a = static_cast<const T*>(a.scores) + r * a.row_stride;  // (row_of(), written out: fewer spills)
+      // This CTA's part of the window (as in the filter pass below), for the prefetch.
+      const uint32_t pf_part = ((n + csize - 1) / csize + 15u) & ~15u;
+      const uint32_t pf_begin = min(pf_part * rank, n);
+      const uint32_t pf_bytes =
+          wide ? 0u : min(min(pf_part, n - pf_begin) * uint32_t(sizeof(T)), uint32_t(a.prefetch_bytes));
       uint32_t E = fits ? 0u
-                        : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single);
+                        : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
+                                           pf_begin, pf_bytes);
       range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
       __syncthreads();  // the samples are dead
       // Uniform over the row's CTAs (same samples, same decisions).
@@ -1264,6 +1278,7 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   }
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;
+  a.prefetch_bytes = h::filter_prefetch_bytes(p.rows, cluster, sms);
 
   // Rows on the flat grid.x, `cluster` CTAs each.
   return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)),

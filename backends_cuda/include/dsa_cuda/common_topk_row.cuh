@@ -56,6 +56,9 @@ struct KernelArgs {
   int32_t cluster;
   // Rows read from device memory (one CTA per row) first try the sampled-threshold filter.
   int32_t sample;
+  // Filter kernel: bytes of the head of its part of the window a CTA asks L2 for while it selects
+  // the samples (0: none).
+  int32_t prefetch_bytes;
 };
 
 // Where one row's results go, with the mapping of its mode.

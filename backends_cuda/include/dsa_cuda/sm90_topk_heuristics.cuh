@@ -71,6 +71,15 @@ inline bool filter_sampling() {
   return true;
 }
 
+// Bytes of the head of its part a filter CTA asks L2 for during its sample select (shared-memory work,
+// while its row's DRAM traffic would pause): 64 KB, about what DRAM gives each of 264 CTAs in ~4 us, when
+// there are more rows than the two CTAs an SM runs at once, so that CTAs drift apart and one's
+// prefetch overlaps other CTAs' selects. H200 (ninth session, 64 KB for every row): 16384x65536
+// -5.6%, 4096x32768 -1.5%; but 256x131072, all rows in step, +6% and 20x134868 (clusters) +2.5%.
+inline int32_t filter_prefetch_bytes(int64_t rows, int cluster, int sms) {
+  return cluster == 1 && rows > 2 * int64_t(sms) ? 64 * 1024 : 0;
+}
+
 // Whether a row too long for shared memory (one CTA per row) first tries the sampled-threshold
 // filter: one read of the row when it works, one extra read when it does not (ties, plateaus).
 // DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to reach the plain stream path).
