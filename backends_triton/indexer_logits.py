@@ -8,7 +8,8 @@ Design (q stationary, keys streamed; the head reduction stays inside each warp):
   software pipeline and, per tile, computes ONE tensor-core dot
       acc[BLOCK_N, BLOCK_T*H] = kv_tile @ q_tile^T          (fp8 or bf16 operands, fp32 accumulate)
   with keys as the M dimension and (rows, heads) as the N dimension. The epilogue scales each key row
-  by kv_scale, applies relu, multiplies by the per-(row, head) weight, and reduces over heads with a
+  by kv_scale (after the head sum on the widened path below), applies relu (as (x + |x|) / 2 there),
+  multiplies by the per-(row, head) weight, and reduces over heads with a
   reshape to [BLOCK_N, BLOCK_T, H] + sum: on the MMA accumulator layout the N dimension lives inside a
   thread and across the 4 lanes of a quad, so the head sum needs no shared-memory round trip (the
   transposed layout, (rows*heads) as M, would reduce across warps).
@@ -56,10 +57,10 @@ _CONFIGS_16BIT = {
     128: (2, 64, 8, 3),
 }
 _CONFIGS_16BIT_SM90 = {32: (8, 128, 8, 3), 64: (4, 128, 8, 3)}
-# Exact fp8 widens kv to fp16 once (widen_kv: N * D bytes read, twice that written) when the call has at
-# least this many (row, head) pairs; below it each program widens its key tiles in registers, which
-# costs ~20% of the MMA time a row tile (H200, 4096 x 32768, H 64: 5170 us in the loop, 4445 us widened
-# once, same config). At H 64 the threshold is 128 rows, past the break-even near 64.
+# Exact fp8 widens kv to fp16 once (widen_kv: 6.8 us at 32768 keys, 15.1 us at 131072 on the H200) when the
+# call has at least this many (row, head) pairs; below it each program widens its key tiles in registers,
+# ~25% slower a row (H200, 4096 x 131072, H 64: 20806 us in the loop, 15523 widened once, ~1.3 us a row).
+# At full rate that breaks even near 12 rows at H 64; the threshold (128 rows) leaves room for small grids.
 WIDEN_MIN_HEAD_ROWS = 8192
 # (BLOCK_T, BLOCK_N, num_warps, num_stages) for every head count when set: for benchmark sweeps.
 CONFIG_OVERRIDE: Optional[tuple[int, int, int, int]] = None
@@ -67,7 +68,8 @@ CONFIG_OVERRIDE: Optional[tuple[int, int, int, int]] = None
 # fp8 operands: FP8_MMA=True feeds them to the fp8 tensor cores (2x the fp16 rate), whose accumulation
 # inside an MMA keeps only about 14 mantissa bits on Hopper (DeepGEMM's finding): errors near 1e-4 of
 # the largest product, which can exceed the contract's 1e-5 of the row norm on short windows.
-# FP8_MMA=False (default) widens fp8 to fp16 in registers (exact) and uses fp16 MMAs with true fp32
+# FP8_MMA=False (default) widens fp8 to fp16 (exact; in registers, or once before the kernel: see
+# WIDEN_MIN_HEAD_ROWS) and uses fp16 MMAs with true fp32
 # accumulation. Set this module's FP8_MMA = True to flip the default; launch(..., fp8_mma=) chooses
 # per call. (Module attributes, not environment variables: one switch, DSA_OPS_BACKEND, is enough.)
 FP8_MMA = False

@@ -18,6 +18,7 @@ import dsa_ops  # noqa: F401
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from bench_indexer_logits import _inputs  # noqa: E402
 from dsa_ops.backends.triton import indexer_logits as il  # noqa: E402
 from harness import Timer, matmul_tflops  # noqa: E402
 
@@ -27,14 +28,7 @@ WIDE_CONFIGS = {64: [(4, 128, 8, 3), (4, 64, 8, 3)], 32: [(8, 64, 8, 3), (8, 128
 
 
 def inputs(t, n, h, dtype):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(t, h, D, device="cuda", generator=g).to(dtype)
-    kv = torch.randn(n, D, device="cuda", generator=g).to(dtype)
-    s = (torch.rand(n, device="cuda", generator=g) + 0.5) if dtype == FP8 else None
-    w = torch.randn(t, h, device="cuda", generator=g)
-    ks = torch.zeros(t, dtype=torch.int32, device="cuda")
-    ke = torch.full((t,), n, dtype=torch.int32, device="cuda")
-    return q, kv, s, w, ks, ke
+    return _inputs(t, n, h, dtype, "full")  # the benchmark's inputs: full windows
 
 
 def probe_shape(timer, fp8_ceil, t, n, h):
