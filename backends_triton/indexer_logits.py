@@ -201,18 +201,20 @@ def widen_kv(kv, kv_scale, wrap=None):
 
 
 @functools.lru_cache(maxsize=None)
-def _is_sm90(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] == 9
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: Optional[int]) -> int:
+def _device_info(index: Optional[int]) -> tuple[int, int]:
+    """(SMs, compute capability major) of CUDA device `index`; (132, 9) when no device answers (it then
+    only shapes a grid)."""
     try:
         if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(index if index is not None else 0).multi_processor_count
+            p = torch.cuda.get_device_properties(index if index is not None else 0)
+            return p.multi_processor_count, p.major
     except Exception:  # noqa: BLE001  (no device: only the grid shape is affected)
         pass
-    return 132
+    return 132, 9
+
+
+def _sm_count(index: Optional[int]) -> int:
+    return _device_info(index)[0]
 
 
 def config(h: int, sixteen_bit: bool = False, sm90: bool = False) -> tuple[int, int, int, int]:
@@ -250,11 +252,11 @@ def launch(q, kv, kv_scale, weights, ks, ke, clean, *, out=None, wrap=None, fp8_
     widened = f16_mma and has_scale and t * h >= WIDEN_MIN_HEAD_ROWS
     if widened:  # a temporary of N * D * 2 bytes
         kv = widen_kv(kv, kv_scale, wrap)
-    sm90 = q.device.type == "cuda" and _is_sm90(q.device.index if q.device.index is not None else 0)
-    bt, bn, nw, ns = config(h, sixteen_bit=widened or q.dtype == torch.bfloat16, sm90=sm90)
+    sms, major = _device_info(q.device.index) if q.device.type == "cuda" else (132, 0)
+    bt, bn, nw, ns = config(h, sixteen_bit=widened or q.dtype == torch.bfloat16, sm90=major == 9)
     row_tiles = triton.cdiv(t, bt)
     key_tiles = triton.cdiv(n, bn)
-    splits = split_count(row_tiles, key_tiles, _sm_count(q.device.index) if q.device.type == "cuda" else 132)
+    splits = split_count(row_tiles, key_tiles, sms)
     per_split = triton.cdiv(key_tiles, splits)
     splits = triton.cdiv(key_tiles, per_split)
     kernel = indexer_logits_kernel if wrap is None else wrap(indexer_logits_kernel)

@@ -27,13 +27,9 @@ D = 128
 WIDE_CONFIGS = {64: [(4, 128, 8, 3), (4, 64, 8, 3)], 32: [(8, 64, 8, 3), (8, 128, 8, 3)]}
 
 
-def inputs(t, n, h, dtype):
-    return _inputs(t, n, h, dtype, "full")  # the benchmark's inputs: full windows
-
-
 def probe_shape(timer, fp8_ceil, t, n, h):
     flops = 2 * h * D * t * n
-    args = inputs(t, n, h, FP8)
+    args = _inputs(t, n, h, FP8, "full")  # the benchmark's inputs
     ref = il.launch(*args, True, fp8_mma=False)
 
     def row(label, fn, ref=ref):
@@ -59,7 +55,7 @@ def probe_shape(timer, fp8_ceil, t, n, h):
         row(f"widened once, cfg {cfg}", lambda: il.launch(*args, True, fp8_mma=False))
     il.CONFIG_OVERRIDE = None
     if h == 64:
-        bargs = inputs(t, n, h, torch.bfloat16)
+        bargs = _inputs(t, n, h, torch.bfloat16, "full")
         bref = il.launch(*bargs, True)
         for cfg in (il.config(h, True, True), il.config(h)):
             il.CONFIG_OVERRIDE = cfg

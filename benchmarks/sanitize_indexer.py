@@ -18,38 +18,39 @@ from harness import score_error
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)
 failed = []
+
+
+def inputs(h, dtype, signed_scales=False):
+    t, n, d = 37, 1000, 128  # neither a multiple of the row block nor of the key tile
+    q = (torch.randn(t, h, d, device="cuda", generator=g) * 2).to(dtype)
+    kv = (torch.randn(n, d, device="cuda", generator=g) * 2).to(dtype)
+    s = (torch.rand(n, device="cuda", generator=g) + 0.25) if dtype == FP8 else None
+    if s is not None and signed_scales:  # both signs and zeros
+        s = s * (torch.arange(n, device="cuda") % 3 - 1)
+    w = torch.randn(t, h, device="cuda", generator=g)
+    ks = torch.randint(-100, n, (t,), device="cuda", generator=g, dtype=torch.int32)
+    ke = ks + torch.randint(-10, n, (t,), device="cuda", generator=g, dtype=torch.int32)
+    return q, kv, s, w, ks, ke
+
+
 for h, wg in ((64, 2), (32, 2), (64, 3), (32, 3)):
     for dtype, fp8_mma in ((FP8, False), (FP8, True), (torch.bfloat16, False)):
-        t, n, d = 37, 1000, 128  # neither a multiple of the row block nor of the key tile
-        q = (torch.randn(t, h, d, device="cuda", generator=g) * 2).to(dtype)
-        kv = (torch.randn(n, d, device="cuda", generator=g) * 2).to(dtype)
-        s = (torch.rand(n, device="cuda", generator=g) + 0.25) if dtype == FP8 else None
-        w = torch.randn(t, h, device="cuda", generator=g)
-        ks = torch.randint(-100, n, (t,), device="cuda", generator=g, dtype=torch.int32)
-        ke = ks + torch.randint(-10, n, (t,), device="cuda", generator=g, dtype=torch.int32)
-        ks[0], ke[0] = 0, n
+        args = inputs(h, dtype)
+        q, kv, _, _, ks, ke = args
+        ks[0], ke[0] = 0, kv.shape[0]
         ks[1], ke[1] = 5, 5
-        out = torch.full((t, n), 12345.0, device="cuda")
-        pi.run(q, kv, s, w, ks, ke, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
-        ref = reference(q, kv, s, w, ks, ke, True)
-        score_error(f"H{h} W{wg} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}", out, ref, fp8_mma, failed)
+        out = torch.full((q.shape[0], kv.shape[0]), 12345.0, device="cuda")
+        pi.run(*args, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
+        score_error(f"H{h} W{wg} {str(dtype).split('.')[-1]} fp8_mma={fp8_mma}", out, reference(*args, True),
+                    fp8_mma, failed)
 for h in (64, 32):
     for dtype, widen_from in ((FP8, 1 << 62), (FP8, 0), (torch.bfloat16, 0)):
-        t, n, d = 37, 1000, 128
-        q = (torch.randn(t, h, d, device="cuda", generator=g) * 2).to(dtype)
-        kv = (torch.randn(n, d, device="cuda", generator=g) * 2).to(dtype)
-        s = None
-        if dtype == FP8:  # both signs and zeros
-            s = (torch.rand(n, device="cuda", generator=g) + 0.25) * (torch.arange(n, device="cuda") % 3 - 1)
-        w = torch.randn(t, h, device="cuda", generator=g)
-        ks = torch.randint(-100, n, (t,), device="cuda", generator=g, dtype=torch.int32)
-        ke = ks + torch.randint(-10, n, (t,), device="cuda", generator=g, dtype=torch.int32)
-        out = torch.full((t, n), 12345.0, device="cuda")
+        args = inputs(h, dtype, signed_scales=True)
+        out = torch.full((args[0].shape[0], args[1].shape[0]), 12345.0, device="cuda")
         il.WIDEN_MIN_HEAD_ROWS = widen_from
-        il.launch(q, kv, s, w, ks, ke, True, out=out)
-        ref = reference(q, kv, s, w, ks, ke, True)
+        il.launch(*args, True, out=out)
         label = "widened once" if widen_from == 0 and dtype == FP8 else "in the loop"
-        score_error(f"triton H{h} {str(dtype).split('.')[-1]} {label}", out, ref, False, failed)
+        score_error(f"triton H{h} {str(dtype).split('.')[-1]} {label}", out, reference(*args, True), False, failed)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)
