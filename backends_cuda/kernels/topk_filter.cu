@@ -390,8 +390,8 @@ struct TieColumnList {
 // all; cnt.lo / cnt.hi: the cluster's range; rank 0's cnt.out and cnt.nbin zeroed before the first
 // cluster barrier after the filter pass). Each CTA writes its own; output positions and the small
 // threshold bin's entries go to rank 0, which ranks the bin. `merged`: 2048 words for the summed
-// histograms. Every CTA of the cluster calls it.
-__device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols, int m, uint32_t r,
+// histograms. Every CTA of the cluster calls it. The keys are overwritten (the writes stage columns there).
+__device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh, int one_value_shift, uint32_t valid = 0u,
                                        uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0) {
@@ -420,10 +420,15 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
     }
     cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh, merged, csize);
   }
-  // Flags first (candidate i = it * kThreads + thread: at most kCapacity / kThreads per thread), then
-  // one reservation of output positions per thread and the writes.
-  static_assert(kCapacity / kThreads <= 32, "take flags fit a word");
-  uint32_t take_bits = 0u;
+  // Each warp compacts the columns it takes into its own slots of `keys` (read already: warp w owns
+  // keys[it * kThreads + 32 w + lane], and its j-th taken entry goes to the slot of row j / 32, lane
+  // j % 32, never past the rows it has read), reserves its output positions with one atomic, and
+  // writes them in converged, coalesced steps (a loop over each lane's own entries ran the warp's
+  // steps about half full and scattered its stores).
+  static_assert(kCapacity % kThreads == 0, "a warp's slots hold every entry it can take");
+  const uint32_t lane = threadIdx.x & 31u;
+  uint32_t* staged = keys + (threadIdx.x & ~31u);  // entry j at staged[(j / 32) * kThreads + j % 32]
+  uint32_t n_taken = 0u;  // (warp-uniform)
   for (int it = 0; it * kThreads < m; ++it) {
     const int i = it * kThreads + int(threadIdx.x);
     bool take = false;
@@ -451,26 +456,31 @@ __device__ __forceinline__ void finish(const uint32_t* keys, const int32_t* cols
         cnt.bin_col[p] = col;
       }
     }
-    take_bits |= uint32_t(take) << it;
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, take);  // (every lane has read its key)
+    if (take) {
+      const uint32_t j = n_taken + uint32_t(__popc(ballot & lanemask_lt()));
+      staged[(j >> 5) * kThreads + (j & 31u)] = uint32_t(cols[i]);
+    }
+    n_taken += uint32_t(__popc(ballot));
   }
-  uint32_t pos = reserve(uint32_t(__popc(take_bits)), &cnt.out, cluster ? 0 : -1);
-  while (take_bits != 0u) {  // two outputs a step: their page-table lookups overlap
-    const int it0 = __ffs(take_bits) - 1;
-    take_bits &= take_bits - 1u;
-    const bool two = take_bits != 0u;
-    const int it1 = two ? __ffs(take_bits) - 1 : it0;
-    take_bits &= take_bits - 1u;
-    const int32_t rel0 = int32_t(int64_t(cols[it0 * kThreads + int(threadIdx.x)]) - o.start);
-    const int32_t rel1 = int32_t(int64_t(cols[it1 * kThreads + int(threadIdx.x)]) - o.start);
+  uint32_t pos = 0u;
+  if (lane == 0u && n_taken != 0u) {
+    pos = cluster ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : atomicAdd(&cnt.out, n_taken);
+  }
+  pos = __shfl_sync(0xFFFFFFFFu, pos, 0);
+  __syncwarp();  // the staged columns are visible to the whole warp
+  for (uint32_t j = lane; j < n_taken; j += 64u) {  // two outputs a step: their page-table lookups overlap
+    const bool two = j + 32u < n_taken;
+    const int32_t rel0 = int32_t(int64_t(int32_t(staged[(j >> 5) * kThreads + lane])) - o.start);
+    const int32_t rel1 = two ? int32_t(int64_t(int32_t(staged[((j >> 5) + 1u) * kThreads + lane])) - o.start) : rel0;
     const int32_t v0 = o.map(rel0);
     const int32_t v1 = o.map(rel1);
-    if (pos < k) {  // always: exactly r entries are taken
-      o.put_mapped(pos, rel0, v0);
+    if (pos + j < k) {  // always: exactly r entries are taken
+      o.put_mapped(pos + j, rel0, v0);
     }
-    if (two && pos + 1 < k) {
-      o.put_mapped(pos + 1, rel1, v1);
+    if (two && pos + j + 32u < k) {
+      o.put_mapped(pos + j + 32u, rel1, v1);
     }
-    pos += two ? 2u : 1u;
   }
   if (cluster) {
     radix::cluster_sync();  // every CTA's positions and bin entries are in rank 0; no remote access after
@@ -996,6 +1006,18 @@ constexpr bool kLateSplitRowOut = true;
 constexpr bool kLateSplitRowOut = false;
 #endif
 
+// The keys [begin, end) of a window of n that CTA `rank` of a split row's cluster of csize filters:
+// n / csize rounded up to 16 keys each, the last parts shorter or empty (csize 1: the whole window).
+struct Part {
+  uint32_t begin;
+  uint32_t end;
+};
+__device__ __forceinline__ Part part_of(uint32_t n, uint32_t csize, uint32_t rank) {
+  const uint32_t len = ((n + csize - 1u) / csize + 15u) & ~15u;  // (n < 2^31, csize <= 8: no wrap)
+  const uint32_t begin = min(len * rank, n);
+  return {begin, min(begin + len, n)};
+}
+
 // One row: one CTA of its cluster (kSplit), or the whole row.
 template <typename T, bool kSplit>
 __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
@@ -1051,14 +1073,12 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       bool promising = true;
       bool single = false;
       const T* row_a = static_cast<const T*>(a.scores) + r * a.row_stride;  // (row_of(), written out: fewer spills)
-      // This CTA's part of the window (as in the filter pass below), for the prefetch.
-      const uint32_t pf_part = ((n + csize - 1) / csize + 15u) & ~15u;
-      const uint32_t pf_begin = min(pf_part * rank, n);
+      const Part pf = part_of(n, csize, rank);  // (the filter pass's part, for the prefetch)
       const uint32_t pf_bytes =
-          wide ? 0u : min(min(pf_part, n - pf_begin) * uint32_t(sizeof(T)), uint32_t(a.prefetch_bytes));
+          wide ? 0u : min(pf.end - pf.begin, uint32_t(a.prefetch_bytes) / uint32_t(sizeof(T))) * uint32_t(sizeof(T));
       uint32_t E = fits ? 0u
                         : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
-                                           pf_begin, pf_bytes);
+                                           pf.begin, pf_bytes);
       range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
       __syncthreads();  // the samples are dead
       // Uniform over the row's CTAs (same samples, same decisions).
@@ -1074,12 +1094,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
         trace("threshold");
         {
-          // This CTA's part of the window.
-          const int64_t part = ((int64_t(n) + csize - 1) / csize + 15) & ~int64_t{15};
-          const int64_t p_lo = w.lo + part * rank < w.hi ? w.lo + part * rank : w.hi;
-          const int64_t p_hi = p_lo + part < w.hi ? p_lo + part : w.hi;
+          const Part p = part_of(n, csize, rank);  // (recomputed: live across the sample select, it spills)
           GlobalSrc<T> g;
-          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, p_lo, p_hi);
+          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, w.lo + p.begin, w.lo + p.end);
           filter_pass(g, stage, E, keys, cols, cnt);
         }
         __syncthreads();  // the candidates and their count are complete
