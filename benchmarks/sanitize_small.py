@@ -4,7 +4,7 @@ import dsa_ops
 import torch
 from dsa_ops import registry
 from dsa_ops.ops._common import map_through_page_table, window_topk
-from dsa_ops.testing import filter_sample_positions
+from dsa_ops.testing import filter_retry_rows
 
 dev = "cuda"
 g = torch.Generator(device=dev).manual_seed(0)
@@ -63,17 +63,9 @@ for dtype in (torch.float32, torch.bfloat16):
         got_any = dsa_ops.topk(s, 2048, lengths=lengths)
     assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", dtype)
     ran.append(f"topk[cuda] 300x12000 {dtype}")
-# The filter kernel's second sampled attempt: rows whose sampled runs (70000 keys: 2048 samples, runs of 16
-# every 546 keys) overstate the top (tests/test_gpu_topk.py::test_sample_misses_then_retry); row 0 is finished
-# by the retry, row 1 by the exact fallback after it.
-at = filter_sample_positions(70000, 2048)
-s = torch.rand(2, 70000, generator=torch.Generator().manual_seed(11)) * 0.9
-free = torch.ones(70000, dtype=torch.bool)
-free[at] = False
-s[0, free.nonzero().flatten()[:2500]] = 1.0 + 0.01 * torch.rand(2500)
-s[0, at[::20]] = 3.0 + torch.rand(len(at[::20]))
-s[1, at] = 3.0 + torch.rand(2048)
-s = s.to(dev)
+# The filter kernel's second sampled attempt (dsa_ops.testing.filter_retry_rows): row 0 is finished by
+# the retry, row 1 by the exact fallback after it.
+s = filter_retry_rows().to(dev)
 with registry.use_backend("cuda"):
     got_any = dsa_ops.topk(s, 2048)
 assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048))), "sampled retry"

@@ -82,3 +82,24 @@ def filter_sample_positions(n: int, samples: int, run: int = FILTER_SAMPLE_RUN) 
     assert runs > 0 and runs & (runs - 1) == 0 and samples % run == 0, (samples, run)
     i = torch.arange(samples)
     return (i // run) * ((n - run) // runs) + i % run
+
+
+def filter_retry_rows(width: int = 70000, samples: int = 2048, seed: int = 11) -> torch.Tensor:
+    """Two float32 rows (CPU) on which the CUDA filter kernel's first sampled threshold misses, because
+    its sampled runs (filter_sample_positions) overstate the top of the row. Row 0: 100 samples are
+    high (3.x) and the rest of the row low ([0, 0.9)) but for 2500 unsampled keys near 1.0, so the first
+    aim leaves about 100 candidates, fewer than k (1500 or 2048), and the wider second attempt reaches
+    the low samples and takes the keys near 1.0 too. Row 1: every sampled key is high, so both attempts
+    miss and the exact fallback finishes the row. (tests/test_topk_filter_model.py checks this on the
+    kernel's model; the GPU tests and benchmarks/sanitize_small.py run the kernel on them.)"""
+    at = filter_sample_positions(width, samples)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(2, width, generator=g) * 0.9
+    sampled = torch.zeros(width, dtype=torch.bool)
+    sampled[at] = True
+    free = (~sampled).nonzero().flatten()
+    near_one = free[torch.randperm(len(free), generator=g)[:2500]]
+    x[0, near_one] = 1.0 + 0.01 * torch.rand(2500, generator=g)
+    x[0, at[torch.randperm(samples, generator=g)[:100]]] = 3.0 + torch.rand(100, generator=g)
+    x[1, at] = 3.0 + torch.rand(samples, generator=g)
+    return x

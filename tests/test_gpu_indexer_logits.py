@@ -206,21 +206,25 @@ def test_indexer_logits_strided_and_poisoned(backend, wg, dtype, h):
 @pytest.mark.parametrize("backend,wg", VARIANTS, ids=lambda v: str(v))
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_negative_scales(backend, wg, h):
-    """kv_scale of both signs (and zero): relu applies to dot * scale, so a negative scale keeps the
-    negative dots."""
+    """kv_scale of both signs (and +0.0, -0.0): relu applies to dot * scale, so a negative scale keeps the
+    negative dots. (Triton: 500 x 64 (row, head) pairs take its widened-kv path; test_triton_fp8_paths
+    forces each path.)"""
     q, kv, s, w, ks, ke = _dense(500, 3000, h, FP8, "hostile", seed=9)
     s = s * torch.where(torch.arange(3000, device="cuda") % 3 == 0, -1.0, 1.0)
     s[7::50] = 0.0
+    s[5::50] = -0.0
     out = torch.full((500, 3000), POISON, device="cuda")
     _direct(backend, wg)(q, kv, s, w, ks, ke, True, out=out)
     _check(out, ref_dense(q, kv, s, w, ks, ke, True))
 
 
+@pytest.mark.parametrize("widen", [True, False], ids=["widened", "in-loop"])
 @pytest.mark.parametrize("h", [64, 32])
-def test_triton_widened_kv(h):
-    """The Triton provider's exact fp8 path with kv widened to fp16 once before the kernel (taken from
-    WIDEN_MIN_HEAD_ROWS up; |scale| after the head sum, signs folded into kv), forced on a small shape:
-    hostile windows, scales of both signs, +0.0 and -0.0."""
+def test_triton_fp8_paths(h, widen):
+    """The Triton provider's two exact fp8 paths, each forced on one small shape: kv widened to fp16 once
+    before the kernel (the launcher's choice from WIDEN_MIN_HEAD_ROWS (row, head) pairs up; |scale| after
+    the head sum, signs folded into kv), or widened tile by tile in the kernel (below it). Hostile
+    windows, scales of both signs, +0.0 and -0.0."""
     from dsa_ops.backends.triton import indexer_logits as il
 
     t, n = 300, 1000
@@ -228,7 +232,7 @@ def test_triton_widened_kv(h):
     s = s * torch.where(torch.arange(n, device="cuda") % 3 == 0, -1.0, 1.0)
     s[7::50] = 0.0
     s[5::50] = -0.0
-    floor, il.WIDEN_MIN_HEAD_ROWS = il.WIDEN_MIN_HEAD_ROWS, 0
+    floor, il.WIDEN_MIN_HEAD_ROWS = il.WIDEN_MIN_HEAD_ROWS, (0 if widen else 1 << 62)
     try:
         out = torch.full((t, n), POISON, device="cuda")
         il.launch(q, kv, s, w, ks, ke, True, out=out)

@@ -21,7 +21,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops.ops._common import INT32_MAX, map_through_page_table, window_topk
-from dsa_ops.testing import filter_sample_positions, topk_scores
+from dsa_ops.testing import filter_retry_rows, filter_sample_positions, topk_scores
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -114,23 +114,10 @@ def test_plateau_the_sample_overstates(cluster3):
 
 
 def test_sample_misses_then_retry(cluster3):
-    """The filter kernel's sampled runs (2048 samples in runs of 16 for a 70000-key window) overstate the
-    top of the row: 100 of the samples are high (3.x) and the rest of the row low, but for 2500 keys near
-    1.0 that no sample sees. The first aim (~92 samples) puts the threshold among the high samples, which
-    leaves about 100 candidates, fewer than k; the wider second attempt (~150 samples) reaches the low
-    samples and takes the keys near 1.0 as well. Rows: the retry succeeding, and a row where every
-    sampled key is high (both attempts miss, the exact fallback finishes)."""
-    width, samples = 70000, 2048
-    at = filter_sample_positions(width, samples)
-    g = torch.Generator().manual_seed(11)
-    x = torch.rand(2, width, generator=g) * 0.9  # low: [0, 0.9)
-    sampled = torch.zeros(width, dtype=torch.bool)
-    sampled[at] = True
-    near_one = (~sampled).nonzero().flatten()[torch.randperm(int((~sampled).sum()), generator=g)[:2500]]
-    x[0, near_one] = 1.0 + 0.01 * torch.rand(2500, generator=g)
-    x[0, at[torch.randperm(samples, generator=g)[:100]]] = 3.0 + torch.rand(100, generator=g)
-    x[1, at] = 3.0 + torch.rand(samples, generator=g)  # every sample high: both attempts miss
-    x = x.to(DEV)
+    """The filter kernel's second sampled attempt: rows whose sampled runs overstate their top
+    (dsa_ops.testing.filter_retry_rows): one finished by the wider retry, one by the exact fallback after
+    both attempts miss."""
+    x = filter_retry_rows().to(DEV)
     for k in (1500, 2048):
         check_topk(x, k, what=f"k={k}")
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 from dsa_ops.ops._common import window_topk
-from dsa_ops.testing import filter_sample_positions
+from dsa_ops.testing import filter_retry_rows, filter_sample_positions
 
 from tests.test_topk_radix_model import float_keys
 
@@ -310,6 +310,23 @@ def test_filter_row_model_matches_reference(k, sample):
             ref = window_topk(x[None, :], k, torch.tensor([hi - lo]), torch.tensor([lo]))[0]
             want = sorted(int(i) for i in ref.tolist() if i >= 0)
             assert got == want, (k, lo, hi)
+
+
+@pytest.mark.parametrize("k", [1500, 2048])
+def test_filter_retry_rows_take_the_paths_they_name(k):
+    """dsa_ops.testing.filter_retry_rows, on the kernel's own sizes (8192-pair buffer, 16384 samples at
+    most): row 0's first attempt leaves fewer than k candidates and the wider one between k and the
+    buffer; row 1's attempts both leave fewer than k (the exact fallback). If the kernel's sampling
+    changes and this fails, the GPU tests and the sanitizer script no longer reach the retry."""
+    x = filter_retry_rows()
+    n = x.shape[1]
+    for row, retry_finishes in ((0, True), (1, False)):
+        keys = float_keys(x[row]).astype(np.uint64)
+        E, promising, _ = sample_threshold(keys, 0, n, k, 8192, 16384)
+        assert promising and int((keys >= E).sum()) < k, row
+        E, promising, _ = sample_threshold(keys, 0, n, k, 8192, 16384, wide=True)
+        passing = int((keys >= E).sum())
+        assert promising and (k <= passing <= 8192) == retry_finishes, (row, passing)
 
 
 # ---- the filter pass's vector bookkeeping ------------------------------------------------------------

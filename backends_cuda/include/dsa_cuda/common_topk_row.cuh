@@ -84,11 +84,17 @@ struct RowOut {
       const int64_t s = int64_t(rel) + offset;
       return (s < 0 || s > int64_t(INT32_MAX)) ? -1 : int32_t(s);
     }
+    return of_page(rel, page_of(rel));
+  }
+  // The page-table form in two steps, so that a caller can have several lookups in flight: page_of
+  // loads the page of `rel` (-1 when rel < 0 or its slot is outside the table; no branch), of_page
+  // makes the index (-1 for a negative or too large page).
+  __device__ __forceinline__ int32_t page_of(int32_t rel) const {
     const int64_t slot = first_slot + (rel >> log2_page);
-    if (uint64_t(slot) >= uint64_t(slots)) {  // unsigned: a negative slot fails too
-      return -1;
-    }
-    const int32_t page = __ldg(table_row + slot);
+    const bool in = rel >= 0 && uint64_t(slot) < uint64_t(slots);  // unsigned: a negative slot fails too
+    return in ? __ldg(table_row + slot) : -1;
+  }
+  __device__ __forceinline__ int32_t of_page(int32_t rel, int32_t page) const {
     // page * P + rel % P fits int32 exactly when 0 <= page <= INT32_MAX / P (P = 2^log2_page <= 2^31):
     // one unsigned compare and 32-bit arithmetic, no 64-bit product to check.
     if (uint32_t(page) > (uint32_t(INT32_MAX) >> log2_page)) {
