@@ -87,8 +87,8 @@ struct RowOut {
     return of_page(rel, page_of(rel));
   }
   // The page-table form in two steps, so that a caller can have several lookups in flight: page_of
-  // loads the page of `rel` (-1 when rel < 0 or its slot is outside the table; no branch), of_page
-  // makes the index (-1 for a negative or too large page).
+  // issues the load of the page of `rel` (-1, no load, when rel < 0 or its slot is outside the table)
+  // and nothing waits on it there; of_page makes the index (-1 for a negative or too large page).
   __device__ __forceinline__ int32_t page_of(int32_t rel) const {
     const int64_t slot = first_slot + (rel >> log2_page);
     const bool in = rel >= 0 && uint64_t(slot) < uint64_t(slots);  // unsigned: a negative slot fails too
