@@ -434,7 +434,7 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // threshold bin's entries go to rank 0, which ranks the bin. `merged`: 2048 words for the summed
 // histograms. Every CTA of the cluster calls it. The keys are overwritten (the writes stage columns there).
 // kLookupsInFlight: the page-table form's writes issue their lookups before using them (write_staged;
-// not in the split kernel, whose bf16 instance then spills on sm_90a).
+// see lookups_in_flight).
 template <bool kLookupsInFlight>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
@@ -1055,6 +1055,13 @@ __device__ __forceinline__ Part part_of(uint32_t n, uint32_t csize, uint32_t ran
   return {begin, min(begin + len, n)};
 }
 
+// Whether the page-table form's writes have their lookups in flight (finish): not in the split kernel's
+// 16-bit instances, which then spill on sm_90a.
+template <typename T, bool kSplit>
+__host__ __device__ constexpr bool lookups_in_flight() {
+  return !kSplit || sizeof(T) == 4;
+}
+
 // One row: one CTA of its cluster (kSplit), or the whole row.
 template <typename T, bool kSplit>
 __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
@@ -1212,14 +1219,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           if (rank != 0) {
             return;
           }
-          finish<!kSplit>(keys, cols, int(total), total < k ? total : k, out_of_row(), hist, cnt, k, sh,
-                          one_value_shift<T>());
+          finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(total), total < k ? total : k, out_of_row(), hist,
+                                                 cnt, k, sh, one_value_shift<T>());
         } else if (ok) {
           // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
           // stage buffer holds the summed histograms).
-          finish<!kSplit>(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist, cnt, k, sh,
-                          one_value_shift<T>(), total, kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize,
-                          rank);
+          finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist,
+                                                 cnt, k, sh, one_value_shift<T>(), total,
+                                                 kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
         }
         if (rank != 0) {
           return;
@@ -1250,7 +1257,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   GlobalSrc<T> g;
   g.init(row_of(), w.lo, w.hi);
   trace("to exact");
-  exact_row<T, !kSplit>(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
+  exact_row<T, lookups_in_flight<T, kSplit>()>(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
   trace("exact");
 }
 
