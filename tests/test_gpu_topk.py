@@ -52,6 +52,13 @@ def cluster3(request, monkeypatch):
     return _mode(monkeypatch, request.param)
 
 
+def as_pair_sets(raw: torch.Tensor, mapped: torch.Tensor) -> torch.Tensor:
+    """Each row's (raw, mapped) pairs as int64 (raw in the high word), sorted: equal for two outputs that
+    pair the same raw indices with the same mapped ones, in any order."""
+    pairs = (raw.long() << 32) | (mapped.long() & 0xFFFFFFFF)
+    return torch.sort(pairs, dim=1).values
+
+
 def as_sets(x: torch.Tensor) -> torch.Tensor:
     """Each row's entries sorted, -1s last: equal for two outputs that hold the same multiset per row."""
     big = torch.where(x == -1, torch.full_like(x, INT32_MAX, dtype=torch.int64), x.long())
@@ -273,8 +280,15 @@ def test_page_table_transform(page_size, cluster):
             assert got is out
             assert torch.equal(out_raw, raw), (rows, width, k, kw.keys())
             assert torch.equal(out, want), (rows, width, k, kw.keys())
-            # order unspecified without deterministic: compare the (raw, mapped) pairs per row
+            # order unspecified without deterministic: compare the mapped indices per row, and with out_raw
+            # the (raw, mapped) pairs, each raw index beside its own mapping
             assert torch.equal(as_sets(functional), as_sets(want))
+            out.fill_(POISON)
+            out_raw.fill_(POISON)
+            with dsa_ops.use_backend("cuda"):
+                dsa_ops.topk_page_table_transform(x, pt, lengths, k, page_size=page_size, out=out, out_raw=out_raw,
+                                                  **kw)
+            assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want)), (rows, width, k, kw.keys())
 
 
 def test_ragged_transform(cluster):
