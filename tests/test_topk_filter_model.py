@@ -326,7 +326,7 @@ def test_filter_retry_rows_take_the_paths_they_name(k):
         assert promising and int((keys >= E).sum()) < k, row
         E, promising, _ = sample_threshold(keys, 0, n, k, 8192, 16384, wide=True)
         passing = int((keys >= E).sum())
-        assert promising and (k <= passing <= 8192) == retry_finishes, (row, passing)
+        assert promising and (k <= passing <= 8192 if retry_finishes else passing < k), (row, passing)
 
 
 # ---- the filter pass's vector bookkeeping ------------------------------------------------------------
