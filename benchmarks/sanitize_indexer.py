@@ -49,8 +49,8 @@ for h in (64, 32):
         out = torch.full((args[0].shape[0], args[1].shape[0]), 12345.0, device="cuda")
         il.WIDEN_MIN_HEAD_ROWS = widen_from
         il.launch(*args, True, out=out)
-        label = "widened once" if widen_from == 0 and dtype == FP8 else "in the loop"
-        score_error(f"triton H{h} {str(dtype).split('.')[-1]} {label}", out, reference(*args, True), False, failed)
+        label = "" if dtype != FP8 else " widened once" if widen_from == 0 else " in the loop"  # (bf16: no widening)
+        score_error(f"triton H{h} {str(dtype).split('.')[-1]}{label}", out, reference(*args, True), False, failed)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)
