@@ -89,14 +89,15 @@ def refine_at(hist, shift, st):
     raise AssertionError("krem beyond the entries")
 
 
-def select_list(values, valid, r, slack=0, small=0):
-    """(base, prefix, mask, krem, count), as the kernel's select_list."""
+def select_list(values, valid, r, slack=0, small=0, lo=None, n_valid=None):
+    """(base, prefix, mask, krem, count), as the kernel's select_list. lo: the range's lower end when
+    it is not the smallest valid value (a bound below it); n_valid: the count the kernel is given."""
     values = values.astype(np.uint64)
-    n_valid = int(valid.sum())
+    n_valid = int(valid.sum()) if n_valid is None else n_valid
     st = (0, 0, r, n_valid)
     if n_valid == r:
         return (0,) + st
-    lo = int(values[valid].min())
+    lo = int(values[valid].min()) if lo is None else lo
     hi = int(values[valid].max())
     span = hi - lo
     if span == 0:
@@ -184,6 +185,25 @@ def test_sample_select_stops_within_slack():
             assert at_or_above <= j + slack or mask == 0xFFFFFFFF  # close enough, or exact
 
 
+def test_sample_bound_keeps_the_jth_largest_in_range():
+    """The sample select's first level spans [bound, largest] only: the bound must never pass the
+    j-th largest sample (else the threshold would be wrong, not merely rough), and the select's count
+    of samples at or above its answer must stay exact."""
+    rng = np.random.default_rng(9)
+    for keys in [*lists(rng), np.zeros(3000, dtype=np.uint64)]:  # (+ all NaN: keys 0, no cap below)
+        for S, threads in ((2048, 512), (4096, 512), (256, 32)):
+            samples = rng.choice(keys, S)
+            for j in (1, 5, 17, 98, 175, 511, 512, 513, 2000):
+                j = min(j, S)
+                bound = sample_bound(samples, j, threads)
+                assert bound <= int(np.sort(samples)[-j]), (S, j)
+                slack = j // 8 + 1
+                base, prefix, mask, krem, count = select_list(samples, samples >= bound, j, slack=slack, lo=bound,
+                                                              n_valid=S)
+                at_or_above = int((samples >= base + prefix).sum())
+                assert at_or_above == (j - krem) + count >= j, (S, j)
+
+
 # ---- the row ---------------------------------------------------------------------------------------
 
 def sample_count(n, max_samples):
@@ -192,6 +212,20 @@ def sample_count(n, max_samples):
     while s < max_samples and s * 48 < n:
         s *= 2
     return s
+
+
+def sample_bound(samples, j, threads):
+    """The kernel's bound below the j-th largest sample: thread t holds samples t, t + threads, ...;
+    the smallest of the maxima of groups of g aligned lanes (G = threads / g >= j groups), each warp's
+    capped one below its largest; the samples' smallest when j > threads."""
+    if j > threads:
+        return int(samples.min())
+    g = min(32, 1 << ((threads // j).bit_length() - 1))
+    held = samples.reshape(-1, threads).max(axis=0)  # each thread's largest
+    group_max = held.reshape(-1, g).max(axis=1)
+    warp_hi = held.reshape(-1, 32).max(axis=1)
+    capped = np.minimum(group_max.reshape(-1, 32 // g), np.where(warp_hi == 0, 0, warp_hi - 1)[:, None])
+    return int(capped.min())
 
 
 def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False):
@@ -208,7 +242,9 @@ def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False):
     if wide:
         j = max(int(0.85 * j_hi), j)
     j = min(j, S)
-    sel = select_list(samples, np.ones(S, bool), j, slack=j // 8 + 1)
+    threads = 512 * max_samples // 16384  # (the kernel's 512 threads, scaled with the samples)
+    bound = sample_bound(samples, j, threads)
+    sel = select_list(samples, samples >= bound, j, slack=j // 8 + 1, lo=bound, n_valid=S)
     if not wide:
         E = sel[0] + sel[1]
         hits = int((samples >= E).reshape(runs, run).any(axis=1).sum())

@@ -121,6 +121,7 @@ struct Counters {
   uint32_t before;  // split rows: the candidates of the lower ranks (where the gather puts this CTA's)
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
+  uint32_t lo_all;  // sample_threshold: the samples' smallest (cnt.lo: a bound below the j-th largest)
   uint32_t nbin;  // finish: entries of a small threshold bin gathered so far
   uint32_t runs;  // sample_threshold: sampled runs holding a sample at or above the threshold
   uint32_t few;   // the row's candidates all fit but are fewer than k (not at a plateau): retry wider
@@ -141,6 +142,7 @@ __device__ __forceinline__ void range_add(uint32_t lo, uint32_t hi, Counters& cn
 }
 __device__ __forceinline__ void range_reset(Counters& cnt) {
   if (threadIdx.x == 0) {
+    cnt.lo_all = 0xFFFFFFFFu;
     cnt.lo = 0xFFFFFFFFu;
     cnt.hi = 0u;
   }
@@ -374,6 +376,13 @@ struct KeyList {
   __device__ __forceinline__ bool valid(int) const { return true; }
   __device__ __forceinline__ uint32_t value(int i) const { return keys[i]; }
 };
+// The keys at or above `from` only (the sample select's list: `from` is a bound below its answer).
+struct KeysFromList {
+  const uint32_t* keys;
+  uint32_t from;
+  __device__ __forceinline__ bool valid(int i) const { return keys[i] >= from; }
+  __device__ __forceinline__ uint32_t value(int i) const { return keys[i]; }
+};
 struct TieColumnList {
   const uint32_t* keys;
   const int32_t* cols;
@@ -570,8 +579,20 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
                                                      uint32_t pf_begin, uint32_t pf_bytes) {
   const int S = sample_count(n);
   const int log2_runs = 31 - __clz(S / kSampleRun);
+  // j0 samples are expected among the top k. Aim 4 standard deviations above it (fewer than k
+  // candidates costs the row the exact fallback; each candidate past k costs the finish, about a third
+  // of the row's instructions at 32K keys). Aiming at the middle of j0 and j_hi, the most the buffer
+  // should take, cost 5% at 32K keys, 2.5% at 64K (H200, seventh session).
+  const float j0 = float(S) * float(k) / float(n);
+  const float j_hi = float(S) * 0.75f * float(kCapacity) / float(n);
+  uint32_t j = uint32_t(j0 + 4.0f * sqrtf(j0) + 2.0f);
+  if (wide) {  // (a retry after too few candidates) most of what the buffer takes: 0.85 of j_hi keeps
+    j = max(uint32_t(0.85f * j_hi), j);  // the select's slack (j / 8 + 1) under j_hi, so still promising
+  }
+  j = j > uint32_t(S) ? uint32_t(S) : j;
   uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
   uint32_t v_hi = 0u;
+  uint32_t v_max = 0u;  // this thread's largest sample (every thread holds one at least: S >= kThreads)
   // Run r starts at r * step (32-bit offsets: windows hold fewer than 2^31 keys); the last run ends
   // at most at n - 1.
   const T* first = row + lo;
@@ -590,7 +611,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
       if (i < S) {
         buf[i] = v[u];
         v_lo = min(v_lo, v[u]);
-        v_hi = max(v_hi, v[u]);
+        v_max = max(v_max, v[u]);
       }
     }
   }
@@ -601,25 +622,30 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
       asm volatile("prefetch.global.L2 [%0];" ::"l"(pf + off));
     }
   }
-  range_add(v_lo, v_hi, cnt);
+  // A bound below the j-th largest sample, so that the select's first level spans [bound, largest]
+  // only: the smallest of the maxima of G >= j groups of samples (G distinct samples lie at or above
+  // it). The samples' whole range put a normal row's top 100 of 4096 samples in a few of the 2048
+  // bins: a second level. Groups: g aligned lanes (g a power of two, at most a warp), G = kThreads / g.
+  const uint32_t g = j <= uint32_t(kThreads) ? min(32u, 1u << (31 - __clz(uint32_t(kThreads) / j))) : 1u;
+  for (uint32_t o = 1; o < g; o *= 2) {  // (warp-uniform)
+    v_max = max(v_max, __shfl_xor_sync(0xFFFFFFFFu, v_max, o));
+  }
+  v_hi = __reduce_max_sync(0xFFFFFFFFu, v_max);
+  // (j > kThreads: no bound, the smallest. Below the largest by one at least: when the bound is the
+  // largest sample, the select still counts the samples equal to it.)
+  const uint32_t bound = j <= uint32_t(kThreads) ? min(v_max, v_hi == 0u ? 0u : v_hi - 1u) : v_lo;
+  range_add(bound, v_hi, cnt);
+  v_lo = __reduce_min_sync(0xFFFFFFFFu, v_lo);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&cnt.lo_all, v_lo);
+  }
   if (threadIdx.x == 0) {
     cnt.runs = 0u;  // (before the barrier below)
   }
-  // j0 samples are expected among the top k. Aim 4 standard deviations above it (fewer than k
-  // candidates costs the row the exact fallback; each candidate past k costs the finish, about a third
-  // of the row's instructions at 32K keys). Aiming at the middle of j0 and j_hi, the most the buffer
-  // should take, cost 5% at 32K keys, 2.5% at 64K (H200, seventh session).
-  const float j0 = float(S) * float(k) / float(n);
-  const float j_hi = float(S) * 0.75f * float(kCapacity) / float(n);
-  uint32_t j = uint32_t(j0 + 4.0f * sqrtf(j0) + 2.0f);
-  if (wide) {  // (a retry after too few candidates) most of what the buffer takes: 0.85 of j_hi keeps
-    j = max(uint32_t(0.85f * j_hi), j);  // the select's slack (j / 8 + 1) under j_hi, so still promising
-  }
-  j = j > uint32_t(S) ? uint32_t(S) : j;
   __syncthreads();  // the samples are in place
   trace("sampled");
   // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
-  ListSelect sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
+  ListSelect sel = select_list(KeysFromList{buf, cnt.lo}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
   // Smooth rows (neighbouring keys alike): the samples at or above the threshold crowd into a few runs,
   // so their count varies as a count of runs, far more than 4 sigma of independent samples covers.
   // When fewer than half the runs expected of independent samples hold one, aim at the middle.
@@ -636,6 +662,9 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   }
   if ((threadIdx.x & 31) == 0) {
     atomicAdd(&cnt.runs, hits);
+  }
+  if (threadIdx.x == 0) {
+    cnt.lo = cnt.lo_all;  // (the select below, if any, spans every sample: j_mid may exceed G)
   }
   __syncthreads();
   const float p = float((j - sel.st.krem) + sel.st.count) / float(S);
