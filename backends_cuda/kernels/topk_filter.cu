@@ -64,7 +64,7 @@ constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads *
 // shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
 // perturb the phases.
 #ifdef DSA_TOPK_TRACE
-constexpr int kTraceMax = 12;
+constexpr int kTraceMax = 24;
 __shared__ long long trace_clock[kTraceMax];
 __shared__ const char* trace_what[kTraceMax];
 __shared__ int trace_count;
@@ -361,6 +361,7 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     } else {
       refine_at(hist, shift, sel.st, sh);
     }
+    trace("level");
     // (at shifts up to one_value_shift a bin holds one value: stop at once when the finish can rank it)
     const uint32_t small_here = shift <= one_value_shift ? kRankBin : small;
     if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small_here) {
@@ -517,6 +518,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
     }
     n_taken += uint32_t(__popc(ballot));
   }
+  trace("f_take");
   uint32_t pos = 0u;
   if (lane == 0u && n_taken != 0u) {
     pos = cluster ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : atomicAdd(&cnt.out, n_taken);
@@ -528,6 +530,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   } else {
     write_staged<2, false>(staged, n_taken, pos, o, k);
   }
+  trace("f_write");
   if (cluster) {
     radix::cluster_sync();  // every CTA's positions and bin entries are in rank 0; no remote access after
   }
@@ -615,6 +618,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
       }
     }
   }
+  trace("s_loaded");
   {  // the head of this CTA's part into L2 while the samples are selected (in bounds: pf_begin +
      // pf_bytes is at most the window's end)
     const char* pf = reinterpret_cast<const char*>(row + lo + pf_begin);
@@ -646,6 +650,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   trace("sampled");
   // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
   ListSelect sel = select_list(KeysFromList{buf, cnt.lo}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
+  trace("s_select");
   // Smooth rows (neighbouring keys alike): the samples at or above the threshold crowd into a few runs,
   // so their count varies as a count of runs, far more than 4 sigma of independent samples covers.
   // When fewer than half the runs expected of independent samples hold one, aim at the middle.
@@ -1181,6 +1186,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         if constexpr (kSplit) {
           // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
           radix::cluster_sync();
+          trace("c_sync1");
           bool ok = true;
           uint32_t total = 0;
           uint32_t before = 0;
@@ -1201,6 +1207,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           const bool few = ok && !plateau && total < k;
           ok = ok && (plateau || total >= k);
           radix::cluster_sync();  // every CTA read every count and range before they change
+          trace("c_counts");
           if (threadIdx.x == 0) {
             cnt.total = ok ? total : ~0u;
             cnt.few = few ? 1u : 0u;
@@ -1245,6 +1252,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             }
           }
           radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
+          trace("gathered");
           if (rank != 0) {
             return;
           }
