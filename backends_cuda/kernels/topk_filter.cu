@@ -595,8 +595,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
     j = max(uint32_t(0.85f * j_hi), j);  // the select's slack (j / 8 + 1) under j_hi, so still promising
   }
   j = j > uint32_t(S) ? uint32_t(S) : j;
-  uint32_t v_lo = 0xFFFFFFFFu;  // the samples' range (cnt.lo / cnt.hi were reset, with a barrier since)
-  uint32_t v_hi = 0u;
+  uint32_t v_lo = 0xFFFFFFFFu;  // this thread's smallest sample (cnt.lo / cnt.hi were reset, with a barrier since)
   uint32_t v_max = 0u;  // this thread's largest sample (every thread holds one at least: S >= kThreads)
   // Run r starts at r * step (32-bit offsets: windows hold fewer than 2^31 keys); the last run ends
   // at most at n - 1.
@@ -636,7 +635,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   for (uint32_t o = 1; o < g; o *= 2) {  // (warp-uniform)
     v_max = max(v_max, __shfl_xor_sync(0xFFFFFFFFu, v_max, o));
   }
-  v_hi = __reduce_max_sync(0xFFFFFFFFu, v_max);
+  const uint32_t v_hi = __reduce_max_sync(0xFFFFFFFFu, v_max);  // the warp's largest sample
   // (j > kThreads: no bound, the smallest. Below the largest by one at least: when the bound is the
   // largest sample, the select still counts the samples equal to it.)
   const uint32_t bound = j <= uint32_t(kThreads) ? min(v_max, v_hi == 0u ? 0u : v_hi - 1u) : v_lo;
