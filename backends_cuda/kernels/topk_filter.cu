@@ -64,7 +64,7 @@ constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads *
 // shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
 // perturb the phases.
 #ifdef DSA_TOPK_TRACE
-constexpr int kTraceMax = 12;
+constexpr int kTraceMax = 24;
 __shared__ long long trace_clock[kTraceMax];
 __shared__ const char* trace_what[kTraceMax];
 __shared__ int trace_count;
@@ -128,6 +128,15 @@ struct Counters {
   uint32_t retried;  // the sampled path's second, wider attempt is running
   uint32_t bin_key[kRankBin];
   int32_t bin_col[kRankBin];
+};
+
+// A split row's exchanges (the split kernel's shared memory only): their barriers, one phase each (the
+// count exchange of each attempt, the gather into rank 0), and every CTA's (candidates, lo, hi) of
+// each attempt (radix::st_async).
+struct Exchange {
+  uint64_t xbar[2];
+  uint64_t gbar;
+  uint4 xs[2][kMaxClusterCtas];
 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
@@ -361,6 +370,7 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     } else {
       refine_at(hist, shift, sel.st, sh);
     }
+    trace("level");
     // (at shifts up to one_value_shift a bin holds one value: stop at once when the finish can rank it)
     const uint32_t small_here = shift <= one_value_shift ? kRankBin : small;
     if (shift == 0 || (r - sel.st.krem) + sel.st.count <= r + slack || sel.st.count <= small_here) {
@@ -517,6 +527,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
     }
     n_taken += uint32_t(__popc(ballot));
   }
+  trace("f_take");
   uint32_t pos = 0u;
   if (lane == 0u && n_taken != 0u) {
     pos = cluster ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : atomicAdd(&cnt.out, n_taken);
@@ -528,6 +539,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   } else {
     write_staged<2, false>(staged, n_taken, pos, o, k);
   }
+  trace("f_write");
   if (cluster) {
     radix::cluster_sync();  // every CTA's positions and bin entries are in rank 0; no remote access after
   }
@@ -615,6 +627,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
       }
     }
   }
+  trace("s_loaded");
   {  // the head of this CTA's part into L2 while the samples are selected (in bounds: pf_begin +
      // pf_bytes is at most the window's end)
     const char* pf = reinterpret_cast<const char*>(row + lo + pf_begin);
@@ -646,6 +659,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   trace("sampled");
   // Close enough to j: samples at or above the bin's lower edge at most j + j / 8 + 1.
   ListSelect sel = select_list(KeysFromList{buf, cnt.lo}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
+  trace("s_select");
   // Smooth rows (neighbouring keys alike): the samples at or above the threshold crowd into a few runs,
   // so their count varies as a count of runs, far more than 4 sigma of independent samples covers.
   // When fewer than half the runs expected of independent samples hold one, aim at the middle.
@@ -1093,7 +1107,8 @@ __host__ __device__ constexpr bool lookups_in_flight() {
 
 // One row: one CTA of its cluster (kSplit), or the whole row.
 template <typename T, bool kSplit>
-__device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
+__device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem,
+                                           Exchange* ex) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
@@ -1130,6 +1145,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
     cnt.out = 0u;
     cnt.nbin = 0u;  // (a split row's finish: before the cluster barriers that follow the filter pass)
     cnt.retried = 0u;
+    if constexpr (kSplit) {
+      radix::xbar_init(&ex->xbar[0]);
+      radix::xbar_init(&ex->xbar[1]);
+      radix::xbar_init(&ex->gbar);
+    }
+  }
+  if constexpr (kSplit) {
+    radix::cluster_arrive_relaxed();  // (waited for before the first exchange: every CTA's barriers are set)
   }
   range_reset(cnt);
   __syncthreads();
@@ -1179,28 +1202,42 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
         // the finish it spills.)
         if constexpr (kSplit) {
-          // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
-          radix::cluster_sync();
+          // Every CTA's count and range to every CTA (st_async: no cluster barrier), then the same
+          // decisions everywhere.
+          const uint32_t attempt = wide ? 1u : 0u;
+          if (!wide) {
+            radix::cluster_wait();  // every CTA's barriers are initialised
+          }
+          if (threadIdx.x == 0) {
+            radix::xbar_expect(&ex->xbar[attempt], (csize - 1u) * uint32_t(sizeof(uint4)));
+          }
+          __syncthreads();  // this CTA's count and range are complete
+          if (threadIdx.x < csize) {
+            const uint4 mine = make_uint4(cnt.cand, cnt.lo, cnt.hi, 0u);
+            if (threadIdx.x == rank) {
+              ex->xs[attempt][rank] = mine;
+            } else {
+              radix::st_async(&ex->xs[attempt][rank], mine, threadIdx.x, &ex->xbar[attempt]);
+            }
+          }
+          radix::xbar_wait(&ex->xbar[attempt], 0u);
+          __syncthreads();  // (this CTA's own entry)
           bool ok = true;
           uint32_t total = 0;
           uint32_t before = 0;
           uint32_t lo = 0xFFFFFFFFu;
           uint32_t hi = 0u;
-          // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
-  #pragma unroll 4
-          for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-            if (c < csize) {
-              const uint32_t mc = radix::cluster_load(&cnt.cand, c);
-              ok = ok && mc <= uint32_t(kCapacity);
-              total += mc <= uint32_t(kCapacity) ? mc : 0u;
-              before += c < rank && mc <= uint32_t(kCapacity) ? mc : 0u;
-              lo = min(lo, radix::cluster_load(&cnt.lo, c));
-              hi = max(hi, radix::cluster_load(&cnt.hi, c));
-            }
+#pragma unroll 1  // (unrolled, its loads make the 16-bit instances spill)
+          for (uint32_t c = 0; c < csize; ++c) {
+            const uint4 x = ex->xs[attempt][c];
+            ok = ok && x.x <= uint32_t(kCapacity);
+            total += x.x <= uint32_t(kCapacity) ? x.x : 0u;
+            before += c < rank && x.x <= uint32_t(kCapacity) ? x.x : 0u;
+            lo = min(lo, x.y);
+            hi = max(hi, x.z);
           }
           const bool few = ok && !plateau && total < k;
           ok = ok && (plateau || total >= k);
-          radix::cluster_sync();  // every CTA read every count and range before they change
           if (threadIdx.x == 0) {
             cnt.total = ok ? total : ~0u;
             cnt.few = few ? 1u : 0u;
@@ -1239,15 +1276,20 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           if (rank != 0) {
             const uint32_t mine = cnt.cand;
             const uint32_t at = cnt.before;
+            const uint32_t to_keys = radix::cluster_addr(keys + at, 0u);
+            const uint32_t to_cols = radix::cluster_addr(cols + at, 0u);
+            const uint32_t bar = radix::cluster_addr(&ex->gbar, 0u);
             for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
-              radix::cluster_store(keys + at + i, keys[i], 0u);
-              radix::cluster_store(reinterpret_cast<uint32_t*>(cols) + at + i, uint32_t(cols[i]), 0u);
+              radix::st_async(to_keys + 4u * i, keys[i], bar);
+              radix::st_async(to_cols + 4u * i, uint32_t(cols[i]), bar);
             }
+            return;  // (nothing reads this CTA's shared memory after)
           }
-          radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
-          if (rank != 0) {
-            return;
+          if (threadIdx.x == 0) {
+            radix::xbar_expect(&ex->gbar, 8u * (total - cnt.cand));  // every other CTA's (key, column) pairs
           }
+          radix::xbar_wait(&ex->gbar, 0u);
+          trace("gathered");
           finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(total), total < k ? total : k, out_of_row(), hist,
                                                  cnt, k, sh, one_value_shift<T>());
         } else if (ok) {
@@ -1293,14 +1335,19 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
 // kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
 // the one-CTA row in one kernel crowd the 64 registers).
 template <typename T, bool kSplit>
-__global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kSplit ? 1 : 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
-  extern __shared__ uint4 dyn_smem[];
+  extern __shared__ __align__(128) uint4 dyn_smem[];  // (aligned: the cp.async stages' 32-byte sectors)
   pdl_wait();
   pdl_launch_dependents();
   trace_begin();
-  filter_row<T, kSplit>(a, sh, cnt, dyn_smem);
+  if constexpr (kSplit) {
+    __shared__ Exchange ex;
+    filter_row<T, true>(a, sh, cnt, dyn_smem, &ex);
+  } else {
+    filter_row<T, false>(a, sh, cnt, dyn_smem, nullptr);
+  }
   trace_end();
 }
 
