@@ -560,6 +560,30 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
 }
 
+// The key of raw bits (stored by the filter, or loaded by raw_bits).
+template <typename T>
+__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
+  return radix::float_key(radix::bf16_bits_to_float(bits));
+}
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
+  return radix::float_key(radix::fp16_bits_to_float(bits));
+}
+
+// The bits of the score at p (16-bit types: zero-extended), loaded through the read-only path.
+template <typename T>
+__device__ __forceinline__ uint32_t raw_bits(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return __ldg(reinterpret_cast<const uint32_t*>(p));
+  } else {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+  }
+}
+
 // Samples taken from a window of n keys: 2048, doubled (up to kMaxSamples) until n <= 48 S, so that
 // about 128 samples or more fall above the most the buffer should take (j_hi below): the threshold's
 // relative error stays small.
@@ -609,21 +633,26 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   // at most at n - 1.
   const T* first = row + lo;
   const uint32_t step = uint32_t((n - kSampleRun) >> log2_runs);
-  for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
-    uint32_t v[8];
+  // 8 loads in flight a thread: all issued before any is used, each unconditional (sample i & (S - 1):
+  // S >= 2048 is a power of two, and the 4 a thread past S at S = 2048 repeat its first 4). A bounds test
+  // and a key conversion a load put each load in its own branch, waited for before the next: 8 round
+  // trips in turn at 4096 samples (1x131072: 3.45 us from the kernel's start to the samples, H200).
+  static_assert(kMinSamples >= 4 * kThreads, "at S = 2048 a thread's repeated loads are its own samples");
+  for (int base = 0; base < S; base += 8 * kThreads) {
+    uint32_t raw[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const int i = base + u * kThreads + int(threadIdx.x);
-      const uint32_t at = uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun);
-      v[u] = i < S ? radix::KeyOf<T>::one(first + at) : 0u;
+      const int i = (base + u * kThreads + int(threadIdx.x)) & (S - 1);
+      raw[u] = raw_bits(first + (uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun)));
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = base + u * kThreads + int(threadIdx.x);
       if (i < S) {
-        buf[i] = v[u];
-        v_lo = min(v_lo, v[u]);
-        v_max = max(v_max, v[u]);
+        const uint32_t v = key_of_raw<T>(raw[u]);
+        buf[i] = v;
+        v_lo = min(v_lo, v);
+        v_max = max(v_max, v);
       }
     }
   }
@@ -765,19 +794,6 @@ __device__ __forceinline__ uint32_t raw_item(const uint4& x, int j) {
   return sizeof(T) == 4 ? w : (j & 1) ? (w >> 16) : (w & 0xFFFFu);
 }
 
-// The key of raw bits stored by the filter.
-template <typename T>
-__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
-  return radix::float_key(radix::bf16_bits_to_float(bits));
-}
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
-  return radix::float_key(radix::fp16_bits_to_float(bits));
-}
 
 // 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 16 for 16-bit types (two
 // vectors: bf16 4096x32768 400 -> 375 us against one vector, H200 device run 3 of the fourth session).
