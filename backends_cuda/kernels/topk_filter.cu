@@ -132,6 +132,15 @@ struct Counters {
   int32_t bin_col[kRankBin];
 };
 
+// A split row's exchanges (the split kernel's shared memory only): their barriers, one phase each (the
+// count exchange of each attempt, the gather into rank 0), and every CTA's (candidates, lo, hi) of
+// each attempt (radix::st_async).
+struct Exchange {
+  uint64_t xbar[2];
+  uint64_t gbar;
+  uint4 xs[2][kMaxClusterCtas];
+};
+
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
 // barrier between). The warp must be converged.
 __device__ __forceinline__ void range_add(uint32_t lo, uint32_t hi, Counters& cnt) {
@@ -553,6 +562,30 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
 }
 
+// The key of raw bits (stored by the filter, or loaded by raw_bits).
+template <typename T>
+__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
+  return radix::float_key(radix::bf16_bits_to_float(bits));
+}
+template <>
+__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
+  return radix::float_key(radix::fp16_bits_to_float(bits));
+}
+
+// The bits of the score at p (16-bit types: zero-extended), loaded through the read-only path.
+template <typename T>
+__device__ __forceinline__ uint32_t raw_bits(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return __ldg(reinterpret_cast<const uint32_t*>(p));
+  } else {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+  }
+}
+
 // Samples taken from a window of n keys: 2048, doubled (up to kMaxSamples) until n <= 48 S, so that
 // about 128 samples or more fall above the most the buffer should take (j_hi below): the threshold's
 // relative error stays small.
@@ -601,21 +634,26 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   // at most at n - 1.
   const T* first = row + lo;
   const uint32_t step = uint32_t((n - kSampleRun) >> log2_runs);
-  for (int base = 0; base < S; base += 8 * kThreads) {  // 8 loads in flight per thread
-    uint32_t v[8];
+  // 8 loads in flight a thread: all issued before any is used, each unconditional (sample i & (S - 1):
+  // S >= 2048 is a power of two, and the 4 a thread past S at S = 2048 repeat its first 4). A bounds test
+  // and a key conversion a load put each load in its own branch, waited for before the next: 8 round
+  // trips in turn at 4096 samples (1x131072: 3.45 us from the kernel's start to the samples, H200).
+  static_assert(kMinSamples >= 4 * kThreads, "at S = 2048 a thread's repeated loads are its own samples");
+  for (int base = 0; base < S; base += 8 * kThreads) {
+    uint32_t raw[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const int i = base + u * kThreads + int(threadIdx.x);
-      const uint32_t at = uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun);
-      v[u] = i < S ? radix::KeyOf<T>::one(first + at) : 0u;
+      const int i = (base + u * kThreads + int(threadIdx.x)) & (S - 1);
+      raw[u] = raw_bits(first + (uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun)));
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = base + u * kThreads + int(threadIdx.x);
       if (i < S) {
-        buf[i] = v[u];
-        v_lo = min(v_lo, v[u]);
-        v_max = max(v_max, v[u]);
+        const uint32_t v = key_of_raw<T>(raw[u]);
+        buf[i] = v;
+        v_lo = min(v_lo, v);
+        v_max = max(v_max, v);
       }
     }
   }
@@ -757,19 +795,6 @@ __device__ __forceinline__ uint32_t raw_item(const uint4& x, int j) {
   return sizeof(T) == 4 ? w : (j & 1) ? (w >> 16) : (w & 0xFFFFu);
 }
 
-// The key of raw bits stored by the filter.
-template <typename T>
-__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
-  return radix::float_key(radix::bf16_bits_to_float(bits));
-}
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
-  return radix::float_key(radix::fp16_bits_to_float(bits));
-}
 
 // 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 16 for 16-bit types (two
 // vectors: bf16 4096x32768 400 -> 375 us against one vector, H200 device run 3 of the fourth session).
@@ -1099,7 +1124,8 @@ __host__ __device__ constexpr bool lookups_in_flight() {
 
 // One row: one CTA of its cluster (kSplit), or the whole row.
 template <typename T, bool kSplit>
-__device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem) {
+__device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem,
+                                           Exchange* ex) {
   uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
   uint32_t* keys = hist + radix::kBins;
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
@@ -1136,6 +1162,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
     cnt.out = 0u;
     cnt.nbin = 0u;  // (a split row's finish: before the cluster barriers that follow the filter pass)
     cnt.retried = 0u;
+    if constexpr (kSplit) {
+      radix::xbar_init(&ex->xbar[0]);
+      radix::xbar_init(&ex->xbar[1]);
+      radix::xbar_init(&ex->gbar);
+    }
+  }
+  if constexpr (kSplit) {
+    radix::cluster_arrive_relaxed();  // (waited for before the first exchange: every CTA's barriers are set)
   }
   range_reset(cnt);
   __syncthreads();
@@ -1185,30 +1219,43 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
         // the finish it spills.)
         if constexpr (kSplit) {
-          // The cluster's count and range, read by every CTA from every CTA (the same decisions everywhere).
-          radix::cluster_sync();
-          trace("c_sync1");
+          // Every CTA's count and range to every CTA (st_async: no cluster barrier), then the same
+          // decisions everywhere.
+          const uint32_t attempt = wide ? 1u : 0u;
+          if (!wide) {
+            radix::cluster_wait();  // every CTA's barriers are initialised
+          }
+          if (threadIdx.x == 0) {
+            radix::xbar_expect(&ex->xbar[attempt], (csize - 1u) * uint32_t(sizeof(uint4)));
+          }
+          __syncthreads();  // this CTA's count and range are complete
+          if (threadIdx.x < csize) {
+            const uint4 mine = make_uint4(cnt.cand, cnt.lo, cnt.hi, 0u);
+            if (threadIdx.x == rank) {
+              ex->xs[attempt][rank] = mine;
+            } else {
+              radix::st_async(&ex->xs[attempt][rank], mine, threadIdx.x, &ex->xbar[attempt]);
+            }
+          }
+          radix::xbar_wait(&ex->xbar[attempt], 0u);
+          __syncthreads();  // (this CTA's own entry)
+          trace("c_counts");
           bool ok = true;
           uint32_t total = 0;
           uint32_t before = 0;
           uint32_t lo = 0xFFFFFFFFu;
           uint32_t hi = 0u;
-          // (unrolled 4 at a time: fully unrolled, its 24 remote loads make sm_107a spill)
-  #pragma unroll 4
-          for (uint32_t c = 0; c < kMaxClusterCtas; ++c) {
-            if (c < csize) {
-              const uint32_t mc = radix::cluster_load(&cnt.cand, c);
-              ok = ok && mc <= uint32_t(kCapacity);
-              total += mc <= uint32_t(kCapacity) ? mc : 0u;
-              before += c < rank && mc <= uint32_t(kCapacity) ? mc : 0u;
-              lo = min(lo, radix::cluster_load(&cnt.lo, c));
-              hi = max(hi, radix::cluster_load(&cnt.hi, c));
-            }
+#pragma unroll 1  // (unrolled, its loads make the 16-bit instances spill)
+          for (uint32_t c = 0; c < csize; ++c) {
+            const uint4 x = ex->xs[attempt][c];
+            ok = ok && x.x <= uint32_t(kCapacity);
+            total += x.x <= uint32_t(kCapacity) ? x.x : 0u;
+            before += c < rank && x.x <= uint32_t(kCapacity) ? x.x : 0u;
+            lo = min(lo, x.y);
+            hi = max(hi, x.z);
           }
           const bool few = ok && !plateau && total < k;
           ok = ok && (plateau || total >= k);
-          radix::cluster_sync();  // every CTA read every count and range before they change
-          trace("c_counts");
           if (threadIdx.x == 0) {
             cnt.total = ok ? total : ~0u;
             cnt.few = few ? 1u : 0u;
@@ -1247,16 +1294,20 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           if (rank != 0) {
             const uint32_t mine = cnt.cand;
             const uint32_t at = cnt.before;
+            const uint32_t to_keys = radix::cluster_addr(keys + at, 0u);
+            const uint32_t to_cols = radix::cluster_addr(cols + at, 0u);
+            const uint32_t bar = radix::cluster_addr(&ex->gbar, 0u);
             for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
-              radix::cluster_store(keys + at + i, keys[i], 0u);
-              radix::cluster_store(reinterpret_cast<uint32_t*>(cols) + at + i, uint32_t(cols[i]), 0u);
+              radix::st_async(to_keys + 4u * i, keys[i], bar);
+              radix::st_async(to_cols + 4u * i, uint32_t(cols[i]), bar);
             }
+            return;  // (nothing reads this CTA's shared memory after)
           }
-          radix::cluster_sync();  // rank 0 holds every candidate; no remote access after
+          if (threadIdx.x == 0) {
+            radix::xbar_expect(&ex->gbar, 8u * (total - cnt.cand));  // every other CTA's (key, column) pairs
+          }
+          radix::xbar_wait(&ex->gbar, 0u);
           trace("gathered");
-          if (rank != 0) {
-            return;
-          }
           finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(total), total < k ? total : k, out_of_row(), hist,
                                                  cnt, k, sh, one_value_shift<T>());
         } else if (ok) {
@@ -1302,14 +1353,19 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
 // kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
 // the one-CTA row in one kernel crowd the 64 registers).
 template <typename T, bool kSplit>
-__global__ void __launch_bounds__(kThreads, 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kSplit ? 1 : 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
-  extern __shared__ uint4 dyn_smem[];
+  extern __shared__ __align__(128) uint4 dyn_smem[];  // (aligned: the cp.async stages' 32-byte sectors)
   pdl_wait();
   pdl_launch_dependents();
   trace_begin();
-  filter_row<T, kSplit>(a, sh, cnt, dyn_smem);
+  if constexpr (kSplit) {
+    __shared__ Exchange ex;
+    filter_row<T, true>(a, sh, cnt, dyn_smem, &ex);
+  } else {
+    filter_row<T, false>(a, sh, cnt, dyn_smem, nullptr);
+  }
   trace_end();
 }
 
