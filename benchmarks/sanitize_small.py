@@ -91,6 +91,15 @@ with registry.use_backend("cuda"):
     got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048, page_table_row_starts=ptrs, row_to_batch=rtb)
 assert torch.equal(as_sets(got_any), as_sets(want)), "page-table form, narrow table"
 ran.append("topk_page_table_transform[cuda] 6x70000 narrow table")
+# A decode row split over 8 CTAs in the page-table form (the exchanges of the largest cluster).
+s = torch.randn(1, 140000, device=dev, generator=g)
+lengths = torch.tensor([139990], dtype=torch.int32, device=dev)
+pt = torch.randint(-1, 5000, (1, 2200), device=dev, dtype=torch.int32, generator=g)
+want = map_through_page_table(window_topk(s, 2048, lengths), pt, None, None, 64)
+with registry.use_backend("cuda"):
+    got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048)
+assert torch.equal(as_sets(got_any), as_sets(want)), "page-table form, 8-CTA row"
+ran.append("topk_page_table_transform[cuda] 1x140000")
 # Native HIP top-k: the row-split kernel sequence (forced through its one override) and the
 # single-workgroup tie-buffer overflow (an all-equal long row), with page-table outputs.
 try:

@@ -173,6 +173,28 @@ def test_empty_shapes():
         check_topk(x, 8, what=f"{rows}x{width}")
 
 
+def test_decode_rows_on_8_cta_clusters():
+    # A few rows of 256K keys, each split over 8 CTAs by the heuristic: every distribution, both
+    # finishes (the candidates gathered into rank 0, or kept by each CTA when they outnumber one
+    # buffer), and the page-table form with shorter windows.
+    g = torch.Generator(device=DEV).manual_seed(16)
+    for dist in DISTS:
+        for dtype in (torch.float32, torch.bfloat16):
+            x = gen_rows(dist, 2, 1 << 18, dtype, g)
+            for k in (64, 2048, 4096):
+                check_topk(x, k, what=f"8-CTA {dist} {dtype} k={k}")
+    x = torch.randn(3, 1 << 18, device=DEV, generator=g)
+    lengths = torch.tensor([1 << 18, 200000, 150000], device=DEV, dtype=torch.int32)
+    pt = torch.randint(-1, 1 << 20, (3, 4200), device=DEV, dtype=torch.int32, generator=g)
+    raw = window_topk(x, 2048, lengths)
+    want = map_through_page_table(raw, pt, None, None, 64)
+    out = torch.full((3, 2048), POISON, device=DEV, dtype=torch.int32)
+    out_raw = torch.full((3, 2048), POISON, device=DEV, dtype=torch.int32)
+    with dsa_ops.use_backend("cuda"):
+        dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, page_size=64, out=out, out_raw=out_raw)
+    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+
+
 def test_million_key_rows(cluster):
     g = torch.Generator(device=DEV).manual_seed(5)
     w = 1 << 20

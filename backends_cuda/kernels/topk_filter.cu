@@ -1384,22 +1384,25 @@ Kernel kernel_for(TopkDtype dtype) {
   return nullptr;
 }
 
-// Allow the kernel kDynSmem bytes of dynamic shared memory on this device (once per device) and
-// say whether a cluster of kMaxCluster CTAs can be scheduled.
-cudaError_t prepare(Kernel kernel, int which, int device, bool* clusters) {
-  static std::atomic<int> state[6][kMaxDevices] = {};  // 0 unknown, 1 clusters fit, 2 they do not
+// Allow the kernel kDynSmem bytes of dynamic shared memory on this device and fill active[c] (c = 0..
+// kMaxCluster: the clusters of c CTAs the device runs at once), once per kernel and device.
+cudaError_t prepare(Kernel kernel, int which, int device, int* active) {
+  constexpr int kSizes = topk_heuristics::kMaxCluster + 1;
+  static std::atomic<int> cache[6][kMaxDevices][kSizes + 1] = {};  // [kSizes]: 1 once filled
   const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached) {
-    const int hit = state[which][device].load(std::memory_order_relaxed);
-    if (hit != 0) {
-      *clusters = hit == 1;
-      return cudaSuccess;
+  if (cached && cache[which][device][kSizes].load(std::memory_order_acquire) == 1) {
+    for (int c = 0; c < kSizes; ++c) {
+      active[c] = cache[which][device][c].load(std::memory_order_relaxed);
     }
+    return cudaSuccess;
   }
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynSmem));
-  *clusters = max_cluster_fits(kernel, kThreads, kDynSmem);
+  active_clusters(kernel, kThreads, kDynSmem, active);
   if (cached) {
-    state[which][device].store(*clusters ? 1 : 2, std::memory_order_relaxed);
+    for (int c = 0; c < kSizes; ++c) {
+      cache[which][device][c].store(active[c], std::memory_order_relaxed);
+    }
+    cache[which][device][kSizes].store(1, std::memory_order_release);
   }
   return cudaSuccess;
 }
@@ -1421,17 +1424,18 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DSA_CUDA_CHECK(current_arch_major(&major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
-  bool clusters = false;
-  int cluster = major >= 9 ? h::filter_cluster_size(p.rows, p.width, p.k, sms) : 1;
-  if (cluster > 1) {
-    DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, &clusters));
+  int active[h::kMaxCluster + 1] = {};
+  int cluster = 1;
+  if (major >= 9 && h::cluster_size(p.rows, p.width, p.k, sms) > 1) {
+    DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, active));
+    cluster = h::filter_cluster_size(p.rows, p.width, p.k, sms, active);
   }
-  if (!clusters || p.rows * cluster > INT32_MAX) {
+  if (active[cluster] < 1 || p.rows * cluster > INT32_MAX) {  // (a forced size the device cannot run)
     cluster = 1;
   }
   const d::Kernel kernel = cluster > 1 ? split_kernel : row_kernel;
-  if (cluster == 1) {  // (sets the kernel's shared-memory limit; the cluster answer is unused)
-    DSA_CUDA_CHECK(d::prepare(row_kernel, 2 * int(p.dtype), device, &clusters));
+  if (cluster == 1) {  // (sets the kernel's shared-memory limit; the cluster counts are unused)
+    DSA_CUDA_CHECK(d::prepare(row_kernel, 2 * int(p.dtype), device, active));
   }
   a.cluster = cluster;
   a.sample = h::filter_sampling() ? 1 : 0;

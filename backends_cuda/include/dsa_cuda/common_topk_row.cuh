@@ -400,6 +400,32 @@ inline bool max_cluster_fits(RowKernel kernel, int threads, int smem) {
   return clusters >= 1;
 }
 
+// active[c], c = 0..kMaxCluster: how many clusters of c CTAs of `kernel` (threads, smem bytes of dynamic
+// shared memory each) the current device runs at once (active[0] = 0, active[1]: CTAs). 0 where a device
+// or driver has no clusters.
+inline void active_clusters(RowKernel kernel, int threads, int smem, int* active) {
+  active[0] = 0;
+  for (int c = 1; c <= topk_heuristics::kMaxCluster; ++c) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(c));
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = size_t(smem);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(c);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    active[c] = n;
+  }
+}
+
 }  // namespace topk_row
 
 // The filter kernel's launcher (kernels/topk_filter.cu): launch_topk's path for deterministic=False.

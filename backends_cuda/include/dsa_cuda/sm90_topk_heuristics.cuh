@@ -43,20 +43,24 @@ inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
 }
 
 // CTAs per row of the filter kernel (deterministic=False): split rows while they leave SMs without
-// a CTA, up to one CTA per SM, in a power-of-two cluster (the sizes measured). Two CTAs per SM did
-// worse on the H200 (graph replay, k 2048): 64 x 1M keys 117 us with 2 CTAs a row, 173 with 4;
-// 20 x 134868 20.7 us with 4, 23.8 with 8; 64 x 131072 25 us with 2, 38 with 4.
-// Same override as cluster_size.
-inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
+// a CTA, up to one CTA per SM, in the largest cluster size of which the device runs `rows` clusters at
+// once. active[c] (c = 0..kMaxCluster): clusters of c CTAs the device holds together
+// (cudaOccupancyMaxActiveClusters); a GPC holds whole clusters, so CTAs alone do not say it. H200 (graph
+// replay, k 2048, twelfth session): 1 x 131072 12.8 us with 8 CTAs a row, 13.5 with 6, 13.9 with 4;
+// 20 x 134868 15.5 with 5, 16.0 with 4, 23.3 with 6 (its 20 clusters of 6 did not all fit: two waves);
+// 64 x 131072 18.1 with 2, 27.6 with 3. Two CTAs per SM did worse (tenth session: 64 x 1M keys 117 us
+// with 2 CTAs a row, 173 with 4). Same override as cluster_size (taken as it is).
+inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms, const int* active) {
   const int c = cluster_size(rows, width, k, sms);
   if (forced_cluster() != 0) {
-    return c;  // (a forced size is taken as it is)
+    return c;
   }
-  int p = 1;
-  while (2 * p <= c) {
-    p *= 2;
+  for (int s = c; s >= 2; --s) {
+    if (active[s] >= rows) {
+      return s;
+    }
   }
-  return p;
+  return 1;
 }
 
 // Whether the filter kernel samples a threshold for windows longer than its candidate buffer
