@@ -378,16 +378,16 @@ inline KernelArgs make_args(const TopkParams& p) {
 
 using RowKernel = void (*)(KernelArgs);
 
-// Whether one cluster of kMaxCluster CTAs (threads, smem bytes of dynamic shared memory each) of
-// `kernel` can be scheduled on the current device. A device or driver without clusters says no.
-inline bool max_cluster_fits(RowKernel kernel, int threads, int smem) {
+// How many clusters of c CTAs of `kernel` (threads, smem bytes of dynamic shared memory each) the current
+// device runs at once; 0 where a device or driver has no clusters.
+inline int max_active_clusters(RowKernel kernel, int threads, int smem, int c) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(topk_heuristics::kMaxCluster);
+  config.gridDim = dim3(unsigned(c));
   config.blockDim = dim3(unsigned(threads));
   config.dynamicSmemBytes = size_t(smem);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = topk_heuristics::kMaxCluster;
+  attr[0].val.clusterDim.x = unsigned(c);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
@@ -397,32 +397,19 @@ inline bool max_cluster_fits(RowKernel kernel, int threads, int smem) {
     (void)cudaGetLastError();
     clusters = 0;
   }
-  return clusters >= 1;
+  return clusters;
 }
 
-// active[c], c = 0..kMaxCluster: how many clusters of c CTAs of `kernel` (threads, smem bytes of dynamic
-// shared memory each) the current device runs at once (active[0] = 0, active[1]: CTAs). 0 where a device
-// or driver has no clusters.
+// Whether one cluster of kMaxCluster CTAs of `kernel` can be scheduled on the current device.
+inline bool max_cluster_fits(RowKernel kernel, int threads, int smem) {
+  return max_active_clusters(kernel, threads, smem, topk_heuristics::kMaxCluster) >= 1;
+}
+
+// active[c], c = 0..kMaxCluster: max_active_clusters for c CTAs (active[0] = 0, active[1]: CTAs).
 inline void active_clusters(RowKernel kernel, int threads, int smem, int* active) {
   active[0] = 0;
   for (int c = 1; c <= topk_heuristics::kMaxCluster; ++c) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(c));
-    config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = size_t(smem);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(c);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = 0;
-    }
-    active[c] = n;
+    active[c] = max_active_clusters(kernel, threads, smem, c);
   }
 }
 
