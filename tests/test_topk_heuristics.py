@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
                                  {4096, 32768}, {1, 4096}, {3, 40000}, {1, 20000}, {40, 131072}, {1, 65536},
                                  {8, 262144}, {17, 262144}};
   for (const auto& s : shapes) {
-    std::printf("%lld %lld %d %d\n", s[0], s[1], cluster_size(s[0], s[1], 2048, 132),
-                filter_cluster_size(s[0], s[1], 2048, 132, active));
+    const int c = cluster_size(s[0], s[1], 2048, 132);
+    std::printf("%lld %lld %d %d\n", s[0], s[1], c, filter_cluster_size(s[0], c, active));
   }
   return 0;
 }

@@ -562,30 +562,6 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
 }
 
-// The key of raw bits (stored by the filter, or loaded by raw_bits).
-template <typename T>
-__device__ __forceinline__ uint32_t key_of_raw(uint32_t bits);
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<float>(uint32_t bits) { return radix::float_key(__uint_as_float(bits)); }
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__nv_bfloat16>(uint32_t bits) {
-  return radix::float_key(radix::bf16_bits_to_float(bits));
-}
-template <>
-__device__ __forceinline__ uint32_t key_of_raw<__half>(uint32_t bits) {
-  return radix::float_key(radix::fp16_bits_to_float(bits));
-}
-
-// The bits of the score at p (16-bit types: zero-extended), loaded through the read-only path.
-template <typename T>
-__device__ __forceinline__ uint32_t raw_bits(const T* p) {
-  if constexpr (sizeof(T) == 4) {
-    return __ldg(reinterpret_cast<const uint32_t*>(p));
-  } else {
-    return __ldg(reinterpret_cast<const unsigned short*>(p));
-  }
-}
-
 // Samples taken from a window of n keys: 2048, doubled (up to kMaxSamples) until n <= 48 S, so that
 // about 128 samples or more fall above the most the buffer should take (j_hi below): the threshold's
 // relative error stays small.
@@ -644,13 +620,13 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = (base + u * kThreads + int(threadIdx.x)) & (S - 1);
-      raw[u] = raw_bits(first + (uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun)));
+      raw[u] = radix::KeyOf<T>::raw(first + (uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun)));
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const int i = base + u * kThreads + int(threadIdx.x);
       if (i < S) {
-        const uint32_t v = key_of_raw<T>(raw[u]);
+        const uint32_t v = radix::KeyOf<T>::of_raw(raw[u]);
         buf[i] = v;
         v_lo = min(v_lo, v);
         v_max = max(v_max, v);
@@ -961,7 +937,7 @@ __device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters
   for (uint32_t base = 0; base < m; base += kThreads) {  // (uniform trip count: range_add votes)
     const uint32_t i = base + threadIdx.x;
     if (i < m) {
-      const uint32_t key = key_of_raw<T>(keys[i]);
+      const uint32_t key = radix::KeyOf<T>::of_raw(keys[i]);
       keys[i] = key;
       lo = min(lo, key);
       hi = max(hi, key);
@@ -1425,10 +1401,10 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(current_arch_major(&major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
   int active[h::kMaxCluster + 1] = {};
-  int cluster = 1;
-  if (major >= 9 && h::cluster_size(p.rows, p.width, p.k, sms) > 1) {
+  int cluster = major >= 9 ? h::cluster_size(p.rows, p.width, p.k, sms) : 1;
+  if (cluster > 1) {
     DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, active));
-    cluster = h::filter_cluster_size(p.rows, p.width, p.k, sms, active);
+    cluster = h::filter_cluster_size(p.rows, cluster, active);
   }
   if (active[cluster] < 1 || p.rows * cluster > INT32_MAX) {  // (a forced size the device cannot run)
     cluster = 1;

@@ -40,13 +40,17 @@ __device__ __forceinline__ uint32_t float_key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Raw 16-byte vectors of T -> keys. kItems = 16 / sizeof(T).
+// Raw 16-byte vectors of T -> keys. kItems = 16 / sizeof(T). raw(p): the bits of the score at p (16-bit
+// types: zero-extended), loaded through the read-only path; of_raw(bits): their key; one(p): the key of
+// the score at p (of_raw(raw(p))).
 template <typename T>
 struct KeyOf;
 
 template <>
 struct KeyOf<float> {
   static constexpr int kItems = 4;
+  __device__ __forceinline__ static uint32_t raw(const float* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits) { return float_key(__uint_as_float(bits)); }
   __device__ __forceinline__ static uint32_t one(const float* p) { return float_key(__ldg(p)); }
   __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[4]) {
     k[0] = float_key(__uint_as_float(v.x));
@@ -64,9 +68,11 @@ __device__ __forceinline__ float fp16_bits_to_float(uint32_t bits16) {
 template <>
 struct KeyOf<__nv_bfloat16> {
   static constexpr int kItems = 8;
-  __device__ __forceinline__ static uint32_t one(const __nv_bfloat16* p) {
-    return float_key(bf16_bits_to_float(__ldg(reinterpret_cast<const unsigned short*>(p))));
+  __device__ __forceinline__ static uint32_t raw(const __nv_bfloat16* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
   }
+  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits) { return float_key(bf16_bits_to_float(bits)); }
+  __device__ __forceinline__ static uint32_t one(const __nv_bfloat16* p) { return of_raw(raw(p)); }
   __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8]) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -80,9 +86,9 @@ struct KeyOf<__nv_bfloat16> {
 template <>
 struct KeyOf<__half> {
   static constexpr int kItems = 8;
-  __device__ __forceinline__ static uint32_t one(const __half* p) {
-    return float_key(fp16_bits_to_float(__ldg(reinterpret_cast<const unsigned short*>(p))));
-  }
+  __device__ __forceinline__ static uint32_t raw(const __half* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
+  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits) { return float_key(fp16_bits_to_float(bits)); }
+  __device__ __forceinline__ static uint32_t one(const __half* p) { return of_raw(raw(p)); }
   __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8]) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

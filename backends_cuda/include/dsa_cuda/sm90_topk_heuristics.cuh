@@ -42,16 +42,15 @@ inline int cluster_size(int64_t rows, int64_t width, int64_t k, int sms) {
   return c < 2 ? 1 : int(c);
 }
 
-// CTAs per row of the filter kernel (deterministic=False): split rows while they leave SMs without
-// a CTA, up to one CTA per SM, in the largest cluster size of which the device runs `rows` clusters at
-// once. active[c] (c = 0..kMaxCluster): clusters of c CTAs the device holds together
+// CTAs per row of the filter kernel (deterministic=False), given c = cluster_size(rows, ...): split
+// rows while they leave SMs without a CTA, up to one CTA per SM (c at most), in the largest cluster size
+// of which the device runs `rows` clusters at once. active[c] (c = 0..kMaxCluster): clusters of c CTAs the device holds together
 // (cudaOccupancyMaxActiveClusters); a GPC holds whole clusters, so CTAs alone do not say it. H200 (graph
 // replay, k 2048, twelfth session): 1 x 131072 12.8 us with 8 CTAs a row, 13.5 with 6, 13.9 with 4;
 // 20 x 134868 15.5 with 5, 16.0 with 4, 23.3 with 6 (its 20 clusters of 6 did not all fit: two waves);
 // 64 x 131072 18.1 with 2, 27.6 with 3. Two CTAs per SM did worse (tenth session: 64 x 1M keys 117 us
 // with 2 CTAs a row, 173 with 4). Same override as cluster_size (taken as it is).
-inline int filter_cluster_size(int64_t rows, int64_t width, int64_t k, int sms, const int* active) {
-  const int c = cluster_size(rows, width, k, sms);
+inline int filter_cluster_size(int64_t rows, int c, const int* active) {
   if (forced_cluster() != 0) {
     return c;
   }
