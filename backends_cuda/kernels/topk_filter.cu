@@ -139,9 +139,16 @@ struct Exchange {
   uint64_t xbar[2];
   uint64_t gbar;
   uint64_t sbar;
+  uint64_t bbar;  // the other CTAs' entries of a small threshold bin, into rank 0's cnt.bin_key / bin_col
   uint4 xs[2][kMaxClusterCtas];
-  uint4 sel;  // rank 0's select on the gathered candidates: (base, prefix, mask, whole bin taken)
+  uint4 sel;  // rank 0's select on the gathered candidates: (base, prefix, mask, BinMode)
+  uint32_t own_bin;  // rank 0: its own entries of a small threshold bin
 };
+
+// What a gathered split row does with the threshold bin's entries (finish): all taken; ranked by rank 0,
+// to which each CTA sends its own (at most kRankBin); or split by rank 0's select on their columns,
+// over every CTA's (rank 0 holds them all).
+enum class BinMode : uint32_t { kWhole = 0, kRank = 1, kTieColumns = 2 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
 // barrier between). The warp must be converged.
@@ -482,13 +489,16 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   // bin can hold one value only (16-bit scores: tens of ties, which more levels cannot split).
   ListSelect ks{0u, SelectState{0u, 0u, 0u, 0u}};
   bool whole_bin = false;
+  bool rank_bin = false;
   if (selects) {
     ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, cluster ? csize : 1u,
                      one_value_shift);
     whole_bin = ks.st.count == ks.st.krem;
+    rank_bin = !whole_bin && ks.st.count <= kRankBin;
     if constexpr (kGathered) {
       if (threadIdx.x != 0 && threadIdx.x < csize) {  // one thread a CTA: the select to CTA threadIdx.x
-        radix::st_async(&ex->sel, make_uint4(ks.base, ks.st.prefix, ks.st.mask, whole_bin ? 1u : 0u), threadIdx.x,
+        const BinMode mode = whole_bin ? BinMode::kWhole : rank_bin ? BinMode::kRank : BinMode::kTieColumns;
+        radix::st_async(&ex->sel, make_uint4(ks.base, ks.st.prefix, ks.st.mask, uint32_t(mode)), threadIdx.x,
                         &ex->sbar);
       }
     }
@@ -501,10 +511,10 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
     ks.base = sel.x;
     ks.st.prefix = sel.y;
     ks.st.mask = sel.z;
-    whole_bin = sel.w != 0u;
+    whole_bin = sel.w == uint32_t(BinMode::kWhole);
+    rank_bin = sel.w == uint32_t(BinMode::kRank);
   }
   trace("selected");
-  const bool rank_bin = selects && !whole_bin && ks.st.count <= kRankBin;
   const uint32_t tie = ks.value_at_prefix();
   ListSelect cs{0u, SelectState{0u, 0u, 0u, 0u}};
   if (selects && !whole_bin && !rank_bin) {  // (the bin is the single key `tie`)
@@ -524,8 +534,8 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   const uint32_t lane = threadIdx.x & 31u;
   uint32_t* staged = keys + (threadIdx.x & ~31u);  // entry j at staged[(j / 32) * kThreads + j % 32]
   uint32_t n_taken = 0u;  // (warp-uniform)
-  // (a gathered row's rank 0 reads the others' candidates only for the threshold bin's entries)
-  const int scan = kGathered && rank == 0 && whole_bin ? own : m;
+  // (a gathered row's rank 0 reads the others' candidates only when it splits ties by column)
+  const int scan = kGathered && rank == 0 && (whole_bin || rank_bin) ? own : m;
   for (int it = 0; it * kThreads < scan; ++it) {
     const int i = it * kThreads + int(threadIdx.x);
     bool take = false;
@@ -537,20 +547,28 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
       const uint32_t d = (key - ks.base) & ks.st.mask;
       const bool in_bin = d == ks.st.prefix;
       take = (!kGathered || i < own) && (d > ks.st.prefix || (in_bin && whole_bin));
-      if (selects && in_bin && !whole_bin) {
+      if (in_bin && !whole_bin && (selects || rank_bin)) {
         col = cols[i];
         to_bin = rank_bin;
         take = !rank_bin && cs.taken(~uint32_t(col));
       }
     }
     if (to_bin) {  // the bin's entries to rank 0's list (<= kRankBin of them: one atomic each, no vote)
-      const uint32_t p = cluster ? radix::cluster_atomic_add(&cnt.nbin, 1u, 0u) : atomicAdd(&cnt.nbin, 1u);
-      if (p < kRankBin && cluster) {
+      const bool remote = cluster || (kGathered && rank != 0);
+      const uint32_t p = remote ? radix::cluster_atomic_add(&cnt.nbin, 1u, 0u) : atomicAdd(&cnt.nbin, 1u);
+      if (kGathered && rank != 0) {  // (p < kRankBin: the bin holds at most kRankBin entries)
+        const uint32_t bar = radix::cluster_addr(&ex->bbar, 0u);
+        radix::st_async(radix::cluster_addr(&cnt.bin_key[p], 0u), key, bar);
+        radix::st_async(radix::cluster_addr(&cnt.bin_col[p], 0u), uint32_t(col), bar);
+      } else if (p < kRankBin && cluster) {
         radix::cluster_store(&cnt.bin_key[p], key, 0u);
         radix::cluster_store(reinterpret_cast<uint32_t*>(&cnt.bin_col[p]), uint32_t(col), 0u);
       } else if (p < kRankBin) {
         cnt.bin_key[p] = key;
         cnt.bin_col[p] = col;
+        if (kGathered) {
+          atomicAdd(&ex->own_bin, 1u);
+        }
       }
     }
     const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, take);  // (every lane has read its key)
@@ -579,9 +597,15 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
   if (rank_bin && rank == 0) {
     __syncthreads();
+    if constexpr (kGathered) {  // the other CTAs' entries of the bin (8 bytes each)
+      if (threadIdx.x == 0) {
+        radix::xbar_expect(&ex->bbar, 8u * (ks.st.count - ex->own_bin));
+      }
+      radix::xbar_wait(&ex->bbar, 0u);
+    }
     // Entry t's rank: the entries with a larger key, or an equal key and a smaller column.
     if (threadIdx.x < kRankBin) {  // (whole warps)
-      const uint32_t nb = cnt.nbin;
+      const uint32_t nb = kGathered ? ks.st.count : cnt.nbin;
       const uint32_t t = threadIdx.x;
       const uint32_t key = t < nb ? cnt.bin_key[t] : 0u;
       const int32_t col = t < nb ? cnt.bin_col[t] : 0;
@@ -1183,6 +1207,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       radix::xbar_init(&ex->xbar[1]);
       radix::xbar_init(&ex->gbar);
       radix::xbar_init(&ex->sbar);
+      radix::xbar_init(&ex->bbar);
+      ex->own_bin = 0u;
     }
   }
   if constexpr (kSplit) {
