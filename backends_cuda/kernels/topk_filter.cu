@@ -465,11 +465,13 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // histograms. Every CTA of the cluster calls it. The keys are overwritten (the writes stage columns there).
 // kLookupsInFlight: the page-table form's writes issue their lookups before using them (write_staged;
 // see lookups_in_flight).
-// kGathered (a split row whose candidates fit one buffer, csize > 1): rank 0 holds the cluster's m
-// candidates, its own the first `own`, selects on them alone and sends the select to the other CTAs;
-// every CTA then writes its own candidates above the threshold bin (m = own on the other ranks), and
-// rank 0 the bin's (rank 0 writing all 2048 cost 1x131072 ~2.5 of its ~13 us, H200 phase stamps).
-// Every CTA of the cluster calls it; rank 0 returns once the others' writes are done.
+// kGathered (a split row whose candidates fit one buffer): rank 0 holds the cluster's m candidates,
+// its own the first `own`, selects on them alone and sends the select to the other CTAs; every CTA
+// then writes its own candidates above the threshold bin (m = own on the other ranks) and sends its
+// entries of a small bin to rank 0, which ranks them (rank 0's take and writes of all 2048 took
+// 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0 also writes the bin's entries split by column.
+// Every CTA of the cluster calls it, and rank 0 returns once the others' writes are done; with csize
+// 1, rank 0 alone calls it (own = m) and writes everything.
 template <bool kLookupsInFlight, bool kGathered = false>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
@@ -616,7 +618,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
       emit(t < nb && before < ks.st.krem, col, o, &cnt.out, k);
     }
   }
-  if constexpr (kGathered) {  // rank 0's cnt.out serves the others' reservations until they are done
+  if (kGathered && csize > 1) {  // rank 0's cnt.out serves the others' reservations until they are done
     if (rank != 0) {
       radix::cluster_arrive_release();
     } else {
@@ -1333,8 +1335,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         if (kSplit && ok && total <= uint32_t(kCapacity)) {
           // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
           // those of the lower ranks; rank 0 selects alone on the cluster's range (a local select cost
-          // 1x131072 less than the cluster-wide one: 4.9 against 6.3 us with rank 0's writes) and sends
-          // the select back; each CTA writes its own candidates above the threshold bin (finish).
+          // 1x131072 less than the cluster-wide one: 4.9 against 6.3 us with rank 0's writes) and, from
+          // kSpreadFinishMinCluster CTAs up, sends the select back for each CTA to write its own.
+          const bool spread = csize >= uint32_t(topk_heuristics::kSpreadFinishMinCluster);
           if (rank != 0) {
             const uint32_t mine = cnt.cand;
             const uint32_t at = cnt.before;
@@ -1344,6 +1347,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
               radix::st_async(to_keys + 4u * i, keys[i], bar);
               radix::st_async(to_cols + 4u * i, uint32_t(cols[i]), bar);
+            }
+            if (!spread) {
+              return;  // (nothing reads this CTA's shared memory after)
             }
           } else {
             if (threadIdx.x == 0) {
@@ -1355,8 +1361,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           // (every CTA's own candidates are its first cnt.cand: rank 0's come first in the gathered list)
           finish<lookups_in_flight<T, kSplit>(), true>(keys, cols, rank == 0 ? int(total) : int(cnt.cand),
                                                        total < k ? total : k, out_of_row(), hist, cnt, k, sh,
-                                                       one_value_shift<T>(), 0u, nullptr, csize, rank, ex,
-                                                       int(cnt.cand));
+                                                       one_value_shift<T>(), 0u, nullptr, spread ? csize : 1u,
+                                                       rank, ex, spread ? int(cnt.cand) : int(total));
         } else if (ok) {
           // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
           // stage buffer holds the summed histograms).
