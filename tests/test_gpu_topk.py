@@ -195,6 +195,29 @@ def test_decode_rows_on_8_cta_clusters():
     assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
 
 
+@pytest.mark.parametrize("csize", [2, 3, 4, 5])
+def test_decode_rows_by_cluster_size(csize, monkeypatch):
+    # Rows split over 2 to 5 CTAs: below kSpreadFinishMinCluster (4) rank 0 writes the gathered
+    # candidates alone; from it up every CTA writes its own and sends its threshold-bin entries to
+    # rank 0 (ranked, or split by column when they are ties of one key). Every distribution.
+    _mode(monkeypatch, str(csize))
+    g = torch.Generator(device=DEV).manual_seed(17 + csize)
+    for dist in DISTS:
+        for dtype in (torch.float32, torch.bfloat16):
+            x = gen_rows(dist, 2, 1 << 17, dtype, g)
+            check_topk(x, 2048, what=f"{csize}-CTA {dist} {dtype}")
+    x = torch.randn(2, 1 << 17, device=DEV, generator=g)
+    lengths = torch.tensor([1 << 17, 100000], device=DEV, dtype=torch.int32)
+    pt = torch.randint(-1, 1 << 20, (2, 2100), device=DEV, dtype=torch.int32, generator=g)
+    raw = window_topk(x, 2048, lengths)
+    want = map_through_page_table(raw, pt, None, None, 64)
+    out = torch.full((2, 2048), POISON, device=DEV, dtype=torch.int32)
+    out_raw = torch.full((2, 2048), POISON, device=DEV, dtype=torch.int32)
+    with dsa_ops.use_backend("cuda"):
+        dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, page_size=64, out=out, out_raw=out_raw)
+    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+
+
 def test_million_key_rows(cluster):
     g = torch.Generator(device=DEV).manual_seed(5)
     w = 1 << 20

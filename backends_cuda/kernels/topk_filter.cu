@@ -133,13 +133,22 @@ struct Counters {
 };
 
 // A split row's exchanges (the split kernel's shared memory only): their barriers, one phase each (the
-// count exchange of each attempt, the gather into rank 0), and every CTA's (candidates, lo, hi) of
-// each attempt (radix::st_async).
+// count exchange of each attempt, the gather into rank 0, rank 0's select sent back), every CTA's
+// (candidates, lo, hi) of each attempt, and the select (radix::st_async).
 struct Exchange {
   uint64_t xbar[2];
   uint64_t gbar;
+  uint64_t sbar;
+  uint64_t bbar;  // the other CTAs' entries of a small threshold bin, into rank 0's cnt.bin_key / bin_col
   uint4 xs[2][kMaxClusterCtas];
+  uint4 sel;  // rank 0's select on the gathered candidates: (base, prefix, mask, BinMode)
+  uint32_t own_bin;  // rank 0: its own entries of a small threshold bin
 };
+
+// What a gathered split row does with the threshold bin's entries (finish): all taken; ranked by rank 0,
+// to which each CTA sends its own (at most kRankBin); or split by rank 0's select on their columns,
+// over every CTA's (rank 0 holds them all).
+enum class BinMode : uint32_t { kWhole = 0, kRank = 1, kTieColumns = 2 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
 // barrier between). The warp must be converged.
@@ -456,12 +465,21 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // histograms. Every CTA of the cluster calls it. The keys are overwritten (the writes stage columns there).
 // kLookupsInFlight: the page-table form's writes issue their lookups before using them (write_staged;
 // see lookups_in_flight).
-template <bool kLookupsInFlight>
+// kGathered (a split row whose candidates fit one buffer): rank 0 holds the cluster's m candidates,
+// its own the first `own`, selects on them alone and sends the select to the other CTAs; every CTA
+// then writes its own candidates above the threshold bin (m = own on the other ranks) and sends its
+// entries of a small bin to rank 0, which ranks them (rank 0's take and writes of all 2048 took
+// 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0 also writes the bin's entries split by column.
+// Every CTA of the cluster calls it, and rank 0 returns once the others' writes are done; with csize
+// 1, rank 0 alone calls it (own = m) and writes everything.
+template <bool kLookupsInFlight, bool kGathered = false>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh, int one_value_shift, uint32_t valid = 0u,
-                                       uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0) {
-  const bool cluster = csize > 1;
+                                       uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0,
+                                       Exchange* ex = nullptr, int own = 0) {
+  const bool cluster = !kGathered && csize > 1;  // the cluster-wide finish
+  const bool selects = !kGathered || rank == 0;  // (the other ranks of a gathered row get the select)
   if (!cluster) {
     valid = uint32_t(m);
     if (threadIdx.x == 0) {
@@ -471,20 +489,43 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   // Levels stop at a bin of kWarpBin entries (mixed values: one more level is cheaper than ranking
   // them; nan_inf 4096x32768 took 378 -> 489 us when they stopped at kRankBin), or of kRankBin once a
   // bin can hold one value only (16-bit scores: tens of ties, which more levels cannot split).
-  const ListSelect ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, csize,
-                                    one_value_shift);
+  ListSelect ks{0u, SelectState{0u, 0u, 0u, 0u}};
+  bool whole_bin = false;
+  bool rank_bin = false;
+  if (selects) {
+    ks = select_list(KeyList{keys}, m, r, valid, 0u, kWarpBin, hist, cnt, sh, merged, cluster ? csize : 1u,
+                     one_value_shift);
+    whole_bin = ks.st.count == ks.st.krem;
+    rank_bin = !whole_bin && ks.st.count <= kRankBin;
+    if constexpr (kGathered) {
+      if (threadIdx.x != 0 && threadIdx.x < csize) {  // one thread a CTA: the select to CTA threadIdx.x
+        const BinMode mode = whole_bin ? BinMode::kWhole : rank_bin ? BinMode::kRank : BinMode::kTieColumns;
+        radix::st_async(&ex->sel, make_uint4(ks.base, ks.st.prefix, ks.st.mask, uint32_t(mode)), threadIdx.x,
+                        &ex->sbar);
+      }
+    }
+  } else if constexpr (kGathered) {
+    if (threadIdx.x == 0) {
+      radix::xbar_expect(&ex->sbar, uint32_t(sizeof(uint4)));
+    }
+    radix::xbar_wait(&ex->sbar, 0u);
+    const uint4 sel = ex->sel;
+    ks.base = sel.x;
+    ks.st.prefix = sel.y;
+    ks.st.mask = sel.z;
+    whole_bin = sel.w == uint32_t(BinMode::kWhole);
+    rank_bin = sel.w == uint32_t(BinMode::kRank);
+  }
   trace("selected");
-  const bool whole_bin = ks.st.count == ks.st.krem;
-  const bool rank_bin = !whole_bin && ks.st.count <= kRankBin;
   const uint32_t tie = ks.value_at_prefix();
   ListSelect cs{0u, SelectState{0u, 0u, 0u, 0u}};
-  if (!whole_bin && !rank_bin) {  // (the bin is the single key `tie`)
+  if (selects && !whole_bin && !rank_bin) {  // (the bin is the single key `tie`)
     const TieColumnList ties{keys, cols, tie};
     list_range(ties, m, cnt);
     if (cluster) {
       cluster_range(cnt, csize);
     }
-    cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh, merged, csize);
+    cs = select_list(ties, m, ks.st.krem, ks.st.count, 0u, 0u, hist, cnt, sh, merged, cluster ? csize : 1u);
   }
   // Each warp compacts the columns it takes into its own slots of `keys` (read already: warp w owns
   // keys[it * kThreads + 32 w + lane], and its j-th taken entry goes to the slot of row j / 32, lane
@@ -495,31 +536,41 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   const uint32_t lane = threadIdx.x & 31u;
   uint32_t* staged = keys + (threadIdx.x & ~31u);  // entry j at staged[(j / 32) * kThreads + j % 32]
   uint32_t n_taken = 0u;  // (warp-uniform)
-  for (int it = 0; it * kThreads < m; ++it) {
+  // (a gathered row's rank 0 reads the others' candidates only when it splits ties by column)
+  const int scan = kGathered && rank == 0 && (whole_bin || rank_bin) ? own : m;
+  for (int it = 0; it * kThreads < scan; ++it) {
     const int i = it * kThreads + int(threadIdx.x);
     bool take = false;
     bool to_bin = false;
     uint32_t key = 0u;
     int32_t col = 0;
-    if (i < m) {
+    if (i < scan) {
       key = keys[i];
       const uint32_t d = (key - ks.base) & ks.st.mask;
       const bool in_bin = d == ks.st.prefix;
-      take = d > ks.st.prefix || (in_bin && whole_bin);
-      if (in_bin && !whole_bin) {
+      take = (!kGathered || i < own) && (d > ks.st.prefix || (in_bin && whole_bin));
+      if (in_bin && !whole_bin && (selects || rank_bin)) {
         col = cols[i];
         to_bin = rank_bin;
         take = !rank_bin && cs.taken(~uint32_t(col));
       }
     }
     if (to_bin) {  // the bin's entries to rank 0's list (<= kRankBin of them: one atomic each, no vote)
-      const uint32_t p = cluster ? radix::cluster_atomic_add(&cnt.nbin, 1u, 0u) : atomicAdd(&cnt.nbin, 1u);
-      if (p < kRankBin && cluster) {
+      const bool remote = cluster || (kGathered && rank != 0);
+      const uint32_t p = remote ? radix::cluster_atomic_add(&cnt.nbin, 1u, 0u) : atomicAdd(&cnt.nbin, 1u);
+      if (kGathered && rank != 0) {  // (p < kRankBin: the bin holds at most kRankBin entries)
+        const uint32_t bar = radix::cluster_addr(&ex->bbar, 0u);
+        radix::st_async(radix::cluster_addr(&cnt.bin_key[p], 0u), key, bar);
+        radix::st_async(radix::cluster_addr(&cnt.bin_col[p], 0u), uint32_t(col), bar);
+      } else if (p < kRankBin && cluster) {
         radix::cluster_store(&cnt.bin_key[p], key, 0u);
         radix::cluster_store(reinterpret_cast<uint32_t*>(&cnt.bin_col[p]), uint32_t(col), 0u);
       } else if (p < kRankBin) {
         cnt.bin_key[p] = key;
         cnt.bin_col[p] = col;
+        if (kGathered) {
+          atomicAdd(&ex->own_bin, 1u);
+        }
       }
     }
     const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, take);  // (every lane has read its key)
@@ -532,7 +583,8 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   trace("f_take");
   uint32_t pos = 0u;
   if (lane == 0u && n_taken != 0u) {
-    pos = cluster ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : atomicAdd(&cnt.out, n_taken);
+    pos = cluster || (kGathered && rank != 0) ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u)
+                                              : atomicAdd(&cnt.out, n_taken);
   }
   pos = __shfl_sync(0xFFFFFFFFu, pos, 0);
   __syncwarp();  // the staged columns are visible to the whole warp
@@ -547,9 +599,15 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
   if (rank_bin && rank == 0) {
     __syncthreads();
+    if constexpr (kGathered) {  // the other CTAs' entries of the bin (8 bytes each)
+      if (threadIdx.x == 0) {
+        radix::xbar_expect(&ex->bbar, 8u * (ks.st.count - ex->own_bin));
+      }
+      radix::xbar_wait(&ex->bbar, 0u);
+    }
     // Entry t's rank: the entries with a larger key, or an equal key and a smaller column.
     if (threadIdx.x < kRankBin) {  // (whole warps)
-      const uint32_t nb = cnt.nbin;
+      const uint32_t nb = kGathered ? ks.st.count : cnt.nbin;
       const uint32_t t = threadIdx.x;
       const uint32_t key = t < nb ? cnt.bin_key[t] : 0u;
       const int32_t col = t < nb ? cnt.bin_col[t] : 0;
@@ -558,6 +616,14 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
         before += uint32_t(cnt.bin_key[j] > key || (cnt.bin_key[j] == key && cnt.bin_col[j] < col));
       }
       emit(t < nb && before < ks.st.krem, col, o, &cnt.out, k);
+    }
+  }
+  if (kGathered && csize > 1) {  // rank 0's cnt.out serves the others' reservations until they are done
+    if (rank != 0) {
+      radix::cluster_arrive_release();
+    } else {
+      radix::cluster_arrive_relaxed();
+      radix::cluster_wait();
     }
   }
 }
@@ -1142,6 +1208,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       radix::xbar_init(&ex->xbar[0]);
       radix::xbar_init(&ex->xbar[1]);
       radix::xbar_init(&ex->gbar);
+      radix::xbar_init(&ex->sbar);
+      radix::xbar_init(&ex->bbar);
+      ex->own_bin = 0u;
     }
   }
   if constexpr (kSplit) {
@@ -1265,8 +1334,10 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         }
         if (kSplit && ok && total <= uint32_t(kCapacity)) {
           // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
-          // those of the lower ranks, and rank 0 finishes alone on the cluster's range (a local select
-          // and rank 0's writes cost 1x131072 less than the cluster-wide select: 4.9 against 6.3 us).
+          // those of the lower ranks; rank 0 selects alone on the cluster's range (a local select cost
+          // 1x131072 less than the cluster-wide one: 4.9 against 6.3 us with rank 0's writes) and, from
+          // kSpreadFinishMinCluster CTAs up, sends the select back for each CTA to write its own.
+          const bool spread = csize >= uint32_t(topk_heuristics::kSpreadFinishMinCluster);
           if (rank != 0) {
             const uint32_t mine = cnt.cand;
             const uint32_t at = cnt.before;
@@ -1277,15 +1348,21 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
               radix::st_async(to_keys + 4u * i, keys[i], bar);
               radix::st_async(to_cols + 4u * i, uint32_t(cols[i]), bar);
             }
-            return;  // (nothing reads this CTA's shared memory after)
+            if (!spread) {
+              return;  // (nothing reads this CTA's shared memory after)
+            }
+          } else {
+            if (threadIdx.x == 0) {
+              radix::xbar_expect(&ex->gbar, 8u * (total - cnt.cand));  // every other CTA's (key, column) pairs
+            }
+            radix::xbar_wait(&ex->gbar, 0u);
           }
-          if (threadIdx.x == 0) {
-            radix::xbar_expect(&ex->gbar, 8u * (total - cnt.cand));  // every other CTA's (key, column) pairs
-          }
-          radix::xbar_wait(&ex->gbar, 0u);
           trace("gathered");
-          finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(total), total < k ? total : k, out_of_row(), hist,
-                                                 cnt, k, sh, one_value_shift<T>());
+          // (every CTA's own candidates are its first cnt.cand: rank 0's come first in the gathered list)
+          finish<lookups_in_flight<T, kSplit>(), true>(keys, cols, rank == 0 ? int(total) : int(cnt.cand),
+                                                       total < k ? total : k, out_of_row(), hist, cnt, k, sh,
+                                                       one_value_shift<T>(), 0u, nullptr, spread ? csize : 1u,
+                                                       rank, ex, spread ? int(cnt.cand) : int(total));
         } else if (ok) {
           // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
           // stage buffer holds the summed histograms).

@@ -241,6 +241,13 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
 }
+// Arrive with release semantics (this thread's earlier accesses, remote ones included, are complete
+// for whoever waits on the phase); the thread may then exit without waiting.
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cluster_wait() {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
