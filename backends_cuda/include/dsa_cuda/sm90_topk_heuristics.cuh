@@ -13,10 +13,10 @@ constexpr int kMaxCluster = 8;
 constexpr int64_t kMinPart = 8192;
 // A split row whose candidates fit one buffer spreads its finish's writes over its CTAs (rank 0
 // selects and sends the select back) from this many CTAs up; below, rank 0 writes them all. H200
-// (graph replay, k 2048, thirteenth session): 20 x 134868 (5 CTAs) 15.6-16.0 -> 14.8-15.1 us,
-// 1 x 131072 (8) 12.6-13.3 -> 12.4-12.5; 64 x 131072 walk rows (2) 20.5-20.7 -> 21.0-21.2: the
-// select's round trip to the other CTA and the wait for its writes cost more than half the writes.
-// (3 CTAs: not measured.)
+// (graph replay, k 2048, thirteenth session, against the kernel before): 20 x 134868 (5 CTAs)
+// 15.2-16.0 -> 14.8-15.3 us, 1 x 131072 (8) 12.6-13.4 -> 12.4-12.5. At 2 CTAs (64 x 131072 walk
+// rows) spread or not measured the same, 0.5 us slower than the kernel before: the gate is a guess
+// that 2 CTAs gain nothing from it; 3 CTAs are not measured.
 constexpr int kSpreadFinishMinCluster = 4;
 
 // DSA_OPS_TOPK_CLUSTER=1..8: the CTAs per row, forced (tests use it to reach every path on any
