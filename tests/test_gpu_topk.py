@@ -173,6 +173,18 @@ def test_empty_shapes():
         check_topk(x, 8, what=f"{rows}x{width}")
 
 
+def check_page_table_form(x, lengths, pt, k=2048, backend="cuda"):
+    """The page-table form (page size 64) of the top k of each row's window against the reference's:
+    the same (raw, mapped) pairs, both outputs poisoned before the call."""
+    raw = window_topk(x, k, lengths)
+    want = map_through_page_table(raw, pt, None, None, 64)
+    out = torch.full((x.shape[0], k), POISON, device=x.device, dtype=torch.int32)
+    out_raw = torch.full((x.shape[0], k), POISON, device=x.device, dtype=torch.int32)
+    with dsa_ops.use_backend(backend):
+        dsa_ops.topk_page_table_transform(x, pt, lengths, k, page_size=64, out=out, out_raw=out_raw)
+    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+
+
 def test_decode_rows_on_8_cta_clusters():
     # A few rows of 256K keys, each split over 8 CTAs by the heuristic: every distribution, both
     # finishes (the candidates gathered into rank 0, or kept by each CTA when they outnumber one
@@ -185,14 +197,8 @@ def test_decode_rows_on_8_cta_clusters():
                 check_topk(x, k, what=f"8-CTA {dist} {dtype} k={k}")
     x = torch.randn(3, 1 << 18, device=DEV, generator=g)
     lengths = torch.tensor([1 << 18, 200000, 150000], device=DEV, dtype=torch.int32)
-    pt = torch.randint(-1, 1 << 20, (3, 4200), device=DEV, dtype=torch.int32, generator=g)
-    raw = window_topk(x, 2048, lengths)
-    want = map_through_page_table(raw, pt, None, None, 64)
-    out = torch.full((3, 2048), POISON, device=DEV, dtype=torch.int32)
-    out_raw = torch.full((3, 2048), POISON, device=DEV, dtype=torch.int32)
-    with dsa_ops.use_backend("cuda"):
-        dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, page_size=64, out=out, out_raw=out_raw)
-    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+    check_page_table_form(x, lengths, torch.randint(-1, 1 << 20, (3, 4200), device=DEV, dtype=torch.int32,
+                                                    generator=g))
 
 
 @pytest.mark.parametrize("csize", [2, 3, 4, 5])
@@ -208,14 +214,8 @@ def test_decode_rows_by_cluster_size(csize, monkeypatch):
             check_topk(x, 2048, what=f"{csize}-CTA {dist} {dtype}")
     x = torch.randn(2, 1 << 17, device=DEV, generator=g)
     lengths = torch.tensor([1 << 17, 100000], device=DEV, dtype=torch.int32)
-    pt = torch.randint(-1, 1 << 20, (2, 2100), device=DEV, dtype=torch.int32, generator=g)
-    raw = window_topk(x, 2048, lengths)
-    want = map_through_page_table(raw, pt, None, None, 64)
-    out = torch.full((2, 2048), POISON, device=DEV, dtype=torch.int32)
-    out_raw = torch.full((2, 2048), POISON, device=DEV, dtype=torch.int32)
-    with dsa_ops.use_backend("cuda"):
-        dsa_ops.topk_page_table_transform(x, pt, lengths, 2048, page_size=64, out=out, out_raw=out_raw)
-    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+    check_page_table_form(x, lengths, torch.randint(-1, 1 << 20, (2, 2100), device=DEV, dtype=torch.int32,
+                                                    generator=g))
 
 
 def test_million_key_rows(cluster):
