@@ -16,9 +16,12 @@
 //      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
 //      above it are written, and the bin's entries are all taken, ranked (key, then smallest
 //      column; one thread an entry) when there are at most 256, or split by a second select on the
-//      columns when they are more ties of one key. A split row's CTAs keep their candidates and run the same
-//      select on histograms summed through distributed shared memory; each writes its own, with
-//      output positions from rank 0, which also ranks a small threshold bin.
+//      columns when they are more ties of one key. A split row whose candidates fit one buffer gathers
+//      them into rank 0, which selects alone; from kSpreadFinishMinCluster CTAs up it sends the select
+//      back, each CTA writes its own candidates above the threshold bin and sends its bin entries to
+//      rank 0. With more candidates, the CTAs keep theirs and run the same select on histograms summed
+//      through distributed shared memory; each writes its own, with output positions from rank 0, which
+//      also ranks a small threshold bin.
 // Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
 // threshold is one value V (relu zeros, all-equal rows, heavy ties), step 2 takes the keys above V
 // only; if fewer than k, the first keys equal to V in index order complete the row (if the row has
