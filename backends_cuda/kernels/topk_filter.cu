@@ -106,6 +106,9 @@ __device__ __forceinline__ void trace_end() {}
 // value in the bin, whose select on columns cost bf16 1x131072 a third of its time (32 -> 21 us, H200).
 constexpr uint32_t kRankBin = 256;
 static_assert(kRankBin <= kThreads && kRankBin % 32 == 0, "one thread an entry, whole warps");
+// Entries of a small threshold bin compared a round when they are ranked (finish).
+constexpr uint32_t kRankUnroll = 8;
+static_assert(kRankBin % kRankUnroll == 0, "a round's entries stay inside the bin arrays");
 // The finish's select runs its levels down to a bin of at most this many entries of mixed values.
 constexpr uint32_t kWarpBin = 32;
 
@@ -135,22 +138,21 @@ struct Counters {
   int32_t bin_col[kRankBin];
 };
 
-// A split row's exchanges (the split kernel's shared memory only): their barriers, one phase each (the
-// count exchange of each attempt, the gather into rank 0, rank 0's select sent back), every CTA's
-// (candidates, lo, hi) of each attempt, and the select (radix::st_async).
+// A split row's exchanges (the split kernel's shared memory only): their barriers (radix::st_async)
+// and every CTA's (candidates, lo, hi) of each attempt. xbar: the count exchange of each attempt, one
+// phase each. gbar, a gathered row's (finish): on rank 0, phase 0 the gather of the candidates, phase
+// 1 the other CTAs' entries of a small threshold bin; on the others, phase 0 rank 0's select, which
+// lands in their histogram (dead there from the gather on). No other field: with two more barriers and
+// the select here, the split kernel's 2-CTA rows ran 0.5 us slower (H200, thirteenth session).
 struct Exchange {
   uint64_t xbar[2];
   uint64_t gbar;
-  uint64_t sbar;
-  uint64_t bbar;  // the other CTAs' entries of a small threshold bin, into rank 0's cnt.bin_key / bin_col
   uint4 xs[2][kMaxClusterCtas];
-  uint4 sel;  // rank 0's select on the gathered candidates: (base, prefix, mask, BinMode)
-  uint32_t own_bin;  // rank 0: its own entries of a small threshold bin
 };
 
 // What a gathered split row does with the threshold bin's entries (finish): all taken; ranked by rank 0,
-// to which each CTA sends its own (at most kRankBin); or split by rank 0's select on their columns,
-// over every CTA's (rank 0 holds them all).
+// to which each CTA sends its own (at most kRankBin; rank 0 counts its own in cnt.before, 0 there); or
+// split by rank 0's select on their columns, over every CTA's (rank 0 holds them all).
 enum class BinMode : uint32_t { kWhole = 0, kRank = 1, kTieColumns = 2 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
@@ -483,6 +485,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
                                        Exchange* ex = nullptr, int own = 0) {
   const bool cluster = !kGathered && csize > 1;  // the cluster-wide finish
   const bool selects = !kGathered || rank == 0;  // (the other ranks of a gathered row get the select)
+  const bool remote = cluster || (kGathered && rank != 0);  // this CTA reserves on rank 0's counters
   if (!cluster) {
     valid = uint32_t(m);
     if (threadIdx.x == 0) {
@@ -503,16 +506,16 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
     if constexpr (kGathered) {
       if (threadIdx.x != 0 && threadIdx.x < csize) {  // one thread a CTA: the select to CTA threadIdx.x
         const BinMode mode = whole_bin ? BinMode::kWhole : rank_bin ? BinMode::kRank : BinMode::kTieColumns;
-        radix::st_async(&ex->sel, make_uint4(ks.base, ks.st.prefix, ks.st.mask, uint32_t(mode)), threadIdx.x,
-                        &ex->sbar);
+        radix::st_async(reinterpret_cast<uint4*>(hist), make_uint4(ks.base, ks.st.prefix, ks.st.mask, uint32_t(mode)),
+                        threadIdx.x, &ex->gbar);
       }
     }
   } else if constexpr (kGathered) {
     if (threadIdx.x == 0) {
-      radix::xbar_expect(&ex->sbar, uint32_t(sizeof(uint4)));
+      radix::xbar_expect(&ex->gbar, uint32_t(sizeof(uint4)));
     }
-    radix::xbar_wait(&ex->sbar, 0u);
-    const uint4 sel = ex->sel;
+    radix::xbar_wait(&ex->gbar, 0u);
+    const uint4 sel = *reinterpret_cast<const uint4*>(hist);
     ks.base = sel.x;
     ks.st.prefix = sel.y;
     ks.st.mask = sel.z;
@@ -559,10 +562,9 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
       }
     }
     if (to_bin) {  // the bin's entries to rank 0's list (<= kRankBin of them: one atomic each, no vote)
-      const bool remote = cluster || (kGathered && rank != 0);
       const uint32_t p = remote ? radix::cluster_atomic_add(&cnt.nbin, 1u, 0u) : atomicAdd(&cnt.nbin, 1u);
       if (kGathered && rank != 0) {  // (p < kRankBin: the bin holds at most kRankBin entries)
-        const uint32_t bar = radix::cluster_addr(&ex->bbar, 0u);
+        const uint32_t bar = radix::cluster_addr(&ex->gbar, 0u);
         radix::st_async(radix::cluster_addr(&cnt.bin_key[p], 0u), key, bar);
         radix::st_async(radix::cluster_addr(&cnt.bin_col[p], 0u), uint32_t(col), bar);
       } else if (p < kRankBin && cluster) {
@@ -572,7 +574,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
         cnt.bin_key[p] = key;
         cnt.bin_col[p] = col;
         if (kGathered) {
-          atomicAdd(&ex->own_bin, 1u);
+          atomicAdd(&cnt.before, 1u);
         }
       }
     }
@@ -586,8 +588,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   trace("f_take");
   uint32_t pos = 0u;
   if (lane == 0u && n_taken != 0u) {
-    pos = cluster || (kGathered && rank != 0) ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u)
-                                              : atomicAdd(&cnt.out, n_taken);
+    pos = remote ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : atomicAdd(&cnt.out, n_taken);
   }
   pos = __shfl_sync(0xFFFFFFFFu, pos, 0);
   __syncwarp();  // the staged columns are visible to the whole warp
@@ -602,21 +603,34 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
   if (rank_bin && rank == 0) {
     __syncthreads();
-    if constexpr (kGathered) {  // the other CTAs' entries of the bin (8 bytes each)
+    if constexpr (kGathered) {  // the other CTAs' entries of the bin (8 bytes each), gbar's phase 1
       if (threadIdx.x == 0) {
-        radix::xbar_expect(&ex->bbar, 8u * (ks.st.count - ex->own_bin));
+        radix::xbar_expect(&ex->gbar, 8u * (ks.st.count - cnt.before));
       }
-      radix::xbar_wait(&ex->bbar, 0u);
+      radix::xbar_wait(&ex->gbar, 1u);
     }
-    // Entry t's rank: the entries with a larger key, or an equal key and a smaller column.
-    if (threadIdx.x < kRankBin) {  // (whole warps)
-      const uint32_t nb = kGathered ? ks.st.count : cnt.nbin;
+    // Entry t's rank: the entries with a larger key, or an equal key and a smaller column. Only the
+    // warps holding entries count; the loop is branch-free and unrolled so that a round's 2 * kRankUnroll
+    // broadcast loads are all in flight before its compares (one load at a time, behind each compare and
+    // branch, it took ~1.3 us of fp32 1x131072's rank 0 and ~5 us of bf16's, H200 phase stamps).
+    const uint32_t nb = kGathered ? ks.st.count : cnt.nbin;
+    if (threadIdx.x < ((nb + 31u) & ~31u)) {  // (whole warps; nb <= kRankBin)
       const uint32_t t = threadIdx.x;
       const uint32_t key = t < nb ? cnt.bin_key[t] : 0u;
       const int32_t col = t < nb ? cnt.bin_col[t] : 0;
       uint32_t before = 0;
-      for (uint32_t j = 0; j < nb; ++j) {  // (same j in every thread: broadcast reads)
-        before += uint32_t(cnt.bin_key[j] > key || (cnt.bin_key[j] == key && cnt.bin_col[j] < col));
+      for (uint32_t j0 = 0; j0 < nb; j0 += kRankUnroll) {  // (same j in every thread: broadcast reads)
+        uint32_t kj[kRankUnroll];
+        int32_t cj[kRankUnroll];
+#pragma unroll
+        for (uint32_t u = 0; u < kRankUnroll; ++u) {  // (j < kRankBin: nb rounded up stays in the arrays)
+          kj[u] = cnt.bin_key[j0 + u];
+          cj[u] = cnt.bin_col[j0 + u];
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < kRankUnroll; ++u) {  // (entries past nb are stale: masked)
+          before += uint32_t((j0 + u < nb) & ((kj[u] > key) | ((kj[u] == key) & (cj[u] < col))));
+        }
       }
       emit(t < nb && before < ks.st.krem, col, o, &cnt.out, k);
     }
@@ -1211,9 +1225,6 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       radix::xbar_init(&ex->xbar[0]);
       radix::xbar_init(&ex->xbar[1]);
       radix::xbar_init(&ex->gbar);
-      radix::xbar_init(&ex->sbar);
-      radix::xbar_init(&ex->bbar);
-      ex->own_bin = 0u;
     }
   }
   if constexpr (kSplit) {
