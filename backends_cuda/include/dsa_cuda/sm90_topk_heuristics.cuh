@@ -16,7 +16,9 @@ constexpr int64_t kMinPart = 8192;
 // (graph replay, k 2048, thirteenth session, against the kernel before): 20 x 134868 (5 CTAs)
 // 15.2-16.0 -> 14.8-15.3 us, 1 x 131072 (8) 12.6-13.4 -> 12.4-12.5. At 2 CTAs (64 x 131072 walk
 // rows) spread or not measured the same, 0.5 us slower than the kernel before: the gate is a guess
-// that 2 CTAs gain nothing from it; 3 CTAs are not measured.
+// that 2 CTAs gain nothing from it. At 3, forced (fourteenth session), spread: 20 x 134868 16.3
+// against 17.3 us, 1 x 131072 16.1 against 16.3, 64 x 131072 30.9 against 28.8 (mixed: the gate stays;
+// rows get 3 CTAs at 33 to 44 rows, none of the benchmarked shapes).
 constexpr int kSpreadFinishMinCluster = 4;
 
 // DSA_OPS_TOPK_CLUSTER=1..8: the CTAs per row, forced (tests use it to reach every path on any
