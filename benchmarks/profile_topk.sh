@@ -23,7 +23,7 @@ for line in open(sys.argv[1]):
     p = line.split()
     if line.startswith("# shape"):
         shape = p[2]
-    elif len(p) == 4 and p[0] == "trace":
+    elif len(p) >= 4 and p[0] == "trace":
         acc.setdefault((shape, p[2]), []).append(int(p[3]))
 for (s, ph), v in acc.items():
     v.sort()

@@ -69,6 +69,7 @@ constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads *
 #ifdef DSA_TOPK_TRACE
 constexpr int kTraceMax = 24;
 __shared__ long long trace_clock[kTraceMax];
+__shared__ unsigned long long trace_ns[kTraceMax];  // %globaltimer: comparable across SMs
 __shared__ const char* trace_what[kTraceMax];
 __shared__ int trace_count;
 __device__ __forceinline__ void trace(const char* what) {
@@ -76,6 +77,9 @@ __device__ __forceinline__ void trace(const char* what) {
   if (threadIdx.x == 0) {
     if (trace_count < kTraceMax) {
       trace_clock[trace_count] = clock64();
+      unsigned long long ns;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+      trace_ns[trace_count] = ns;
       trace_what[trace_count] = what;
     }
     ++trace_count;
@@ -88,10 +92,11 @@ __device__ __forceinline__ void trace_begin() {
   trace("start");
 }
 __device__ __forceinline__ void trace_end() {
-  if (threadIdx.x == 0 && (blockIdx.x % 512) == 0) {
+  // (every 512th CTA, and the first 16: a decode launch's first rows, every CTA of their clusters)
+  if (threadIdx.x == 0 && ((blockIdx.x % 512) == 0 || blockIdx.x < 16)) {
     const int n = trace_count < kTraceMax ? trace_count : kTraceMax;
     for (int i = 1; i < n; ++i) {
-      printf("trace %u %s %lld\n", blockIdx.x, trace_what[i], trace_clock[i] - trace_clock[i - 1]);
+      printf("trace %u %s %lld %llu\n", blockIdx.x, trace_what[i], trace_clock[i] - trace_clock[i - 1], trace_ns[i]);
     }
   }
 }
