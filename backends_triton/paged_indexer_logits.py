@@ -98,12 +98,14 @@ def paged_indexer_logits_kernel(
     for tile in tl.range(ts, b):
         page = tl.load(bt_row + tile * stride_bts)  # tile < max_blocks here
         ok = (page >= 0) & (page < num_blocks)
+        # (a block mask, every row of a valid page: Triton 3.9's interpreter mistypes a scalar one)
+        rows_ok = p < tl.where(ok, KB, 0)
         base = cache_ptr + tl.where(ok, page, 0).to(tl.int64) * stride_blk
-        kv = tl.load(base + p[:, None] * D + d[None, :], mask=ok, other=0)
+        kv = tl.load(base + p[:, None] * D + d[None, :], mask=rows_ok[:, None], other=0)
         kv = kv.to(tl.float8e4nv, bitcast=True)
         if F16_MMA:
             kv = kv.to(tl.float16)
-        s = tl.load((base + KB * D + p * 4).to(tl.pointer_type(tl.float32)), mask=ok, other=0.0)
+        s = tl.load((base + KB * D + p * 4).to(tl.pointer_type(tl.float32)), mask=rows_ok, other=0.0)
         acc = tl.dot(kv, qt, out_dtype=tl.float32)  # [KB, TH]
         acc = tl.maximum(acc * s[:, None], 0.0) * w[None, :]
         score = tl.sum(tl.reshape(acc, (KB, BLOCK_T, H)), axis=2)  # [KB, BLOCK_T]
