@@ -25,14 +25,7 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "micro_check.h"
 
 constexpr int kThreads = 1024;
 constexpr int kChunkKeys = 4096;  // 16 KB of fp32: one float4 a thread
