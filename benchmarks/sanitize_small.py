@@ -70,6 +70,16 @@ with registry.use_backend("cuda"):
     got_any = dsa_ops.topk(s, 2048)
 assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048))), "sampled retry"
 ran.append("topk[cuda] 2x70000 sampled retry")
+# A split row's finish at every outcome of the spread select (run with DSA_OPS_TOPK_CLUSTER=4: hist_select):
+# a ranked bin (normal), ties of one value past 256 and mixed values past 256 in the bin (the cluster-wide
+# finish after it).
+s = torch.randn(3, 70000, device=dev, generator=g)
+s[1] = torch.randint(0, 40, (70000,), device=dev, generator=g).float()
+s[2, 777] = float("inf")
+with registry.use_backend("cuda"):
+    got_any = dsa_ops.topk(s, 2048)
+assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048))), "spread select"
+ran.append("topk[cuda] 3x70000 spread select")
 # The page-table form of both top-k kernels, one CTA a row and split rows (a race in an unlanded change
 # once showed only here, under graph replay: keep the filter kernel's page-table path in this script).
 s = torch.randn(6, 70000, device=dev, generator=g)

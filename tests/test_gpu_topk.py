@@ -218,6 +218,31 @@ def test_decode_rows_by_cluster_size(csize, monkeypatch):
                                                     generator=g))
 
 
+@pytest.mark.parametrize("csize", [4, 8])
+def test_spread_select_paths(csize, monkeypatch):
+    # A spread row's select (hist_select: the CTAs' histograms summed slice by slice through distributed
+    # shared memory, one level) on rows built for its outcomes: a threshold bin ranked by rank 0 (normal,
+    # narrow, 1/64 steps); more than 256 ties of one value in the bin (integer scores: the cluster-wide
+    # finish splits them by column); more than 256 mixed values in it (an +inf widens the candidates'
+    # range so the bins are coarse: the cluster-wide finish runs more levels). k = 4096 takes the exact
+    # fallback; DISTS' plateau rows in test_decode_rows_by_cluster_size take a bin whole.
+    _mode(monkeypatch, str(csize))
+    g = torch.Generator(device=DEV).manual_seed(30 + csize)
+    w = 1 << 17
+    x = torch.randn(6, w, device=DEV, generator=g)
+    x[1] = torch.randint(0, 100, (w,), device=DEV, generator=g).float()
+    x[2, 12345] = float("inf")
+    x[3, ::64] = -float("inf")
+    x[3, 7] = float("inf")
+    x[4] = torch.randint(0, 5000, (w,), device=DEV, generator=g).float() / 64
+    x[5] = 1.0 + 0.245 * torch.rand(w, device=DEV, generator=g)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for k in (1, 100, 2048, 4096):
+            check_topk(x.to(dtype), k, what=f"{csize}-CTA spread select {dtype} k={k}")
+    lengths = torch.tensor([w, 90000, 70001, w, 5000, 65536], device=DEV, dtype=torch.int32)
+    check_topk(x, 2048, lengths, what=f"{csize}-CTA spread select, windows")
+
+
 def test_million_key_rows(cluster):
     g = torch.Generator(device=DEV).manual_seed(5)
     w = 1 << 20

@@ -16,12 +16,14 @@
 //      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
 //      above it are written, and the bin's entries are all taken, ranked (key, then smallest
 //      column; one thread an entry) when there are at most 256, or split by a second select on the
-//      columns when they are more ties of one key. A split row whose candidates fit one buffer gathers
-//      them into rank 0, which selects alone; from kSpreadFinishMinCluster CTAs up it sends the select
-//      back, each CTA writes its own candidates above the threshold bin and sends its bin entries to
-//      rank 0. With more candidates, the CTAs keep theirs and run the same select on histograms summed
-//      through distributed shared memory; each writes its own, with output positions from rank 0, which
-//      also ranks a small threshold bin.
+//      columns when they are more ties of one key. From kSpreadFinishMinCluster CTAs a row up, each CTA
+//      keeps its candidates: one level of select on their histograms, each CTA summing a slice of the
+//      bins for all (hist_select), then each CTA writes its own above the threshold bin and sends its bin
+//      entries to rank 0, which ranks them. Below that, a split row whose candidates fit one buffer
+//      gathers them into rank 0, which selects alone and writes them all. Otherwise (more candidates, or
+//      a threshold bin that needs more levels) the CTAs keep theirs and run the select's levels on
+//      histograms summed through distributed shared memory; each writes its own, with output positions
+//      from rank 0, which also ranks a small threshold bin.
 // Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
 // threshold is one value V (relu zeros, all-equal rows, heavy ties), step 2 takes the keys above V
 // only; if fewer than k, the first keys equal to V in index order complete the row (if the row has
@@ -151,15 +153,19 @@ struct Counters {
 // lands in their histogram (dead there from the gather on). (With two more barriers and the select
 // here the 2-CTA rows ran as fast: 64x131072 walk 21.1 us both, H200, fourteenth session; this form has
 // fewer registers.)
+// hbar (a spread row's histogram select): phase 0 of hbar[0] the other CTAs' bins of this CTA's slice,
+// of hbar[1] the other slices' sums (two barriers: a fast CTA's sums may land before a slow one's bins).
 struct Exchange {
   uint64_t xbar[2];
   uint64_t gbar;
+  uint64_t hbar[2];
   uint4 xs[2][kMaxClusterCtas];
 };
 
 // What a gathered split row does with the threshold bin's entries (finish): all taken; ranked by rank 0,
 // to which each CTA sends its own (at most kRankBin; rank 0 counts its own in cnt.before, 0 there); or
-// split by rank 0's select on their columns, over every CTA's (rank 0 holds them all).
+// split by rank 0's select on their columns, over every CTA's (rank 0 holds them all). A row whose
+// select came from hist_select takes the first two only.
 enum class BinMode : uint32_t { kWhole = 0, kRank = 1, kTieColumns = 2 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
@@ -257,9 +263,11 @@ struct ListSelect {
 };
 
 // After a level's histogram (and a barrier): narrow st to the bin of the krem-th largest entry
-// (digits (d >> shift) & 0x7FF). Ends with a barrier.
+// (digits (d >> shift) & (2^kDigitBits - 1)). Ends with a barrier.
+template <int kDigitBits = 11>
 __device__ __forceinline__ void refine_at(const uint32_t* hist, int shift, SelectState& st, SelectShared& sh) {
-  const int per = radix::kBins / kThreads;
+  static_assert((1 << kDigitBits) % kThreads == 0, "whole bins a thread");
+  const int per = (1 << kDigitBits) / kThreads;
   const int first = int(threadIdx.x) * per;
   uint32_t local = 0;
 #pragma unroll
@@ -324,6 +332,33 @@ __device__ __forceinline__ void cluster_range(Counters& cnt, uint32_t csize) {
   __syncthreads();
 }
 
+// The shift of a list select's first level over values spanning `span` (> 0): 2^kDigitBits bins cover it.
+template <int kDigitBits = 11>
+__device__ __forceinline__ int first_shift(uint32_t span) {
+  const int bits = 32 - __clz(span);
+  return bits > kDigitBits ? bits - kDigitBits : 0;
+}
+
+// Add the valid entries under the select ((d & mask) == prefix, d = value - base) to `hist`, bin
+// (d >> shift) & (2^kDigitBits - 1).
+template <int kDigitBits = 11, class List>
+__device__ __forceinline__ void list_hist(const List& list, int m, const ListSelect& sel, int shift, uint32_t* hist) {
+  constexpr uint32_t kDigit = (1u << kDigitBits) - 1u;
+  for (int base = 0; base < m; base += kThreads) {
+    const int i = base + int(threadIdx.x);
+    const bool in = i < m && list.valid(i);
+    const uint32_t d = in ? list.value(i) - sel.base : 0u;
+    const bool take = in && (d & sel.st.mask) == sel.st.prefix;
+    if (kPlainListAtomics) {
+      if (take) {
+        atomicAdd(hist + ((d >> shift) & kDigit), 1u);
+      }
+    } else {
+      hist_add(hist, take, (d >> shift) & kDigit);
+    }
+  }
+}
+
 // The valid entries' range into cnt.lo / cnt.hi. Starts and ends with a barrier.
 template <class List>
 __device__ __forceinline__ void list_range(const List& list, int m, Counters& cnt) {
@@ -366,23 +401,10 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     __syncthreads();  // everyone read cnt.lo / cnt.hi
     return sel;
   }
-  const int bits = 32 - __clz(span);
-  for (int shift = bits > 11 ? bits - 11 : 0;; shift = shift > 11 ? shift - 11 : 0) {
+  for (int shift = first_shift(span);; shift = shift > 11 ? shift - 11 : 0) {
     radix::clear_hist(hist);
     __syncthreads();  // (the first one also ends the reads of cnt.lo / cnt.hi)
-    for (int base = 0; base < m; base += kThreads) {
-      const int i = base + int(threadIdx.x);
-      const bool in = i < m && list.valid(i);
-      const uint32_t d = in ? list.value(i) - sel.base : 0u;
-      const bool take = in && (d & sel.st.mask) == sel.st.prefix;
-      if (kPlainListAtomics) {
-        if (take) {
-          atomicAdd(hist + ((d >> shift) & 0x7FFu), 1u);
-        }
-      } else {
-        hist_add(hist, take, (d >> shift) & 0x7FFu);
-      }
-    }
+    list_hist(list, m, sel, shift, hist);
     __syncthreads();
     if (csize > 1) {
       radix::cluster_sync();  // every CTA's histogram of this level is complete
@@ -423,6 +445,83 @@ struct TieColumnList {
   __device__ __forceinline__ bool valid(int i) const { return keys[i] == tie; }
   __device__ __forceinline__ uint32_t value(int i) const { return ~uint32_t(cols[i]); }
 };
+
+// hist_select's bins: 512. Every bin crosses the cluster twice (a CTA's slices out, the slices' sums
+// back). With 2048 bins its two rounds took 1x131072 1.7 and 1.1 us, with 512 1.5 and 1.0 (H200
+// globaltimer stamps, fifteenth session: a round costs about a microsecond whatever its size), and the
+// whole row 0.3-0.8 us less than with 2048 (the smaller refine); a normal row's threshold bin stays well
+// under kRankBin entries.
+constexpr int kHistSelectBits = 9;
+constexpr uint32_t kHistSelectBins = 1u << kHistSelectBits;
+
+// Bins of the merged histogram that CTA s of a cluster of csize sums (hist_select): slice s, bins
+// [s * len, (s + 1) * len) with len = kHistSelectBins / csize rounded up to whole 16-byte vectors (the
+// last slice shorter, never empty for csize <= 8).
+__device__ __forceinline__ uint32_t slice_len(uint32_t csize) { return ((kHistSelectBins + csize - 1u) / csize + 3u) & ~3u; }
+__device__ __forceinline__ uint32_t slice_bins(uint32_t s, uint32_t len) { return min(len, kHistSelectBins - s * len); }
+
+// A spread split row's select on the union of its CTAs' candidates without gathering them (nor running
+// a cluster barrier): each CTA counts its own m candidates into `hist` (cleared, with a barrier since)
+// over the cluster's range cnt.lo .. cnt.hi (lo < hi); CTA s receives every other CTA's slice s of bins
+// (st.async into `inbox`, csize slices of slice_len words), sums it and sends the sums to every other CTA,
+// so every CTA refines the same merged histogram. One level: true, with `sel` and `mode`, when the
+// threshold bin is taken whole or holds at most kRankBin entries (ranked by rank 0); false when it needs
+// more (the caller runs the cluster-wide finish). Every CTA of the cluster calls it once a row (the
+// barriers' phase 0). r: the entries to take (1 <= r <= total, the cluster's candidates). Ends with a
+// barrier. (It replaces the gather of every candidate into rank 0, ~40 KB into one SM, and rank 0's lone
+// select: the select reached every CTA of a 1x131072 row 0.3 us sooner, 9.06 against 9.38 us after the
+// samples landed, H200 globaltimer stamps, fifteenth session.)
+__device__ __forceinline__ bool hist_select(const uint32_t* keys, int m, uint32_t r, uint32_t total, uint32_t* hist,
+                                            uint32_t* inbox, Counters& cnt, SelectShared& sh, Exchange* ex,
+                                            uint32_t csize, uint32_t rank, ListSelect& sel, BinMode& mode) {
+  const uint32_t len = slice_len(csize);
+  const uint32_t mine = slice_bins(rank, len);
+  if (threadIdx.x == 0) {
+    radix::xbar_expect(&ex->hbar[0], (csize - 1u) * mine * 4u);
+    radix::xbar_expect(&ex->hbar[1], (kHistSelectBins - mine) * 4u);
+  }
+  sel = ListSelect{cnt.lo, SelectState{0u, 0u, r, total}};
+  const int shift = first_shift<kHistSelectBits>(cnt.hi - cnt.lo);
+  list_hist<kHistSelectBits>(KeyList{keys}, m, sel, shift, hist);
+  __syncthreads();
+  // Slice s of this CTA's bins to CTA s, at inbox[rank * len] there: a 16-byte vector a thread.
+  const uint32_t vecs = len / 4u;
+  for (uint32_t q = threadIdx.x; q < csize * vecs; q += kThreads) {
+    const uint32_t s = q / vecs;
+    const uint32_t b = s * len + 4u * (q % vecs);
+    if (s != rank && b < kHistSelectBins) {
+      radix::st_async(reinterpret_cast<uint4*>(inbox + rank * len + (b - s * len)),
+                      *reinterpret_cast<const uint4*>(hist + b), s, &ex->hbar[0]);
+    }
+  }
+  radix::xbar_wait(&ex->hbar[0], 0u);
+  trace("h_slices");
+  uint32_t* own = hist + rank * len;
+  for (uint32_t i = threadIdx.x; i < mine; i += kThreads) {
+    uint32_t sum = own[i];
+    for (uint32_t c = 0; c < csize; ++c) {
+      sum += c != rank ? inbox[c * len + i] : 0u;
+    }
+    own[i] = sum;
+  }
+  __syncthreads();
+  // The sums of this CTA's slice to the same bins of every other CTA's histogram.
+  const uint32_t mine_vecs = mine / 4u;
+  for (uint32_t q = threadIdx.x; q < (csize - 1u) * mine_vecs; q += kThreads) {
+    const uint32_t p = q / mine_vecs;
+    radix::st_async(reinterpret_cast<uint4*>(own + 4u * (q % mine_vecs)),
+                    *reinterpret_cast<const uint4*>(own + 4u * (q % mine_vecs)), p < rank ? p : p + 1u, &ex->hbar[1]);
+  }
+  radix::xbar_wait(&ex->hbar[1], 0u);
+  refine_at<kHistSelectBits>(hist, shift, sel.st, sh);
+  trace("h_select");
+  if (sel.st.count == sel.st.krem) {
+    mode = BinMode::kWhole;
+    return true;
+  }
+  mode = BinMode::kRank;
+  return sel.st.count <= kRankBin;
+}
 
 // Outputs pos, pos + 1, ... of a warp: the n relative columns it staged (entry j at
 // staged[(j / 32) * kThreads + j % 32]), kSteps a lane a step, converged and coalesced. kLookupsFirst
@@ -484,17 +583,24 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0 also writes the bin's entries split by column.
 // Every CTA of the cluster calls it, and rank 0 returns once the others' writes are done; with csize
 // 1, rank 0 alone calls it (own = m) and writes everything.
-template <bool kLookupsInFlight, bool kGathered = false>
+// kPreselected (a spread row whose every CTA ran hist_select): the gathered form with the select given
+// (`pre`, `pre_mode`: whole or ranked bin) and no candidates gathered (m = own on every rank); the bin's
+// entries go to rank 0 on its gbar's phase 0.
+template <bool kLookupsInFlight, bool kGathered = false, bool kPreselected = false>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh, int one_value_shift, uint32_t valid = 0u,
                                        uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0,
-                                       Exchange* ex = nullptr, int own = 0) {
+                                       Exchange* ex = nullptr, int own = 0,
+                                       ListSelect pre = ListSelect{0u, SelectState{0u, 0u, 0u, 0u}},
+                                       BinMode pre_mode = BinMode::kWhole) {
+  static_assert(kGathered || !kPreselected, "a preselected finish is a gathered one");
   const bool cluster = !kGathered && csize > 1;  // the cluster-wide finish
-  const bool selects = !kGathered || rank == 0;  // (the other ranks of a gathered row get the select)
+  // (the other ranks of a gathered row get the select; a preselected row has it everywhere)
+  const bool selects = !kPreselected && (!kGathered || rank == 0);
   const bool remote = cluster || (kGathered && rank != 0);  // this CTA reserves on rank 0's counters
-  if (!cluster) {
-    valid = uint32_t(m);
+  if (!cluster && !kPreselected) {  // (a preselected row's rank 0 may already count the others' entries:
+    valid = uint32_t(m);            // cnt.nbin is 0 from the row's start)
     if (threadIdx.x == 0) {
       cnt.nbin = 0u;  // (ordered before its use by the select's barriers)
     }
@@ -517,6 +623,10 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
                         threadIdx.x, &ex->gbar);
       }
     }
+  } else if constexpr (kPreselected) {
+    ks = pre;
+    whole_bin = pre_mode == BinMode::kWhole;
+    rank_bin = pre_mode == BinMode::kRank;
   } else if constexpr (kGathered) {
     if (threadIdx.x == 0) {
       radix::xbar_expect(&ex->gbar, uint32_t(sizeof(uint4)));
@@ -610,11 +720,11 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   }
   if (rank_bin && rank == 0) {
     __syncthreads();
-    if constexpr (kGathered) {  // the other CTAs' entries of the bin (8 bytes each), gbar's phase 1
+    if constexpr (kGathered) {  // the other CTAs' entries of the bin (8 bytes each), gbar's phase 1 (0)
       if (threadIdx.x == 0) {
         radix::xbar_expect(&ex->gbar, 8u * (ks.st.count - cnt.before));
       }
-      radix::xbar_wait(&ex->gbar, 1u);
+      radix::xbar_wait(&ex->gbar, kPreselected ? 0u : 1u);
     }
     // Entry t's rank: the entries with a larger key, or an equal key and a smaller column. Only the
     // warps holding entries count; the loop is branch-free and unrolled so that a round's 2 * kRankUnroll
@@ -1203,6 +1313,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   const Window w = row_window(a, r);
   const uint32_t n = uint32_t(w.hi - w.lo);
   const uint32_t k = uint32_t(a.k);
+  // A split row's finish is spread over its CTAs (hist_select, each CTA writing its own) from
+  // kSpreadFinishMinCluster CTAs up.
+  const bool spread = kSplit && csize >= uint32_t(topk_heuristics::kSpreadFinishMinCluster);
   // The row's RowOut: made once here, or, for a split row on sm_10x, where it is used (the choice
   // without spills at 64 registers on each arch).
   const RowOut row_o = kSplit && kLateSplitRowOut ? RowOut{} : row_out(a, r, w.start);
@@ -1232,6 +1345,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       radix::xbar_init(&ex->xbar[0]);
       radix::xbar_init(&ex->xbar[1]);
       radix::xbar_init(&ex->gbar);
+      radix::xbar_init(&ex->hbar[0]);
+      radix::xbar_init(&ex->hbar[1]);
     }
   }
   if constexpr (kSplit) {
@@ -1294,6 +1409,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           if (threadIdx.x == 0) {
             radix::xbar_expect(&ex->xbar[attempt], (csize - 1u) * uint32_t(sizeof(uint4)));
           }
+          if (spread) {
+            radix::clear_hist(hist);  // for hist_select (the sample select is done with it)
+          }
           __syncthreads();  // this CTA's count and range are complete
           if (threadIdx.x < csize) {
             const uint4 mine = make_uint4(cnt.cand, cnt.lo, cnt.hi, 0u);
@@ -1353,12 +1471,27 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           trace("retry");
           continue;
         }
-        if (kSplit && ok && total <= uint32_t(kCapacity)) {
+        const uint32_t r_row = total < k ? total : k;
+        if (kSplit && ok && spread && cnt.hi > cnt.lo && r_row > 0u) {
+          // A spread row: the select from the CTAs' summed histograms (no candidate gathered), then each
+          // CTA writes its own; a bin that needs another level takes the cluster-wide finish.
+          ListSelect sel;
+          BinMode mode;
+          if (hist_select(keys, int(cnt.cand), r_row, total, hist, reinterpret_cast<uint32_t*>(stage), cnt, sh, ex,
+                          csize, rank, sel, mode)) {
+            finish<lookups_in_flight<T, kSplit>(), true, true>(keys, cols, int(cnt.cand), r_row, out_of_row(), hist,
+                                                             cnt, k, sh, one_value_shift<T>(), 0u, nullptr, csize,
+                                                             rank, ex, int(cnt.cand), sel, mode);
+          } else {
+            finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(cnt.cand), r_row, out_of_row(), hist, cnt, k, sh,
+                                                   one_value_shift<T>(), total,
+                                                   reinterpret_cast<uint32_t*>(stage), csize, rank);
+          }
+        } else if (kSplit && ok && total <= uint32_t(kCapacity)) {
           // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
           // those of the lower ranks; rank 0 selects alone on the cluster's range (a local select cost
           // 1x131072 less than the cluster-wide one: 4.9 against 6.3 us with rank 0's writes) and, from
           // kSpreadFinishMinCluster CTAs up, sends the select back for each CTA to write its own.
-          const bool spread = csize >= uint32_t(topk_heuristics::kSpreadFinishMinCluster);
           if (rank != 0) {
             const uint32_t mine = cnt.cand;
             const uint32_t at = cnt.before;
