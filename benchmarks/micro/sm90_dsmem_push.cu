@@ -1,7 +1,8 @@
 // Standalone (no torch) micro-benchmark for the top-k design question of notes_topk.md round 15: what
 // bounds the gather of a decode row's candidates into rank 0 of its cluster (~5600 candidates from 8 CTAs
 // took ~1.5 us, H200 globaltimer stamps): the bytes into one SM, the number of st.async messages, or
-// their latency? And how fast is the same traffic spread over every SM of the cluster?
+// their latency? And how fast is the same traffic spread over every SM of the cluster? (Run on the H200 in
+// the fifteenth session: figures and reading in notes_topk.md round 16.)
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/dsmem_push benchmarks/micro/sm90_dsmem_push.cu
 //   /tmp/dsmem_push [entries a sender] [clusters]      (default 700 1; 700 is 1x131072's ~5600 / 8)
 // Clusters of 8 CTAs of 512 threads. After a cluster barrier, every CTA stamps %globaltimer, sends its
