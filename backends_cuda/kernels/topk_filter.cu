@@ -726,6 +726,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
       }
       radix::xbar_wait(&ex->gbar, kPreselected ? 0u : 1u);
     }
+    trace("r_entries");
     // Entry t's rank: the entries with a larger key, or an equal key and a smaller column. Only the
     // warps holding entries count; the loop is branch-free and unrolled so that a round's 2 * kRankUnroll
     // broadcast loads are all in flight before its compares (one load at a time, behind each compare and
@@ -751,6 +752,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
       }
       emit(t < nb && before < ks.st.krem, col, o, &cnt.out, k);
     }
+    trace("r_ranked");
   }
   if (kGathered && csize > 1) {  // rank 0's cnt.out serves the others' reservations until they are done
     if (rank != 0) {
@@ -758,6 +760,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
     } else {
       radix::cluster_arrive_relaxed();
       radix::cluster_wait();
+      trace("r_others");
     }
   }
 }
