@@ -159,6 +159,7 @@ struct Exchange {
   uint64_t xbar[2];
   uint64_t gbar;
   uint64_t hbar[2];
+  uint32_t smax;  // the samples' largest key (one_round_bins)
   uint4 xs[2][kMaxClusterCtas];
 };
 
@@ -266,20 +267,22 @@ struct ListSelect {
 // (digits (d >> shift) & (2^kDigitBits - 1)). Ends with a barrier.
 template <int kDigitBits = 11>
 __device__ __forceinline__ void refine_at(const uint32_t* hist, int shift, SelectState& st, SelectShared& sh) {
-  static_assert((1 << kDigitBits) % kThreads == 0, "whole bins a thread");
-  const int per = (1 << kDigitBits) / kThreads;
+  constexpr int kN = 1 << kDigitBits;
+  static_assert(kN % kThreads == 0 || kThreads % kN == 0, "whole bins a thread, or a bin to each of the first threads");
+  constexpr int per = kN >= kThreads ? kN / kThreads : 1;
   const int first = int(threadIdx.x) * per;
+  const bool has = kN >= kThreads || first < kN;  // (fewer bins than threads: the rest count none)
   uint32_t local = 0;
 #pragma unroll
   for (int b = 0; b < per; ++b) {
-    local += hist[first + b];
+    local += has ? hist[first + b] : 0u;
   }
   uint32_t total;
   const uint32_t incl = radix::block_inclusive_scan(local, sh.scan[0], total);
   uint32_t acc = total - incl;  // entries in the bins above this thread's
 #pragma unroll
   for (int b = per - 1; b >= 0; --b) {
-    const uint32_t h = hist[first + b];
+    const uint32_t h = has ? hist[first + b] : 0u;
     if (acc < st.krem && acc + h >= st.krem) {  // exactly one bin in the block
       sh.bin = uint32_t(first + b);
       sh.above = acc;
@@ -406,6 +409,7 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     __syncthreads();  // (the first one also ends the reads of cnt.lo / cnt.hi)
     list_hist(list, m, sel, shift, hist);
     __syncthreads();
+    trace("l_hist");
     if (csize > 1) {
       radix::cluster_sync();  // every CTA's histogram of this level is complete
       merge_hists(hist, merged, csize);
@@ -521,6 +525,53 @@ __device__ __forceinline__ bool hist_select(const uint32_t* keys, int m, uint32_
   }
   mode = BinMode::kRank;
   return sel.st.count <= kRankBin;
+}
+
+// The one-round select of a spread split row (first attempt, sampled, not at a plateau): each CTA bins
+// its candidates while it converts them (raw_to_keys) on a range every CTA knows before the filter pass,
+// from the sampled threshold E to the samples' largest key (keys above it in the top bin), and sends its
+// 256 bins with its count: every CTA sums the same histograms and refines, with no exchange after the
+// count exchange (hist_select's two rounds took 2.5 us of 1x131072, H200 stamps, fifteenth session).
+// Bin slots: CTA c's bins at hist[c * 256] of every CTA (8 x 256 words: the whole histogram buffer,
+// which the other CTAs may write once this CTA has passed the cluster barrier after its sample select).
+constexpr int kOneRoundBits = 8;
+constexpr uint32_t kOneRoundBins = 1u << kOneRoundBits;
+static_assert(kOneRoundBins * kMaxClusterCtas <= uint32_t(radix::kBins), "every CTA's bins fit the histogram");
+struct OneRoundBins {
+  uint32_t base;  // E
+  int shift;
+  __device__ __forceinline__ OneRoundBins(uint32_t E, uint32_t smax)
+      : base(E), shift(smax > E ? first_shift<kOneRoundBits>(smax - E) : 0) {}
+  // (candidates are >= E; keys above the samples' largest go to the top bin)
+  __device__ __forceinline__ uint32_t bin(uint32_t key) const { return min((key - base) >> shift, kOneRoundBins - 1u); }
+};
+
+// Sum the cluster's bins into this CTA's slot and refine: true, with `sel` and `mode`, when the threshold
+// bin is not the top one (whose keys do not share a prefix) and is taken whole or holds at most kRankBin
+// entries; false sends the row to hist_select. Every CTA of the cluster calls it with the same bins.
+// Starts after the count exchange (every slot in place); ends with a barrier.
+__device__ __forceinline__ bool one_round_select(uint32_t* hist, const OneRoundBins& bins, uint32_t r, uint32_t total,
+                                                 uint32_t csize, uint32_t rank, SelectShared& sh, ListSelect& sel,
+                                                 BinMode& mode) {
+  uint32_t* own = hist + rank * kOneRoundBins;
+  uint32_t sum = 0;
+  if (threadIdx.x < kOneRoundBins) {
+    for (uint32_t c = 0; c < csize; ++c) {
+      sum += hist[c * kOneRoundBins + threadIdx.x];
+    }
+  }
+  __syncthreads();  // every slot read
+  if (threadIdx.x < kOneRoundBins) {
+    own[threadIdx.x] = sum;
+  }
+  __syncthreads();
+  trace("o_summed");
+  sel = ListSelect{bins.base, SelectState{0u, 0u, r, total}};
+  refine_at<kOneRoundBits>(own, bins.shift, sel.st, sh);
+  trace("o_select");
+  const bool top = (sel.st.prefix >> bins.shift) == kOneRoundBins - 1u;
+  mode = sel.st.count == sel.st.krem ? BinMode::kWhole : BinMode::kRank;
+  return !top && (sel.st.count == sel.st.krem || sel.st.count <= kRankBin);
 }
 
 // Outputs pos, pos + 1, ... of a warp: the n relative columns it staged (entry j at
@@ -1132,8 +1183,10 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_
 
 // The filter's raw candidates (the first min(m, kCapacity)) to keys, in place, and their range
 // into cnt.lo / cnt.hi (reset, with a barrier since).
-template <typename T>
-__device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters& cnt) {
+// kBinned (the split kernel), slot != nullptr (a one-round row): each candidate also counted in its bin there.
+template <typename T, bool kBinned = false>
+__device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters& cnt, uint32_t* slot = nullptr,
+                                            OneRoundBins bins = OneRoundBins(0u, 0u)) {
   m = m < uint32_t(kCapacity) ? m : uint32_t(kCapacity);
   uint32_t lo = 0xFFFFFFFFu;
   uint32_t hi = 0u;
@@ -1144,6 +1197,9 @@ __device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters
       keys[i] = key;
       lo = min(lo, key);
       hi = max(hi, key);
+      if (kBinned && slot != nullptr) {
+        atomicAdd(slot + bins.bin(key), 1u);
+      }
     }
   }
   range_add(lo, hi, cnt);
@@ -1352,9 +1408,6 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       radix::xbar_init(&ex->hbar[1]);
     }
   }
-  if constexpr (kSplit) {
-    radix::cluster_arrive_relaxed();  // (waited for before the first exchange: every CTA's barriers are set)
-  }
   range_reset(cnt);
   __syncthreads();
   // The fast path needs the sampled 2k..4k keys to fit the buffer with room to spare.
@@ -1376,8 +1429,26 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       uint32_t E = fits ? 0u
                         : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
                                            pf.begin, pf_bytes);
+      // A spread row's first sampled attempt off a plateau bins its candidates as it converts them and
+      // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
+      const bool one_round = spread && !wide && !fits && promising;
+      if constexpr (kSplit) {
+        if (!wide) {
+          if (threadIdx.x == 0) {
+            ex->smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
+          }
+          radix::clear_hist(hist);  // the one-round bin slots
+        }
+      }
       range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
       __syncthreads();  // the samples are dead
+      if constexpr (kSplit) {
+        if (!wide) {
+          // This CTA's barriers are set and its histogram is free: the other CTAs may push into it once
+          // they have waited for this (before their count exchange).
+          radix::cluster_arrive_relaxed();
+        }
+      }
       // Uniform over the row's CTAs (same samples, same decisions).
       if (!promising && !single) {  // (the sample missed) the exact fallback below, on rank 0
         if (rank != 0) {
@@ -1397,7 +1468,12 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           filter_pass(g, stage, E, keys, cols, cnt);
         }
         __syncthreads();  // the candidates and their count are complete
-        raw_to_keys<T>(keys, cnt.cand, cnt);
+        if constexpr (kSplit) {
+          raw_to_keys<T, true>(keys, cnt.cand, cnt, one_round ? hist + rank * kOneRoundBins : nullptr,
+                               OneRoundBins(V, ex->smax));
+        } else {
+          raw_to_keys<T>(keys, cnt.cand, cnt);
+        }
         trace("filtered");
         // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
         // row has at least k; else ~0 (the exact fallback). (Kept in shared memory: in registers across
@@ -1410,18 +1486,27 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             radix::cluster_wait();  // every CTA's barriers are initialised
           }
           if (threadIdx.x == 0) {
-            radix::xbar_expect(&ex->xbar[attempt], (csize - 1u) * uint32_t(sizeof(uint4)));
+            radix::xbar_expect(&ex->xbar[attempt],
+                               (csize - 1u) * (uint32_t(sizeof(uint4)) + (one_round ? kOneRoundBins * 4u : 0u)));
           }
-          if (spread) {
+          if (spread && !one_round) {
             radix::clear_hist(hist);  // for hist_select (the sample select is done with it)
           }
-          __syncthreads();  // this CTA's count and range are complete
+          __syncthreads();  // this CTA's count, range (and bins) are complete
           if (threadIdx.x < csize) {
             const uint4 mine = make_uint4(cnt.cand, cnt.lo, cnt.hi, 0u);
             if (threadIdx.x == rank) {
               ex->xs[attempt][rank] = mine;
             } else {
               radix::st_async(&ex->xs[attempt][rank], mine, threadIdx.x, &ex->xbar[attempt]);
+            }
+          }
+          if (one_round) {  // this CTA's bins to its slot in every other CTA: a 16-byte vector a thread
+            constexpr uint32_t kVecs = kOneRoundBins / 4u;
+            for (uint32_t q = threadIdx.x; q < (csize - 1u) * kVecs; q += kThreads) {
+              const uint32_t p = q / kVecs;
+              uint4* at = reinterpret_cast<uint4*>(hist + rank * kOneRoundBins) + q % kVecs;
+              radix::st_async(at, *at, p < rank ? p : p + 1u, &ex->xbar[attempt]);
             }
           }
           radix::xbar_wait(&ex->xbar[attempt], 0u);
@@ -1451,6 +1536,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             cnt.hi = hi;
           }
           __syncthreads();
+          trace("c_read");
         } else {
           __syncthreads();
           const uint32_t total = cnt.cand;
@@ -1480,8 +1566,16 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           // CTA writes its own; a bin that needs another level takes the cluster-wide finish.
           ListSelect sel;
           BinMode mode;
-          if (hist_select(keys, int(cnt.cand), r_row, total, hist, reinterpret_cast<uint32_t*>(stage), cnt, sh, ex,
-                          csize, rank, sel, mode)) {
+          bool selected = false;
+          if (one_round) {
+            selected = one_round_select(hist, OneRoundBins(V, ex->smax), r_row, total, csize, rank, sh, sel, mode);
+            if (!selected) {  // (every slot was read before one_round_select's last barrier)
+              radix::clear_hist(hist);
+              __syncthreads();
+            }
+          }
+          if (selected || hist_select(keys, int(cnt.cand), r_row, total, hist, reinterpret_cast<uint32_t*>(stage), cnt,
+                                      sh, ex, csize, rank, sel, mode)) {
             finish<lookups_in_flight<T, kSplit>(), true, true>(keys, cols, int(cnt.cand), r_row, out_of_row(), hist,
                                                              cnt, k, sh, one_value_shift<T>(), 0u, nullptr, csize,
                                                              rank, ex, int(cnt.cand), sel, mode);
