@@ -228,12 +228,13 @@ def sample_bound(samples, j, threads):
     return int(capped.min())
 
 
-def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False):
+def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False, spread=False):
     """(E, promising, single) of the kernel's sample_threshold for the window [lo, lo + n) of `keys`:
     S samples in evenly spaced runs of `run` keys, a select aimed 4 sigma above the expected count
     (wide: at 0.85 of the buffer's share, branch miss-retry's second attempt), again at the middle aim
-    when the samples at or above it sit in fewer than half the runs independent samples would fill."""
-    S = sample_count(n, max_samples)
+    when the samples at or above it sit in fewer than half the runs independent samples would fill.
+    spread: a split row of 4 CTAs or more, which takes the samples of a window half as long."""
+    S = sample_count(n // 2 if spread else n, max_samples)
     runs = S // run
     samples = keys[lo + filter_sample_positions(n, S, run).numpy()]
     j0 = S * k / n
@@ -363,6 +364,22 @@ def test_filter_retry_rows_take_the_paths_they_name(k):
         E, promising, _ = sample_threshold(keys, 0, n, k, 8192, 16384, wide=True)
         passing = int((keys >= E).sum())
         assert promising and (k <= passing <= 8192 if retry_finishes else passing < k), (row, passing)
+
+
+@pytest.mark.parametrize("n", [131072, 134868, 262144, 1048576])
+def test_spread_rows_half_samples_still_fit(n):
+    """A spread split row samples as a window of n / 2 (the kernel's sample_threshold): on normal rows,
+    fp32 and bf16-rounded, its first attempt must stay promising with k to a buffer's worth of
+    candidates in every CTA's part, at 4 and 8 CTAs (else decode rows would retry or fall back)."""
+    g = torch.Generator().manual_seed(n)
+    for dtype in (torch.float32, torch.bfloat16):
+        for _ in range(3):
+            keys = float_keys(torch.randn(n, generator=g).to(dtype).float()).astype(np.uint64)
+            E, promising, _ = sample_threshold(keys, 0, n, 2048, 8192, 16384, spread=True)
+            assert promising and int((keys >= E).sum()) >= 2048, (n, dtype)
+            for csize in (4, 8):
+                part = -(-n // csize)
+                assert max(int((keys[c * part:(c + 1) * part] >= E).sum()) for c in range(csize)) <= 8192
 
 
 # ---- the filter pass's vector bookkeeping ------------------------------------------------------------

@@ -844,8 +844,11 @@ template <typename T>
 __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
                                                      SelectShared& sh, bool wide, bool& promising, bool& single,
-                                                     uint32_t pf_begin, uint32_t pf_bytes) {
-  const int S = sample_count(n);
+                                                     uint32_t pf_begin, uint32_t pf_bytes, bool spread) {
+  // A spread row takes the samples of a window half as long: every CTA of it loads and selects the
+  // same ones, and its candidates have 4 buffers or more (1x131072 10.6 -> 10.2 us, 20x134868 13.6 ->
+  // 12.95; H200, sixteenth session; tests/test_topk_filter_model.py checks that they still fit).
+  const int S = sample_count(spread ? n / 2 : n);
   const int log2_runs = 31 - __clz(S / kSampleRun);
   // j0 samples are expected among the top k. Aim 4 standard deviations above it (fewer than k
   // candidates costs the row the exact fallback; each candidate past k costs the finish, about a third
@@ -1428,7 +1431,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           wide ? 0u : min(pf.end - pf.begin, uint32_t(a.prefetch_bytes) / uint32_t(sizeof(T))) * uint32_t(sizeof(T));
       uint32_t E = fits ? 0u
                         : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
-                                           pf.begin, pf_bytes);
+                                           pf.begin, pf_bytes, spread);
       // A spread row's first sampled attempt off a plateau bins its candidates as it converts them and
       // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
       const bool one_round = spread && !wide && !fits && promising;
@@ -1512,28 +1515,27 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           radix::xbar_wait(&ex->xbar[attempt], 0u);
           __syncthreads();  // (this CTA's own entry)
           trace("c_counts");
-          bool ok = true;
-          uint32_t total = 0;
-          uint32_t before = 0;
-          uint32_t lo = 0xFFFFFFFFu;
-          uint32_t hi = 0u;
-#pragma unroll 1  // (unrolled, its loads make the 16-bit instances spill)
-          for (uint32_t c = 0; c < csize; ++c) {
-            const uint4 x = ex->xs[attempt][c];
-            ok = ok && x.x <= uint32_t(kCapacity);
-            total += x.x <= uint32_t(kCapacity) ? x.x : 0u;
-            before += c < rank && x.x <= uint32_t(kCapacity) ? x.x : 0u;
-            lo = min(lo, x.y);
-            hi = max(hi, x.z);
-          }
-          const bool few = ok && !plateau && total < k;
-          ok = ok && (plateau || total >= k);
-          if (threadIdx.x == 0) {
-            cnt.total = ok ? total : ~0u;
-            cnt.few = few ? 1u : 0u;
-            cnt.before = before;
-            cnt.lo = lo;
-            cnt.hi = hi;
+          // One warp reads the counts, a lane a CTA: the loop over the CTAs that every thread ran before
+          // cost 1x131072 0.7-0.9 us, 20x134868 0.5 (H200, sixteenth session).
+          if (threadIdx.x < 32u) {
+            const uint32_t c = threadIdx.x;
+            const uint4 x = c < csize ? ex->xs[attempt][c] : make_uint4(0u, 0xFFFFFFFFu, 0u, 0u);
+            const bool fit = x.x <= uint32_t(kCapacity);
+            const uint32_t counted = fit ? x.x : 0u;
+            bool ok = __all_sync(0xFFFFFFFFu, fit);
+            const uint32_t total = __reduce_add_sync(0xFFFFFFFFu, counted);
+            const uint32_t before = __reduce_add_sync(0xFFFFFFFFu, c < rank ? counted : 0u);
+            const uint32_t lo = __reduce_min_sync(0xFFFFFFFFu, x.y);
+            const uint32_t hi = __reduce_max_sync(0xFFFFFFFFu, x.z);
+            const bool few = ok && !plateau && total < k;
+            ok = ok && (plateau || total >= k);
+            if (c == 0u) {
+              cnt.total = ok ? total : ~0u;
+              cnt.few = few ? 1u : 0u;
+              cnt.before = before;
+              cnt.lo = lo;
+              cnt.hi = hi;
+            }
           }
           __syncthreads();
           trace("c_read");
