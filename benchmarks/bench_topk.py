@@ -1,8 +1,8 @@
 """The top-k family (issue 3): topk against torch.topk and the memory floor (rows * keys * bytes).
 
 Decode shapes (<= 64 rows) are timed by CUDA-graph replay, with the per-call host overhead outside a
-graph beside them; larger ones by CUDA events with a cold L2. topk_page_table_transform is timed on the
-main shapes as a ratio to topk.
+graph beside them (and a trivial torch op's, for the host's own pace); larger ones by CUDA events with
+a cold L2. topk_page_table_transform is timed on the main shapes as a ratio to topk.
 """
 
 import dsa_ops
@@ -40,6 +40,11 @@ def test_topk(bench, benchmark, case):
             # (median and min over 10 batches of 100 calls: the host's spread between runs is wide)
             med, best = host_overhead_us(fn, calls=1000, batches=10)
             extra["host_overhead_us"], extra["host_overhead_min_us"] = round(med, 2), round(best, 2)
+            # The same for a trivial torch op, in the same process: the host's own pace (a torch.add on 16
+            # floats took 9.3-10.2 us a call on one session's machine, where topk took 11.3-14.1).
+            x16, y16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
+            add = lambda: torch.add(x16, 1, out=y16)  # noqa: E731
+            extra["host_overhead_torch_add_us"] = round(host_overhead_us(add, calls=1000, batches=10)[0], 2)
         benchmark.pedantic(lambda: (fn(), torch.cuda.synchronize()), rounds=5, warmup_rounds=1)
         baselines = {}
         main = case["dtype"] == "float32" and case["distribution"] == "normal"
