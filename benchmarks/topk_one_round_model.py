@@ -1,9 +1,10 @@
-"""Dev tool (CPU): which way a spread split row's one-round select would go (benchmarks/patches/
-topk_one_round_or.patch, compiled, not run), per distribution, dtype and width, on the CPU model of the
-kernel's sampled threshold (tests/test_topk_filter_model.py). The patch bins each row's candidates from the
-sampled threshold E to the samples' largest key (256 bins, keys above it in the top bin); the threshold bin
-is then "rank" (<= 256 entries, ranked by rank 0) or "whole" (both finish in one round), or "top" / "big"
-(the patch falls back to hist_select); "plateau" and "few/over" rows do not take the one-round path.
+"""Dev tool (CPU): which way a spread split row's one-round select goes (one_round_select in
+backends_cuda/kernels/topk_filter.cu, landed in the sixteenth session), per distribution, dtype and width,
+on the CPU model of the kernel's sampled threshold (tests/test_topk_filter_model.py, with a spread row's
+samples). The kernel bins each row's candidates from the sampled threshold E to the samples' largest key
+(256 bins, keys above it in the top bin); the threshold bin is then "rank" (<= 256 entries, ranked by rank
+0) or "whole" (both finish in one round), or "top" / "big" (the kernel falls back to hist_select);
+"plateau" and "few/over" rows do not take the one-round path.
 
     python benchmarks/topk_one_round_model.py
 """
@@ -37,10 +38,10 @@ def first_shift(span: int, bits: int) -> int:
 def one_round(x: torch.Tensor, k: int = 2048, ctas: int = 8) -> str:
     keys = float_keys(x).astype(np.uint64)
     n = len(keys)
-    E, promising, _ = sample_threshold(keys, 0, n, k, CAPACITY, MAX_SAMPLES, run=16)
+    E, promising, _ = sample_threshold(keys, 0, n, k, CAPACITY, MAX_SAMPLES, run=16, spread=True)
     if not promising:
         return "plateau"
-    S = sample_count(n, MAX_SAMPLES)
+    S = sample_count(n // 2, MAX_SAMPLES)  # (a spread row's samples)
     smax = int(keys[filter_sample_positions(n, S, 16).numpy()].max())
     E = int(E)
     cand = keys[keys >= E].astype(np.int64)
