@@ -37,7 +37,8 @@ def shapes(ptt=False):
                            (256, 131072, torch.float32), (4096, 32768, torch.bfloat16), (1, 131072, torch.float32),
                            (20, 134868, torch.float32), (64, 1048576, torch.float32), (1, 131072, torch.bfloat16),
                            (20, 134868, torch.bfloat16), (4096, 32768, "nan_inf"), (4096, 32768, "walk"),
-                           (16384, 65536, "walk"), (64, 131072, "walk")):
+                           (16384, 65536, "walk"), (64, 131072, "walk"), (1, 131072, "walk"),
+                           (20, 134868, "walk")):
         if dtype in ("nan_inf", "walk"):  # (the bench's generators: NaN, +-inf and normal; random walks)
             x = make_scores(rows, n, "float32", dtype)
             same = bool(torch.equal(torch.ops.dsa.topk(x, 2048).sort(dim=1).values,
