@@ -1516,7 +1516,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           __syncthreads();  // (this CTA's own entry)
           trace("c_counts");
           // One warp reads the counts, a lane a CTA: the loop over the CTAs that every thread ran before
-          // cost 1x131072 0.7-0.9 us, 20x134868 0.5 (H200, sixteenth session).
+          // cost 1x131072 0.7-1.0 us, 20x134868 0.5 (H200, sixteenth session).
           if (threadIdx.x < 32u) {
             const uint32_t c = threadIdx.x;
             const uint4 x = c < csize ? ex->xs[attempt][c] : make_uint4(0u, 0xFFFFFFFFu, 0u, 0u);
