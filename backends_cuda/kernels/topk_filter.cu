@@ -17,9 +17,10 @@
 //      above it are written, and the bin's entries are all taken, ranked (key, then smallest
 //      column; one thread an entry) when there are at most 256, or split by a second select on the
 //      columns when they are more ties of one key. From kSpreadFinishMinCluster CTAs a row up, each CTA
-//      keeps its candidates: one level of select on their histograms, each CTA summing a slice of the
-//      bins for all (hist_select), then each CTA writes its own above the threshold bin and sends its bin
-//      entries to rank 0, which ranks them. Below that, a split row whose candidates fit one buffer
+//      keeps its candidates: one level of select on their histograms (binned during the filter pass and
+//      sent with the counts, one_round_select; else each CTA summing a slice of the bins for all,
+//      hist_select), then each CTA writes its own above the threshold bin and sends its bin entries to
+//      rank 0, which ranks them. Below that, a split row whose candidates fit one buffer
 //      gathers them into rank 0, which selects alone and writes them all. Otherwise (more candidates, or
 //      a threshold bin that needs more levels) the CTAs keep theirs and run the select's levels on
 //      histograms summed through distributed shared memory; each writes its own, with output positions
@@ -166,7 +167,7 @@ struct Exchange {
 // What a gathered split row does with the threshold bin's entries (finish): all taken; ranked by rank 0,
 // to which each CTA sends its own (at most kRankBin; rank 0 counts its own in cnt.before, 0 there); or
 // split by rank 0's select on their columns, over every CTA's (rank 0 holds them all). A row whose
-// select came from hist_select takes the first two only.
+// select came from one_round_select or hist_select takes the first two only.
 enum class BinMode : uint32_t { kWhole = 0, kRank = 1, kTieColumns = 2 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
@@ -634,9 +635,9 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0 also writes the bin's entries split by column.
 // Every CTA of the cluster calls it, and rank 0 returns once the others' writes are done; with csize
 // 1, rank 0 alone calls it (own = m) and writes everything.
-// kPreselected (a spread row whose every CTA ran hist_select): the gathered form with the select given
-// (`pre`, `pre_mode`: whole or ranked bin) and no candidates gathered (m = own on every rank); the bin's
-// entries go to rank 0 on its gbar's phase 0.
+// kPreselected (a spread row whose every CTA ran one_round_select or hist_select): the gathered form
+// with the select given (`pre`, `pre_mode`: whole or ranked bin) and no candidates gathered (m = own on
+// every rank); the bin's entries go to rank 0 on its gbar's phase 0.
 template <bool kLookupsInFlight, bool kGathered = false, bool kPreselected = false>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
@@ -1375,8 +1376,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   const Window w = row_window(a, r);
   const uint32_t n = uint32_t(w.hi - w.lo);
   const uint32_t k = uint32_t(a.k);
-  // A split row's finish is spread over its CTAs (hist_select, each CTA writing its own) from
-  // kSpreadFinishMinCluster CTAs up.
+  // A split row's finish is spread over its CTAs (one_round_select or hist_select, each CTA writing its
+  // own) from kSpreadFinishMinCluster CTAs up.
   const bool spread = kSplit && csize >= uint32_t(topk_heuristics::kSpreadFinishMinCluster);
   // The row's RowOut: made once here, or, for a split row on sm_10x, where it is used (the choice
   // without spills at 64 registers on each arch).

@@ -14,9 +14,10 @@ constexpr int64_t kMinPart = 8192;
 // A split row spreads its finish over its CTAs from this many CTAs up: each keeps its candidates, the
 // select runs on their histograms summed slice by slice (hist_select, fifteenth session: 1 x 131072
 // 12.0-12.4 -> 11.6-11.8 us against rank 0 selecting on the gathered candidates and sending the select
-// back), each writes its own; below, a row whose candidates fit one buffer gathers them into rank 0,
-// which writes them all. The gate's measurements, with the gathered form (graph replay, k 2048, H200,
-// thirteenth session, against the kernel before): 20 x 134868 (5 CTAs)
+// back; since the sixteenth, a first sampled attempt bins them in its filter pass and sends the bins with
+// its count, one_round_select), each writes its own; below, a row whose candidates fit one buffer
+// gathers them into rank 0, which writes them all. The gate's measurements, with the gathered form
+// (graph replay, k 2048, H200, thirteenth session, against the kernel before): 20 x 134868 (5 CTAs)
 // 15.2-16.0 -> 14.8-15.3 us, 1 x 131072 (8) 12.6-13.4 -> 12.4-12.5. At 2 CTAs (64 x 131072 walk
 // rows) spread or not measured the same, 0.5 us slower than the kernel before: the gate is a guess
 // that 2 CTAs gain nothing from it. At 3, forced (fourteenth session), spread: 20 x 134868 16.3
