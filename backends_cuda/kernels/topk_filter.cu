@@ -835,6 +835,34 @@ __device__ __forceinline__ int sample_count(int64_t n) {
 // one row's exact fallback (127 us against 22 us with runs of 16; H200, seventh session).
 constexpr int kSampleRun = 16;
 
+// Sample i (of S, a multiple of kLoads * kThreads) to buf[i], in runs of kSampleRun keys starting
+// step keys apart, with this thread's smallest and largest. kLoads loads in flight a thread, all issued
+// before any is used and each unconditional: a bounds test and a key conversion a load put each load in
+// its own branch, waited for before the next (8 round trips in turn at 4096 samples; 1x131072: 3.45 us
+// from the kernel's start to the samples, H200). A thread's samples of a round sit kThreads apart:
+// its offsets kThreads / kSampleRun runs apart. (At S = 2048, 4 loads a thread: 8 loaded 4 twice.)
+template <typename T, int kLoads>
+__device__ __forceinline__ void load_samples(const T* first, uint32_t step, int S, uint32_t* buf, uint32_t& v_lo,
+                                             uint32_t& v_max) {
+  static_assert(kThreads % kSampleRun == 0, "a round's samples are whole runs");
+  const uint32_t run_step = uint32_t(kThreads / kSampleRun) * step;
+  for (int base = 0; base < S; base += kLoads * kThreads) {
+    const uint32_t o = (uint32_t(base / kSampleRun) + threadIdx.x / kSampleRun) * step + threadIdx.x % kSampleRun;
+    uint32_t raw[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      raw[u] = radix::KeyOf<T>::raw(first + (o + uint32_t(u) * run_step));
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const uint32_t v = radix::KeyOf<T>::of_raw(raw[u]);
+      buf[base + u * kThreads + int(threadIdx.x)] = v;
+      v_lo = min(v_lo, v);
+      v_max = max(v_max, v);
+    }
+  }
+}
+
 // A threshold E such that, with high probability, at least k and at most the buffer's keys of the
 // window are >= E: E is (close to) the j-th largest of S samples (evenly spaced runs of kSampleRun
 // consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
@@ -866,30 +894,13 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   uint32_t v_max = 0u;  // this thread's largest sample (every thread holds one at least: S >= kThreads)
   // Run r starts at r * step (32-bit offsets: windows hold fewer than 2^31 keys); the last run ends
   // at most at n - 1.
-  const T* first = row + lo;
   const uint32_t step = uint32_t((n - kSampleRun) >> log2_runs);
-  // 8 loads in flight a thread: all issued before any is used, each unconditional (sample i & (S - 1):
-  // S >= 2048 is a power of two, and the 4 a thread past S at S = 2048 repeat its first 4). A bounds test
-  // and a key conversion a load put each load in its own branch, waited for before the next: 8 round
-  // trips in turn at 4096 samples (1x131072: 3.45 us from the kernel's start to the samples, H200).
-  static_assert(kMinSamples >= 4 * kThreads, "at S = 2048 a thread's repeated loads are its own samples");
-  for (int base = 0; base < S; base += 8 * kThreads) {
-    uint32_t raw[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int i = (base + u * kThreads + int(threadIdx.x)) & (S - 1);
-      raw[u] = radix::KeyOf<T>::raw(first + (uint32_t(i / kSampleRun) * step + uint32_t(i % kSampleRun)));
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int i = base + u * kThreads + int(threadIdx.x);
-      if (i < S) {
-        const uint32_t v = radix::KeyOf<T>::of_raw(raw[u]);
-        buf[i] = v;
-        v_lo = min(v_lo, v);
-        v_max = max(v_max, v);
-      }
-    }
+  static_assert(kMinSamples % (4 * kThreads) == 0 && (2 * kMinSamples) % (8 * kThreads) == 0,
+                "S is a whole number of rounds of loads");
+  if (S == kMinSamples) {
+    load_samples<T, kMinSamples / kThreads>(row + lo, step, S, buf, v_lo, v_max);
+  } else {
+    load_samples<T, 8>(row + lo, step, S, buf, v_lo, v_max);
   }
   trace("s_loaded");
   {  // the head of this CTA's part into L2 while the samples are selected (in bounds: pf_begin +
