@@ -1382,7 +1382,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
   uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
 
   const uint32_t csize = kSplit ? uint32_t(a.cluster) : 1u;
-  const int64_t r = blockIdx.x / csize;
+  const int64_t r = kSplit ? radix::cluster_id_x() : blockIdx.x;  // (the split kernel: a cluster a row)
   const uint32_t rank = kSplit ? radix::cluster_rank() : 0u;
   const Window w = row_window(a, r);
   const uint32_t n = uint32_t(w.hi - w.lo);

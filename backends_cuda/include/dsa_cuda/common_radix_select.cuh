@@ -154,6 +154,18 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   return r;
 }
 
+// The cluster's index along x in the grid of clusters (a split row's row): no division of blockIdx.x
+// by the cluster size (~24 instructions a warp, run by every warp).
+__device__ __forceinline__ uint32_t cluster_id_x() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  uint32_t c;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(c));
+  return c;
+#else
+  return blockIdx.x;  // (no clusters: each CTA is one)
+#endif
+}
+
 // Barrier over every thread of every CTA of the cluster, with release/acquire semantics for
 // shared memory (it is also a CTA-wide barrier).
 __device__ __forceinline__ void cluster_sync() {
