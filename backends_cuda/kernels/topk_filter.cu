@@ -20,8 +20,9 @@
 //      keeps its candidates: one level of select on their histograms (binned during the filter pass and
 //      sent with the counts, one_round_select; else each CTA summing a slice of the bins for all,
 //      hist_select), then each CTA writes its own above the threshold bin and sends its bin entries to
-//      rank 0, which ranks them. Below that, a split row whose candidates fit one buffer
-//      gathers them into rank 0, which selects alone and writes them all. Otherwise (more candidates, or
+//      rank 0, which ranks them. Below that (and for a spread row whose candidates are one value), a
+//      split row whose candidates fit one buffer gathers them into rank 0, which selects alone and writes
+//      them all. Otherwise (more candidates, or
 //      a threshold bin that needs more levels) the CTAs keep theirs and run the select's levels on
 //      histograms summed through distributed shared memory; each writes its own, with output positions
 //      from rank 0, which also ranks a small threshold bin.
@@ -164,11 +165,9 @@ struct Exchange {
   uint4 xs[2][kMaxClusterCtas];
 };
 
-// What a gathered split row does with the threshold bin's entries (finish): all taken; ranked by rank 0,
-// to which each CTA sends its own (at most kRankBin; rank 0 counts its own in cnt.before, 0 there); or
-// split by rank 0's select on their columns, over every CTA's (rank 0 holds them all). A row whose
-// select came from one_round_select or hist_select takes the first two only.
-enum class BinMode : uint32_t { kWhole = 0, kRank = 1, kTieColumns = 2 };
+// What a preselected split row does with the threshold bin's entries (finish): all taken, or ranked by
+// rank 0, to which each CTA sends its own (at most kRankBin; rank 0 counts its own in cnt.before, 0 there).
+enum class BinMode : uint32_t { kWhole = 0, kRank = 1 };
 
 // Fold the warp's [lo, hi] into the row's list range cnt.lo / cnt.hi (reset by range_reset, with a
 // barrier between). The warp must be converged.
@@ -628,28 +627,24 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // histograms. Every CTA of the cluster calls it. The keys are overwritten (the writes stage columns there).
 // kLookupsInFlight: the page-table form's writes issue their lookups before using them (write_staged;
 // see lookups_in_flight).
-// kGathered (a split row whose candidates fit one buffer): rank 0 holds the cluster's m candidates,
-// its own the first `own`, selects on them alone and sends the select to the other CTAs; every CTA
-// then writes its own candidates above the threshold bin (m = own on the other ranks) and sends its
-// entries of a small bin to rank 0, which ranks them (rank 0's take and writes of all 2048 took
-// 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0 also writes the bin's entries split by column.
-// Every CTA of the cluster calls it, and rank 0 returns once the others' writes are done; with csize
-// 1, rank 0 alone calls it (own = m) and writes everything.
-// kPreselected (a spread row whose every CTA ran one_round_select or hist_select): the gathered form
-// with the select given (`pre`, `pre_mode`: whole or ranked bin) and no candidates gathered (m = own on
-// every rank); the bin's entries go to rank 0 on its gbar's phase 0.
+// kGathered, not kPreselected (a split row whose candidates fit one buffer): rank 0 alone, with csize 1,
+// on the cluster's m candidates gathered into its buffer; it selects and writes everything.
+// kPreselected (a spread row whose every CTA ran one_round_select or hist_select): the select given
+// (`pre`, `pre_mode`: whole or ranked bin), every CTA of the cluster writes its own m candidates above
+// the threshold bin and sends its entries of a small bin to rank 0 on its gbar's phase 0, which ranks
+// them (rank 0's take and writes of all 2048 took 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0
+// returns once the others' writes are done.
 template <bool kLookupsInFlight, bool kGathered = false, bool kPreselected = false>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
                                        SelectShared& sh, int one_value_shift, uint32_t valid = 0u,
                                        uint32_t* merged = nullptr, uint32_t csize = 1, uint32_t rank = 0,
-                                       Exchange* ex = nullptr, int own = 0,
+                                       Exchange* ex = nullptr,
                                        ListSelect pre = ListSelect{0u, SelectState{0u, 0u, 0u, 0u}},
                                        BinMode pre_mode = BinMode::kWhole) {
   static_assert(kGathered || !kPreselected, "a preselected finish is a gathered one");
   const bool cluster = !kGathered && csize > 1;  // the cluster-wide finish
-  // (the other ranks of a gathered row get the select; a preselected row has it everywhere)
-  const bool selects = !kPreselected && (!kGathered || rank == 0);
+  const bool selects = !kPreselected;  // (a preselected row has it on every CTA)
   const bool remote = cluster || (kGathered && rank != 0);  // this CTA reserves on rank 0's counters
   if (!cluster && !kPreselected) {  // (a preselected row's rank 0 may already count the others' entries:
     valid = uint32_t(m);            // cnt.nbin is 0 from the row's start)
@@ -668,28 +663,10 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
                      one_value_shift);
     whole_bin = ks.st.count == ks.st.krem;
     rank_bin = !whole_bin && ks.st.count <= kRankBin;
-    if constexpr (kGathered) {
-      if (threadIdx.x != 0 && threadIdx.x < csize) {  // one thread a CTA: the select to CTA threadIdx.x
-        const BinMode mode = whole_bin ? BinMode::kWhole : rank_bin ? BinMode::kRank : BinMode::kTieColumns;
-        radix::st_async(reinterpret_cast<uint4*>(hist), make_uint4(ks.base, ks.st.prefix, ks.st.mask, uint32_t(mode)),
-                        threadIdx.x, &ex->gbar);
-      }
-    }
-  } else if constexpr (kPreselected) {
+  } else {
     ks = pre;
     whole_bin = pre_mode == BinMode::kWhole;
     rank_bin = pre_mode == BinMode::kRank;
-  } else if constexpr (kGathered) {
-    if (threadIdx.x == 0) {
-      radix::xbar_expect(&ex->gbar, uint32_t(sizeof(uint4)));
-    }
-    radix::xbar_wait(&ex->gbar, 0u);
-    const uint4 sel = *reinterpret_cast<const uint4*>(hist);
-    ks.base = sel.x;
-    ks.st.prefix = sel.y;
-    ks.st.mask = sel.z;
-    whole_bin = sel.w == uint32_t(BinMode::kWhole);
-    rank_bin = sel.w == uint32_t(BinMode::kRank);
   }
   trace("selected");
   const uint32_t tie = ks.value_at_prefix();
@@ -711,19 +688,17 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   const uint32_t lane = threadIdx.x & 31u;
   uint32_t* staged = keys + (threadIdx.x & ~31u);  // entry j at staged[(j / 32) * kThreads + j % 32]
   uint32_t n_taken = 0u;  // (warp-uniform)
-  // (a gathered row's rank 0 reads the others' candidates only when it splits ties by column)
-  const int scan = kGathered && rank == 0 && (whole_bin || rank_bin) ? own : m;
-  for (int it = 0; it * kThreads < scan; ++it) {
+  for (int it = 0; it * kThreads < m; ++it) {
     const int i = it * kThreads + int(threadIdx.x);
     bool take = false;
     bool to_bin = false;
     uint32_t key = 0u;
     int32_t col = 0;
-    if (i < scan) {
+    if (i < m) {
       key = keys[i];
       const uint32_t d = (key - ks.base) & ks.st.mask;
       const bool in_bin = d == ks.st.prefix;
-      take = (!kGathered || i < own) && (d > ks.st.prefix || (in_bin && whole_bin));
+      take = d > ks.st.prefix || (in_bin && whole_bin);
       if (in_bin && !whole_bin && (selects || rank_bin)) {
         col = cols[i];
         to_bin = rank_bin;
@@ -1528,7 +1503,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           __syncthreads();  // (this CTA's own entry)
           trace("c_counts");
           // One warp reads the counts, a lane a CTA: the loop over the CTAs that every thread ran before
-          // cost 1x131072 0.7-1.0 us, 20x134868 0.5 (H200, sixteenth session).
+          // cost 1x131072 0.7-0.9 us, 20x134868 0.5 (H200, sixteenth session).
           if (threadIdx.x < 32u) {
             const uint32_t c = threadIdx.x;
             const uint4 x = c < csize ? ex->xs[attempt][c] : make_uint4(0u, 0xFFFFFFFFu, 0u, 0u);
@@ -1592,7 +1567,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
                                       sh, ex, csize, rank, sel, mode)) {
             finish<lookups_in_flight<T, kSplit>(), true, true>(keys, cols, int(cnt.cand), r_row, out_of_row(), hist,
                                                              cnt, k, sh, one_value_shift<T>(), 0u, nullptr, csize,
-                                                             rank, ex, int(cnt.cand), sel, mode);
+                                                             rank, ex, sel, mode);
           } else {
             finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(cnt.cand), r_row, out_of_row(), hist, cnt, k, sh,
                                                    one_value_shift<T>(), total,
@@ -1601,8 +1576,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         } else if (kSplit && ok && total <= uint32_t(kCapacity)) {
           // A split row whose candidates fit one buffer: each CTA pushes its own into rank 0's, after
           // those of the lower ranks; rank 0 selects alone on the cluster's range (a local select cost
-          // 1x131072 less than the cluster-wide one: 4.9 against 6.3 us with rank 0's writes) and, from
-          // kSpreadFinishMinCluster CTAs up, sends the select back for each CTA to write its own.
+          // 1x131072 less than the cluster-wide one: 4.9 against 6.3 us with rank 0's writes) and writes
+          // them all. (A spread row comes here only when its candidates are one value or none: no range
+          // to bin them on.)
           if (rank != 0) {
             const uint32_t mine = cnt.cand;
             const uint32_t at = cnt.before;
@@ -1613,9 +1589,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
               radix::st_async(to_keys + 4u * i, keys[i], bar);
               radix::st_async(to_cols + 4u * i, uint32_t(cols[i]), bar);
             }
-            if (!spread) {
-              return;  // (nothing reads this CTA's shared memory after)
-            }
+            return;  // (nothing reads this CTA's shared memory after)
           } else {
             if (threadIdx.x == 0) {
               radix::xbar_expect(&ex->gbar, 8u * (total - cnt.cand));  // every other CTA's (key, column) pairs
@@ -1623,11 +1597,9 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
             radix::xbar_wait(&ex->gbar, 0u);
           }
           trace("gathered");
-          // (every CTA's own candidates are its first cnt.cand: rank 0's come first in the gathered list)
-          finish<lookups_in_flight<T, kSplit>(), true>(keys, cols, rank == 0 ? int(total) : int(cnt.cand),
-                                                       total < k ? total : k, out_of_row(), hist, cnt, k, sh,
-                                                       one_value_shift<T>(), 0u, nullptr, spread ? csize : 1u,
-                                                       rank, ex, spread ? int(cnt.cand) : int(total));
+          finish<lookups_in_flight<T, kSplit>(), true>(keys, cols, int(total), total < k ? total : k, out_of_row(),
+                                                       hist, cnt, k, sh, one_value_shift<T>(), 0u, nullptr, 1u, 0u,
+                                                       ex);
         } else if (ok) {
           // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
           // stage buffer holds the summed histograms).
