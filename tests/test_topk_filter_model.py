@@ -384,27 +384,37 @@ def test_spread_rows_half_samples_still_fit(n):
 
 # ---- the filter pass's vector bookkeeping ------------------------------------------------------------
 
-def filter_vectors(lo_mis: int, n: int, items: int, threads: int, stages: int, round_vecs: int):
-    """The filter pass's schedule for a part [lo, lo + n) whose lo sits lo_mis items past a 16-byte
+def filter_vectors(lo_mis: int, n: int, items: int, threads: int, stages: int, round_vecs: int,
+                   csize: int = 1, rank: int = 0, warp: int = 32):
+    """The filter pass's schedule for a window [lo, lo + n) whose lo sits lo_mis items past a 16-byte
     boundary a0: (vectors the rounds read, with each read's round kind, vectors the partial step reads,
-    vectors the unchecked rounds issue), as filter_pass_as runs it."""
+    vectors the unchecked rounds issue), as filter_pass_as runs it. csize > 1: CTA `rank` of a split
+    row, which takes the window's chunks of `warp` vectors (one a warp) in turn (FilterStages)."""
     vf = 0 if lo_mis == 0 else 1
     ve = (lo_mis + n) // items  # vectors wholly inside: [vf, ve)
     vecs = -(-(lo_mis + n) // items)
-    rounds = -(-vecs // threads)
+    if csize == 1:
+        step = threads
+        vec = lambda s, tid: s * threads + tid  # noqa: E731
+    else:
+        step = threads * csize
+        vec = lambda s, tid: ((tid // warp) * csize + rank) * warp + tid % warp + s * step  # noqa: E731
+    rounds = -(-vecs // step)
     read, issued_unchecked = [], []
     for s0 in range(0, rounds, round_vecs):
-        unchecked = (s0 > 0 or vf == 0) and (s0 + stages + round_vecs) * threads <= ve
+        unchecked = (s0 > 0 or vf == 0) and (s0 + stages + round_vecs) * step <= ve
         for h in range(round_vecs):
             for tid in range(threads):
-                v = (s0 + h) * threads + tid
+                v = vec(s0 + h, tid)
                 if unchecked or vf <= v < ve:
                     read.append((v, unchecked))
                 if unchecked:
-                    issued_unchecked.append((s0 + stages + h) * threads + tid)
-    partial = [0] if vf == 1 else []  # lane 0 of warp 0
-    if ve < vecs and ve >= vf:
-        partial.append(ve)  # lane 1 (ve < vf: the window lies inside vector 0, lane 0's)
+                    issued_unchecked.append(vec(s0 + stages + h, tid))
+    partial = []
+    if csize == 1 or rank == 0:  # (warp 0 of rank 0)
+        partial = [0] if vf == 1 else []  # lane 0
+        if ve < vecs and ve >= vf:
+            partial.append(ve)  # lane 1 (ve < vf: the window lies inside vector 0, lane 0's)
     return read, partial, issued_unchecked, (vf, ve, vecs)
 
 
@@ -419,3 +429,22 @@ def test_filter_pass_reads_every_vector_once(items, round_vecs):
             assert all(vf <= v < ve for v, unchecked in read if unchecked), (lo_mis, n)
             assert all(vf <= v < ve for v in issued), (lo_mis, n)  # unchecked rounds issue inside only
             assert all(not (vf <= v < ve) for v in partial), (lo_mis, n)  # partial vectors are partial
+
+
+@pytest.mark.parametrize("items,round_vecs", [(4, 4), (8, 2)])  # fp32, 16-bit scores
+@pytest.mark.parametrize("csize", [2, 3, 5, 8])
+def test_split_row_chunks_cover_the_window_once(items, round_vecs, csize):
+    """A split row's CTAs deal the window's chunks (FilterStages, kInterleaved): every vector is read by
+    exactly one CTA, in its rounds or in rank 0's partial step, and no unchecked round reads or issues
+    a vector outside [vf, ve)."""
+    threads, stages, warp = 8, 4, 4  # (512 threads of 32-lane warps, scaled down: same arithmetic)
+    for lo_mis in range(items):
+        for n in list(range(1, 6 * items)) + list(range(threads * items - 3, threads * items * csize * 9, 11)):
+            got = []
+            for rank in range(csize):
+                read, partial, issued, (vf, ve, vecs) = filter_vectors(lo_mis, n, items, threads, stages,
+                                                                       round_vecs, csize, rank, warp)
+                got += [v for v, _ in read] + partial
+                assert all(vf <= v < ve for v, unchecked in read if unchecked), (lo_mis, n, rank)
+                assert all(vf <= v < ve for v in issued), (lo_mis, n, rank)
+            assert sorted(got) == list(range(vecs)), (lo_mis, n, csize)

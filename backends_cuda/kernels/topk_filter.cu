@@ -59,6 +59,8 @@ constexpr int kThreads = 512;
 constexpr int kCapacity = 8192;
 // cp.async stages of the filter pass: one 16-byte vector per thread each.
 constexpr int kStages = 4;
+// A split row's CTAs filter the window in chunks of this many 16-byte vectors (one warp's), dealt in turn.
+constexpr int kChunkVecs = 32;
 // The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
 constexpr int kMaxSamples = 16384;
 static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the samples fit their buffer");
@@ -848,7 +850,7 @@ template <typename T>
 __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
                                                      SelectShared& sh, bool wide, bool& promising, bool& single,
-                                                     uint32_t pf_begin, uint32_t pf_bytes, bool spread) {
+                                                     uint32_t pf_bytes, bool spread, uint32_t csize, uint32_t rank) {
   // A spread row takes the samples of a window half as long: every CTA of it loads and selects the
   // same ones, and its candidates have 4 buffers or more (1x131072 10.6 -> 10.2 us, 20x134868 13.6 ->
   // 12.95; H200, sixteenth session; tests/test_topk_filter_model.py checks that they still fit).
@@ -878,11 +880,21 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
     load_samples<T, 8>(row + lo, step, S, buf, v_lo, v_max);
   }
   trace("s_loaded");
-  {  // the head of this CTA's part into L2 while the samples are selected (in bounds: pf_begin +
-     // pf_bytes is at most the window's end)
-    const char* pf = reinterpret_cast<const char*>(row + lo + pf_begin);
-    for (uint32_t off = threadIdx.x * 128u; off < pf_bytes; off += kThreads * 128u) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(pf + off));
+  {  // the first pf_bytes of this CTA's vectors (FilterStages) into L2 while the samples are selected
+    const char* pf = reinterpret_cast<const char*>(row + lo);
+    if (csize == 1u) {  // (in bounds: pf_bytes is at most the window's)
+      for (uint32_t off = threadIdx.x * 128u; off < pf_bytes; off += kThreads * 128u) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(pf + off));
+      }
+    } else {  // a split row's chunks of kChunkVecs vectors, dealt to the CTAs in turn: 4 lines each
+      static_assert(kChunkVecs * 16 == 4 * 128, "a chunk is 4 lines of 128 bytes");
+      const uint64_t window_bytes = uint64_t(n) * sizeof(T);
+      for (uint32_t line = threadIdx.x; line * 128u < pf_bytes; line += kThreads) {
+        const uint64_t off = (uint64_t(line / 4u) * csize + rank) * 512u + (line % 4u) * 128u;
+        if (off < window_bytes) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(pf + off));
+        }
+      }
     }
   }
   // A bound below the j-th largest sample, so that the select's first level spans [bound, largest]
@@ -1025,24 +1037,42 @@ __host__ __device__ constexpr int round_vecs() {
   return sizeof(T) == 4 ? 4 : 2;
 }
 
-// The part's vectors [vf, ve) lie wholly inside the window and are copied ahead through `stage`;
-// the (at most two) partial ones are read apart, in place (nothing outside the window is read).
-template <typename T>
+// The window's vectors [vf, ve) lie wholly inside it and are copied ahead through `stage`; the (at
+// most two) partial ones are read apart, in place (nothing outside the window is read).
+// Which vectors this CTA filters: all of them, stage s holding vectors s * kThreads + threadIdx.x; or
+// (kInterleaved, a split row) chunks of kChunkVecs, one a warp, dealt to the cluster's CTAs in turn:
+// warp w's vector of stage s is in chunk (s * kThreads / 32 + w) * csize + rank. Contiguous parts put
+// a smooth row's top keys in one CTA (random walks of 131072 keys, 8 CTAs: the busiest CTA held
+// 2027-4188 candidates, 481-948 with chunks of 128 fp32 keys; CPU model, sixteenth session).
+template <typename T, bool kInterleaved>
 struct FilterStages {
   const uint4* src;
   int32_t vf;
   int32_t ve;
   uint4* stage;
-  __device__ __forceinline__ FilterStages(const GlobalSrc<T>& g, uint4* stage_)
+  int32_t first;   // (kInterleaved) this thread's vector of stage 0
+  int32_t stride;  // (kInterleaved) from its vector of one stage to the next
+  __device__ __forceinline__ FilterStages(const GlobalSrc<T>& g, uint4* stage_, uint32_t csize, uint32_t rank)
       : src(reinterpret_cast<const uint4*>(g.row + g.a0)),
         vf(g.a0 == g.lo ? 0 : 1),
         ve(int32_t((g.hi - g.a0) / GlobalSrc<T>::kItems)),
-        stage(stage_) {}
+        stage(stage_),
+        first(int32_t(((threadIdx.x / 32u) * csize + rank) * kChunkVecs + threadIdx.x % 32u)),
+        stride(kThreads * int32_t(csize)) {}
+  // The vector of stage s of thread tid (threadIdx.x); a stage's vectors lie below (s + 1) * step().
+  __device__ __forceinline__ int32_t vec(int32_t s, int tid) const {
+    if constexpr (kInterleaved) {
+      return first + s * stride;
+    } else {
+      return s * kThreads + tid;
+    }
+  }
+  __device__ __forceinline__ int32_t step() const { return kInterleaved ? stride : kThreads; }
   // Copy the thread's vector of stage s into its slot; one commit group per stage, empty or not
   // (the waits count groups). kChecked: the vector may lie outside [vf, ve).
   template <bool kChecked>
   __device__ __forceinline__ void issue(int32_t s) const {
-    const int32_t v = s * kThreads + int(threadIdx.x);
+    const int32_t v = vec(s, int(threadIdx.x));
     if (!kChecked || (v >= vf && v < ve)) {
       cp_async16(stage + (uint32_t(s) % kStages) * kThreads + threadIdx.x, src + v);
     }
@@ -1083,9 +1113,10 @@ __device__ __forceinline__ void append(uint32_t pass, const uint4 (&x)[R], int32
 // threshold (every item taken: kTakeAll), the next R stages issued, the passing items appended.
 // kChecked: some vector of the round, or of the stages it issues, may lie outside [vf, ve) (the
 // first round and the last ones); the rounds between skip the bounds tests.
-template <typename T, bool kTakeAll, bool kChecked>
-__device__ __forceinline__ void filter_round(const FilterStages<T>& fs, int32_t s0, const FloatThreshold& t,
-                                             int32_t a0, uint32_t* keys, int32_t* cols, Counters& cnt) {
+template <typename T, bool kTakeAll, bool kChecked, bool kInterleaved>
+__device__ __forceinline__ void filter_round(const FilterStages<T, kInterleaved>& fs, int32_t s0,
+                                             const FloatThreshold& t, int32_t a0, uint32_t* keys, int32_t* cols,
+                                             Counters& cnt) {
   constexpr int I = GlobalSrc<T>::kItems;
   constexpr int R = round_vecs<T>();
   const int tid = int(threadIdx.x);
@@ -1094,7 +1125,7 @@ __device__ __forceinline__ void filter_round(const FilterStages<T>& fs, int32_t 
   uint32_t pass = 0u;
 #pragma unroll
   for (int h = 0; h < R; ++h) {
-    const int32_t v = (s0 + h) * kThreads + tid;
+    const int32_t v = fs.vec(s0 + h, tid);
     const bool in = !kChecked || (v >= fs.vf && v < fs.ve);
     x[h] = in ? fs.stage[(uint32_t(s0 + h) % kStages) * kThreads + tid] : make_uint4(0u, 0u, 0u, 0u);
     const uint32_t m = in ? (1u << I) - 1u : 0u;
@@ -1104,38 +1135,39 @@ __device__ __forceinline__ void filter_round(const FilterStages<T>& fs, int32_t 
   for (int h = 0; h < R; ++h) {
     fs.template issue<kChecked>(s0 + kStages + h);  // the slot is free: its vector is in registers
   }
-  append<T, R>(pass, x, a0 + (s0 * kThreads + tid) * I, kThreads * I, keys, cols, cnt);
+  append<T, R>(pass, x, a0 + fs.vec(s0, tid) * I, fs.step() * I, keys, cols, cnt);
 }
 
-// Append every key >= E of the part (every key: kTakeAll, E == 0), with its column, to the
-// candidates, as raw bits (keys past kCapacity are counted in cnt.cand, not stored). round_vecs
-// 16-byte vectors per thread per round, loaded kStages vectors ahead through the thread's own slots
-// of `stage` (cp.async): the loads never wait for the compare-and-append work.
-template <typename T, bool kTakeAll>
+// Append every key >= E of this CTA's vectors of the window (every key: kTakeAll, E == 0), with its
+// column, to the candidates, as raw bits (keys past kCapacity are counted in cnt.cand, not stored).
+// round_vecs 16-byte vectors per thread per round, loaded kStages vectors ahead through the thread's
+// own slots of `stage` (cp.async): the loads never wait for the compare-and-append work.
+template <typename T, bool kTakeAll, bool kInterleaved>
 __device__ __forceinline__ void filter_pass_as(const GlobalSrc<T>& g, uint4* stage_buf, uint32_t E, uint32_t* keys,
-                                               int32_t* cols, Counters& cnt) {
+                                               int32_t* cols, Counters& cnt, uint32_t csize, uint32_t rank) {
   constexpr int I = GlobalSrc<T>::kItems;
   constexpr int R = round_vecs<T>();
   static_assert(kStages % R == 0, "a round's vectors are whole stages");
   const FloatThreshold t(E);
-  const FilterStages<T> fs(g, stage_buf);
+  const FilterStages<T, kInterleaved> fs(g, stage_buf, csize, rank);
   const int32_t a0 = int32_t(g.a0);
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
     fs.template issue<true>(s);
   }
-  const int32_t rounds = vec_rounds(g, kThreads);
+  const int32_t rounds = vec_rounds(g, fs.step());
   for (int32_t s0 = 0; s0 < rounds; s0 += R) {
     // (block-uniform) every vector the round reads or issues lies inside [vf, ve)
-    if ((s0 > 0 || fs.vf == 0) && (s0 + kStages + R) * kThreads <= fs.ve) {
+    // (the step written out: through step() here the one-CTA kernels' loop compiled otherwise)
+    if ((s0 > 0 || fs.vf == 0) && (s0 + kStages + R) * (kInterleaved ? fs.stride : kThreads) <= fs.ve) {
       filter_round<T, kTakeAll, false>(fs, s0, t, a0, keys, cols, cnt);
     } else {
       filter_round<T, kTakeAll, true>(fs, s0, t, a0, keys, cols, cnt);
     }
   }
-  // The partial vectors, warp 0, a lane each: the first when the window starts inside a vector, the
-  // last when it ends inside one (one vector when the window lies inside it).
-  if (threadIdx.x < 32) {
+  // The partial vectors, warp 0 (of rank 0), a lane each: the first when the window starts inside a
+  // vector, the last when it ends inside one (one vector when the window lies inside it).
+  if (threadIdx.x < 32 && (!kInterleaved || rank == 0)) {
     const int lane = int(threadIdx.x);
     int32_t v = -1;
     if (lane == 0 && fs.vf == 1) {
@@ -1161,13 +1193,13 @@ __device__ __forceinline__ void filter_pass_as(const GlobalSrc<T>& g, uint4* sta
   cp_async_wait<0>();  // no copy may land after the buffer is reused
 }
 
-template <typename T>
+template <typename T, bool kInterleaved>
 __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_buf, uint32_t E, uint32_t* keys,
-                                            int32_t* cols, Counters& cnt) {
+                                            int32_t* cols, Counters& cnt, uint32_t csize, uint32_t rank) {
   if (E == 0u) {
-    filter_pass_as<T, true>(g, stage_buf, E, keys, cols, cnt);
+    filter_pass_as<T, true, kInterleaved>(g, stage_buf, E, keys, cols, cnt, csize, rank);
   } else {
-    filter_pass_as<T, false>(g, stage_buf, E, keys, cols, cnt);
+    filter_pass_as<T, false, kInterleaved>(g, stage_buf, E, keys, cols, cnt, csize, rank);
   }
 }
 
@@ -1328,8 +1360,9 @@ constexpr bool kLateSplitRowOut = true;
 constexpr bool kLateSplitRowOut = false;
 #endif
 
-// The keys [begin, end) of a window of n that CTA `rank` of a split row's cluster of csize filters:
-// n / csize rounded up to 16 keys each, the last parts shorter or empty (csize 1: the whole window).
+// Part `rank` of a window of n cut in csize, rounded up to 16 keys, the last parts shorter or empty
+// (csize 1: the whole window). A split row's CTAs filter chunks dealt in turn (FilterStages), so only
+// part 0's length is used there: about every CTA's share, the prefetch's bound.
 struct Part {
   uint32_t begin;
   uint32_t end;
@@ -1413,12 +1446,12 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       bool promising = true;
       bool single = false;
       const T* row_a = static_cast<const T*>(a.scores) + r * a.row_stride;  // (row_of(), written out: fewer spills)
-      const Part pf = part_of(n, csize, rank);  // (the filter pass's part, for the prefetch)
+      const Part pf = part_of(n, csize, 0u);  // (the prefetch's bound: about every CTA's share)
       const uint32_t pf_bytes =
           wide ? 0u : min(pf.end - pf.begin, uint32_t(a.prefetch_bytes) / uint32_t(sizeof(T))) * uint32_t(sizeof(T));
       uint32_t E = fits ? 0u
                         : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
-                                           pf.begin, pf_bytes, spread);
+                                           pf_bytes, spread, csize, rank);
       // A spread row's first sampled attempt off a plateau bins its candidates as it converts them and
       // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
       const bool one_round = spread && !wide && !fits && promising;
@@ -1452,10 +1485,10 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
         trace("threshold");
         {
-          const Part p = part_of(n, csize, rank);  // (recomputed: live across the sample select, it spills)
+          const Part p = part_of(n, 1u, 0u);  // the whole window (a split row: its CTA's chunks of it)
           GlobalSrc<T> g;
           g.init(static_cast<const T*>(a.scores) + r * a.row_stride, w.lo + p.begin, w.lo + p.end);
-          filter_pass(g, stage, E, keys, cols, cnt);
+          filter_pass<T, kSplit>(g, stage, E, keys, cols, cnt, csize, rank);
         }
         __syncthreads();  // the candidates and their count are complete
         if constexpr (kSplit) {
