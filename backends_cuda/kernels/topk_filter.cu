@@ -1456,11 +1456,11 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
       const bool one_round = spread && !wide && !fits && promising;
       if constexpr (kSplit) {
-        if (!wide) {
-          if (threadIdx.x == 0) {
-            ex->smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
-          }
-          radix::clear_hist(hist);  // the one-round bin slots
+        if (!wide && threadIdx.x == 0) {
+          ex->smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
+        }
+        if (one_round) {
+          radix::clear_hist(hist);  // the one-round bin slots (the other rows' selects clear their own)
         }
       }
       range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
