@@ -6,7 +6,7 @@
 # pointing at it, ${PASSES:-2} passes interleaved. Build logs go to $OUT/build_<name>.log.
 # (.variants/ is a scratch folder ignored by git: name it in the device tool's `carry`.)
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp}
+OUT=${OUT:-/tmp}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1
 cp backends_cuda/kernels/topk_filter.cu /tmp/topk_filter_kept.cu
 for v in "$@"; do
