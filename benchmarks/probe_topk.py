@@ -4,6 +4,7 @@
     python benchmarks/probe_topk.py clusters   # decode-like shapes under each forced cluster size
     python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
     python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
+    python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
 """
 
 import os
@@ -79,6 +80,18 @@ def clusters():
         print(line, flush=True)
 
 
+def seeded():
+    """Decode rows as bench_topk.py makes them (topk_cases.make_scores, normal), one figure a seed: how much
+    of a decode row's time is its input (the bench times seed 0 only)."""
+    timer = Timer()
+    for rows, n in ((1, 131072), (20, 134868)):
+        line = f"{rows}x{n}:"
+        for seed in range(8):
+            x = make_scores(rows, n, "float32", "normal", seed=seed)
+            line += f" | s{seed} {timer.graph_median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.2f}"
+        print(line, flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True)}.get(mode, by_k)()
+    {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded}.get(mode, by_k)()
