@@ -11,7 +11,7 @@
 //   2. Filter: one pass over device memory (cp.async, 16 keys per thread a round, the next
 //      round in flight) appends every key >= E, as raw bits with its column, to a shared-memory candidate
 //      buffer (one shared atomic per warp and round); the candidates are then converted to keys. A
-//      split row's CTAs each fill their own buffer.
+//      split row's CTAs each fill their own buffer, from 512-byte chunks of the window dealt in turn.
 //   3. Finish: when k <= candidates <= capacity, a radix select on the candidates (its bins over
 //      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
 //      above it are written, and the bin's entries are all taken, ranked (key, then smallest
