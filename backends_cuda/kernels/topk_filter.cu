@@ -22,10 +22,9 @@
 //      hist_select), then each CTA writes its own above the threshold bin and sends its bin entries to
 //      rank 0, which ranks them. Below that (and for a spread row whose candidates are one value), a
 //      split row whose candidates fit one buffer gathers them into rank 0, which selects alone and writes
-//      them all. Otherwise (more candidates, or
-//      a threshold bin that needs more levels) the CTAs keep theirs and run the select's levels on
-//      histograms summed through distributed shared memory; each writes its own, with output positions
-//      from rank 0, which also ranks a small threshold bin.
+//      them all. Otherwise (more candidates, or a threshold bin that needs more levels) the CTAs keep
+//      theirs and run the select's levels on histograms summed through distributed shared memory; each
+//      writes its own, with output positions from rank 0, which also ranks a small threshold bin.
 // Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
 // threshold is one value V (relu zeros, all-equal rows, heavy ties), step 2 takes the keys above V
 // only; if fewer than k, the first keys equal to V in index order complete the row (if the row has
