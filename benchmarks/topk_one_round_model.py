@@ -21,18 +21,18 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from dsa_ops.testing import topk_scores  # noqa: E402
 
-from tests.test_topk_filter_model import filter_sample_positions, sample_count, sample_threshold  # noqa: E402
+from tests.test_topk_filter_model import (  # noqa: E402
+    filter_sample_positions,
+    first_shift,
+    sample_count,
+    sample_threshold,
+)
 from tests.test_topk_radix_model import float_keys  # noqa: E402
 
 CAPACITY = 8192  # kCapacity
 MAX_SAMPLES = 16384  # kMaxSamples
 BITS = 8  # kOneRoundBits
 RANK_BIN = 256  # kRankBin
-
-
-def first_shift(span: int, bits: int) -> int:
-    b = int(span).bit_length()
-    return b - bits if b > bits else 0
 
 
 def one_round(x: torch.Tensor, k: int = 2048, ctas: int = 8) -> str:

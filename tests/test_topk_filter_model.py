@@ -89,6 +89,12 @@ def refine_at(hist, shift, st):
     raise AssertionError("krem beyond the entries")
 
 
+def first_shift(span: int, bits: int = 11) -> int:
+    """The kernel's first_shift<bits>: the shift of a select's first level, 2^bits bins over `span` (> 0)."""
+    b = int(span).bit_length()
+    return b - bits if b > bits else 0
+
+
 def select_list(values, valid, r, slack=0, small=0, lo=None, n_valid=None):
     """(base, prefix, mask, krem, count), as the kernel's select_list. lo: the range's lower end when
     it is not the smallest valid value (a bound below it); n_valid: the count the kernel is given."""
@@ -103,8 +109,7 @@ def select_list(values, valid, r, slack=0, small=0, lo=None, n_valid=None):
     if span == 0:
         return (lo, 0, 0xFFFFFFFF, r, n_valid)
     d = (values - lo) & 0xFFFFFFFF
-    bits = span.bit_length()
-    shift = bits - 11 if bits > 11 else 0
+    shift = first_shift(span)
     while True:
         st = refine_at(hist_level(d, valid, st[0], st[1], shift), shift, st)
         if shift == 0 or (r - st[2]) + st[3] <= r + slack or st[3] <= small:
