@@ -389,6 +389,7 @@ __device__ __forceinline__ void list_range(const List& list, int m, Counters& cn
 // csize > 1: the list is the union of the cluster's CTAs' lists (m: this CTA's entries; valid: the
 // cluster's; cnt.lo / cnt.hi: the cluster's range); `merged` holds the summed histograms.
 // one_value_shift: the largest shift at which a bin can hold only one value (see one_value_shift<T>).
+// hist: 2048 words, 16-byte aligned (cleared with 16-byte stores).
 template <class List>
 __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint32_t r, uint32_t valid,
                                                   uint32_t slack, uint32_t small, uint32_t* hist, Counters& cnt,
@@ -406,7 +407,7 @@ __device__ __forceinline__ ListSelect select_list(const List& list, int m, uint3
     return sel;
   }
   for (int shift = first_shift(span);; shift = shift > 11 ? shift - 11 : 0) {
-    radix::clear_hist(hist);
+    radix::clear_hist_block<kThreads>(hist);
     __syncthreads();  // (the first one also ends the reads of cnt.lo / cnt.hi)
     list_hist(list, m, sel, shift, hist);
     __syncthreads();
@@ -858,10 +859,11 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   // j0 samples are expected among the top k. Aim 4 standard deviations above it (fewer than k
   // candidates costs the row the exact fallback; each candidate past k costs the finish, about a third
   // of the row's instructions at 32K keys). Aiming at the middle of j0 and j_hi, the most the buffer
-  // should take, cost 5% at 32K keys, 2.5% at 64K (H200, seventh session).
-  const float j0 = float(S) * float(k) / float(n);
-  const float j_hi = float(S) * 0.75f * float(kCapacity) / float(n);
-  uint32_t j = uint32_t(j0 + 4.0f * sqrtf(j0) + 2.0f);
+  // should take, cost 5% at 32K keys, 2.5% at 64K (H200, seventh session). (Approximate division and
+  // root: an aim, not a bound; IEEE ones are ~10 instructions each in every warp.)
+  const float j0 = __fdividef(float(S) * float(k), float(n));
+  const float j_hi = __fdividef(float(S) * (0.75f * float(kCapacity)), float(n));
+  uint32_t j = uint32_t(j0 + 4.0f * (j0 * rsqrtf(j0)) + 2.0f);  // (j0 > 0: S >= 2048, k >= 1, n < 2^31)
   if (wide) {  // (a retry after too few candidates) most of what the buffer takes: 0.85 of j_hi keeps
     j = max(uint32_t(0.85f * j_hi), j);  // the select's slack (j / 8 + 1) under j_hi, so still promising
   }
@@ -942,7 +944,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
     cnt.lo = cnt.lo_all;  // (the select below, if any, spans every sample: j_mid may exceed G)
   }
   __syncthreads();
-  const float p = float((j - sel.st.krem) + sel.st.count) / float(S);
+  const float p = __fdividef(float((j - sel.st.krem) + sel.st.count), float(S));
   const float expected_hits = float(S / kSampleRun) * (1.0f - __powf(1.0f - p, float(kSampleRun)));
   const uint32_t j_mid = min(uint32_t(0.5f * (j0 + j_hi)), uint32_t(S));
   if (!wide && float(cnt.runs) < 0.5f * expected_hits && j_mid > j) {  // (block-uniform)
@@ -950,7 +952,8 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
     sel = select_list(KeyList{buf}, S, j, uint32_t(S), j / 8 + 1, 0u, hist, cnt, sh);
   }
   const uint32_t at_or_above = (j - sel.st.krem) + sel.st.count;
-  promising = float(at_or_above) * float(n) / float(S) <= 0.75f * float(kCapacity);
+  // (at_or_above * n / S <= 0.75 kCapacity, in exact integers)
+  promising = uint64_t(at_or_above) * uint64_t(n) * 4u <= uint64_t(3u * uint32_t(kCapacity)) * uint64_t(S);
   single = sel.st.mask == 0xFFFFFFFFu;
   return sel.value_at_prefix();  // the lower edge of the bin (its unfixed offset bits are 0)
 }
@@ -1459,7 +1462,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           ex->smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
         }
         if (one_round) {
-          radix::clear_hist(hist);  // the one-round bin slots (the other rows' selects clear their own)
+          radix::clear_hist_block<kThreads>(hist);  // the one-round bin slots (the other rows' selects clear their own)
         }
       }
       range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
@@ -1512,7 +1515,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
                                (csize - 1u) * (uint32_t(sizeof(uint4)) + (one_round ? kOneRoundBins * 4u : 0u)));
           }
           if (spread && !one_round) {
-            radix::clear_hist(hist);  // for hist_select (the sample select is done with it)
+            radix::clear_hist_block<kThreads>(hist);  // for hist_select (the sample select is done with it)
           }
           __syncthreads();  // this CTA's count, range (and bins) are complete
           if (threadIdx.x < csize) {
@@ -1591,7 +1594,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           if (one_round) {
             selected = one_round_select(hist, OneRoundBins(V, ex->smax), r_row, total, csize, rank, sh, sel, mode);
             if (!selected) {  // (every slot was read before one_round_select's last barrier)
-              radix::clear_hist(hist);
+              radix::clear_hist_block<kThreads>(hist);
               __syncthreads();
             }
           }
