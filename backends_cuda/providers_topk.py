@@ -7,7 +7,8 @@ All three call one compiled entry, ``torch.ops.dsa_cuda.topk_out`` (csrc/topk.cp
 
 `page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k.
 `deterministic=True` runs the ordered kernel (kernels/topk.cu: ascending rows, bitwise reproducible);
-the default runs the filter kernel (kernels/topk_filter.cu: the same set, in any order, faster).
+the default runs the filter kernel (kernels/topk_filter.cu: the same set, in any order, faster). The
+ragged form, which has no order flag, runs the filter kernel.
 
 Once the library is loaded, its C++ kernels for the dsa ops' CUDA key (csrc/topk_route.cpp) serve the
 calls these providers would, without Python: :func:`start_route` keeps them in step with the registry.
@@ -76,8 +77,10 @@ def register_topk(Provider, register_provider, op: Callable[[str, torch.device],
         return _supports(scores, k)
 
     def ragged_fn(scores, offsets, lengths, k, row_starts):
+        # No order flag in this form, so no order promised: the filter kernel, as topk's default (the
+        # ordered kernel took 4x its time at 4096x32768, H200).
         out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-        (entry or kernel(scores.device))(scores, k, lengths, row_starts, True, None, None, None, 64, offsets, out,
+        (entry or kernel(scores.device))(scores, k, lengths, row_starts, False, None, None, None, 64, offsets, out,
                                          None)
         return out
 

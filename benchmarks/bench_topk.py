@@ -2,7 +2,8 @@
 
 Decode shapes (<= 64 rows) are timed by CUDA-graph replay, with the per-call host overhead outside a
 graph beside them (and a trivial torch op's, for the host's own pace); larger ones by CUDA events with
-a cold L2. topk_page_table_transform is timed on the main shapes as a ratio to topk.
+a cold L2. topk_page_table_transform and topk_ragged_transform are timed on the main shapes as ratios
+to topk.
 """
 
 import dsa_ops
@@ -54,6 +55,13 @@ def test_topk(bench, benchmark, case):
             ptt = lambda: dsa_ops.topk_page_table_transform(scores, pt, lengths, k, page_size=64, out=out)  # noqa: E731
             extra["page_table_transform_us"] = round(_time(bench, rows, ptt), 3)
             extra["page_table_transform_ratio"] = round(extra["page_table_transform_us"] / us, 3)
+            offsets = torch.zeros(rows, dtype=torch.int32, device="cuda")
+            ragged = lambda: dsa_ops.topk_ragged_transform(scores, offsets, lengths, k)  # noqa: E731
+            # (offsets 0, full windows: the same set as topk's)
+            same = bool(torch.equal(torch.sort(ragged(), dim=1).values, torch.sort(got, dim=1).values))
+            extra["exact"] = exact = exact and same
+            extra["ragged_transform_us"] = round(_time(bench, rows, ragged), 3)
+            extra["ragged_transform_ratio"] = round(extra["ragged_transform_us"] / us, 3)
     if case["distribution"] in ("normal", "ties", "narrow"):  # torch.topk is too slow to time on every case
         baselines["torch"] = _time(bench, rows, lambda: torch.topk(scores, k, dim=1, sorted=False))
     if "goal" in case:

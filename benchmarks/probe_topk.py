@@ -5,6 +5,7 @@
     python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
     python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
     python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
+    python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
 """
 
 import os
@@ -92,6 +93,32 @@ def seeded():
         print(line, flush=True)
 
 
+def _forms(x, lengths, zeros, pt, out):
+    return {"topk": lambda: torch.ops.dsa.topk(x, 2048),
+            "lengths": lambda: torch.ops.dsa.topk(x, 2048, lengths=lengths),
+            "ragged": lambda: torch.ops.dsa.topk_ragged_transform(x, zeros, lengths, 2048),
+            "table": lambda: torch.ops.dsa.topk_page_table_transform.out(x, pt, lengths, 2048, page_size=64, out=out)}
+
+
+def parts():
+    """Where the page-table form's extra time goes: each shape's topk, topk with full `lengths` (the
+    window's load at the row's start), the ragged form (lengths and an offset load, no table) and the
+    page-table form (lengths and a table lookup an output), as bench_topk.py times them. One line."""
+    timer = Timer()
+    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
+    for rows, n in ((4096, 32768), (16384, 65536), (4096, 131072), (256, 131072), (1, 131072), (20, 134868)):
+        x = torch.randn(rows, n, device="cuda")
+        lengths = torch.full((rows,), n, dtype=torch.int32, device="cuda")
+        zeros = torch.zeros(rows, dtype=torch.int32, device="cuda")
+        pt = torch.arange(rows * ((n + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
+        out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+        time = timer.graph_median_us if rows <= 64 else timer.median_us
+        forms = _forms(x, lengths, zeros, pt, out)
+        line += f" | {rows}x{n} " + " ".join(f"{name} {time(fn):.2f}" for name, fn in forms.items())
+    print(line, flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded}.get(mode, by_k)()
+    modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded, "parts": parts}
+    modes.get(mode, by_k)()

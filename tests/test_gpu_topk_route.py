@@ -79,7 +79,7 @@ def calls():
         ("page", lambda: torch.ops.dsa.topk_page_table_transform(s, t, n, K, row_starts=st, page_size=P,
                                                                  deterministic=True), mapped),
         ("page_out", page_out, (mapped, raw)),
-        ("ragged", lambda: torch.ops.dsa.topk_ragged_transform(s, off, n, K, row_starts=st), ragged),
+        ("ragged", lambda: _as_set(torch.ops.dsa.topk_ragged_transform(s, off, n, K, row_starts=st)), _as_set(ragged)),
     ]
 
 

@@ -225,9 +225,9 @@ Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int6
   if (!(scores_ok(s, k, len, rs) && rows_ok(off, s))) {
     return sd::to<Tensor>(call_router("topk_ragged_transform", "", scores, offsets, lengths, k, row_starts)[0]);
   }
-  // The ragged form has no order flag: the ordered kernel, as providers_topk's ragged_fn.
+  // The ragged form has no order flag: the filter kernel (any order), as providers_topk's ragged_fn.
   return launch_into_new_out(
-      TopkCall{&s, k, ptr(len), ptr(rs), true, nullptr, nullptr, nullptr, 64, &off, nullptr, nullptr});
+      TopkCall{&s, k, ptr(len), ptr(rs), false, nullptr, nullptr, nullptr, 64, &off, nullptr, nullptr});
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ def topk_ragged_transform(
         lengths: int32 [R] window lengths; row_starts: int32 [R] window starts (default 0).
 
     Returns:
-        int32 [R, k]; -1 where the window holds fewer than k keys (or the sum leaves int32).
+        int32 [R, k]; -1 where the window holds fewer than k keys (or the sum leaves int32). Order
+        inside a row is unspecified, as with ``topk(deterministic=False)`` (the CUDA provider runs
+        the filter kernel); for ascending indices, add ``offsets`` to ``topk(..., deterministic=True)``.
     """
     try:
         if row_starts is None:
