@@ -2,6 +2,7 @@
 
     python benchmarks/profile_topk.py build "-lineinfo"     # build a variant of the CUDA library, print its .so
     DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py run ROWS WIDTH [K]    # 3 calls (ncu target)
+    DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py runpt ROWS WIDTH       # the same, page-table form
     DSA_OPS_CUDA_LIB=<trace so> python benchmarks/profile_topk.py trace           # phase stamps, a few shapes
 """
 
@@ -33,6 +34,19 @@ def run(rows: int, width: int, k: int = 2048, dtype=torch.float32) -> None:
     torch.cuda.synchronize()
 
 
+def run_page_table(rows: int, width: int, k: int = 2048) -> None:
+    """As run(), the page-table form (page size 64, full lengths, out=) as bench_topk.py times it."""
+    import dsa_ops  # noqa: F401
+
+    x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    pt = torch.arange(rows * ((width + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
+    lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        torch.ops.dsa.topk_page_table_transform.out(x, pt, lengths, k, page_size=64, out=out)
+    torch.cuda.synchronize()
+
+
 def trace() -> None:
     # Each printed line: "trace <block> <phase> <SM cycles since the previous phase> <%globaltimer ns>".
     for rows, width, dtype in ((4096, 32768, torch.float32), (1, 131072, torch.float32), (20, 134868, torch.float32),
@@ -48,5 +62,7 @@ if __name__ == "__main__":
         build(sys.argv[2])
     elif what == "run":
         run(*(int(a) for a in sys.argv[2:]))
+    elif what == "runpt":
+        run_page_table(*(int(a) for a in sys.argv[2:]))
     else:
         trace()
