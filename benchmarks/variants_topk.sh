@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Dev, on the GPU machine: time variants of the filter top-k kernel against each other in one call.
-#   bash benchmarks/variants_topk.sh A B ...   each .variants/<name>.cu is a whole kernels/topk_filter.cu
+#   bash benchmarks/variants_topk.sh A B ...
+# A variant is either
+#   NAME                    .variants/NAME.cu, a whole kernels/topk_filter.cu, swapped in (headers: the tree's)
+#   NAME=P1[,P2...]         the tree with these patches applied (`git apply`, any files; none: the tree as is),
+#                           e.g. main= ll=benchmarks/patches/topk_lean_lookups_ll.patch
 # Each variant is built into its own library (the JIT cache is keyed by the sources), then
 # `python benchmarks/probe_topk.py ${PROBE:-shapes}` times it in a fresh process with DSA_OPS_CUDA_LIB
 # pointing at it, ${PASSES:-2} passes interleaved. Build logs go to $OUT/build_<name>.log.
@@ -9,15 +13,28 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1
 cp backends_cuda/kernels/topk_filter.cu /tmp/topk_filter_kept.cu
+names=()
 for v in "$@"; do
-  cp ".variants/$v.cu" backends_cuda/kernels/topk_filter.cu
-  MAX_JOBS=16 python3 -c "from dsa_ops.backends import cuda; import shutil; shutil.copy(cuda.build(), '/tmp/$v.so')" \
-    > "$OUT/build_$v.log" 2>&1 || echo "build $v failed"
+  name=${v%%=*}
+  names+=("$name")
+  patches=()
+  if [[ $v == *=* ]]; then
+    IFS=, read -r -a patches <<< "${v#*=}"
+  else
+    cp ".variants/$v.cu" backends_cuda/kernels/topk_filter.cu
+  fi
+  ok=1
+  for p in "${patches[@]}"; do git apply "$p" || { echo "patch $p of $name does not apply"; ok=0; }; done
+  if [ $ok = 1 ]; then
+    MAX_JOBS=16 python3 -c "from dsa_ops.backends import cuda; import shutil; shutil.copy(cuda.build(), '/tmp/$name.so')" \
+      > "$OUT/build_$name.log" 2>&1 || echo "build $name failed"
+  fi
+  for ((i = ${#patches[@]} - 1; i >= 0; i--)); do git apply -R "${patches[i]}" 2>/dev/null; done
+  cp /tmp/topk_filter_kept.cu backends_cuda/kernels/topk_filter.cu
 done
-cp /tmp/topk_filter_kept.cu backends_cuda/kernels/topk_filter.cu
 for rep in $(seq "${PASSES:-2}"); do
-  for v in "$@"; do
-    echo -n "$v: "
-    DSA_OPS_CUDA_LIB=/tmp/$v.so python3 benchmarks/probe_topk.py "${PROBE:-shapes}" 2>&1 | tail -1
+  for name in "${names[@]}"; do
+    echo -n "$name: "
+    DSA_OPS_CUDA_LIB=/tmp/$name.so python3 benchmarks/probe_topk.py "${PROBE:-shapes}" 2>&1 | tail -1
   done
 done
