@@ -11,7 +11,7 @@ import pytest
 import torch
 from dsa_ops import registry
 from harness import host_overhead_us, record
-from topk_cases import cases, graph_timed, make_scores
+from topk_cases import cases, graph_timed, make_scores, page_table_args
 
 pytestmark = pytest.mark.gpu
 CASES = cases()
@@ -50,8 +50,7 @@ def test_topk(bench, benchmark, case):
         baselines = {}
         main = case["dtype"] == "float32" and case["distribution"] == "normal"
         if main:
-            pt = torch.arange(rows * ((keys + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
-            lengths = torch.full((rows,), keys, dtype=torch.int32, device="cuda")
+            pt, lengths = page_table_args(rows, keys)
             ptt = lambda: dsa_ops.topk_page_table_transform(scores, pt, lengths, k, page_size=64, out=out)  # noqa: E731
             extra["page_table_transform_us"] = round(_time(bench, rows, ptt), 3)
             extra["page_table_transform_ratio"] = round(extra["page_table_transform_us"] / us, 3)

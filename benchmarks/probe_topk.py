@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from dsa_ops.ops._common import window_topk  # noqa: E402
 from harness import Timer  # noqa: E402
-from topk_cases import make_scores  # noqa: E402
+from topk_cases import make_scores, page_table_args  # noqa: E402
 
 
 def by_k():
@@ -53,8 +53,7 @@ def shapes(ptt=False):
             same = bool(torch.equal(got, want))
         fns = [lambda x=x: torch.ops.dsa.topk(x, 2048)]
         if ptt:
-            pt = torch.arange(rows * ((n + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
-            lengths = torch.full((rows,), n, dtype=torch.int32, device="cuda")
+            pt, lengths = page_table_args(rows, n)
             out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
             fns.append(lambda x=x, pt=pt, lengths=lengths, out=out: torch.ops.dsa.topk_page_table_transform.out(
                 x, pt, lengths, 2048, page_size=64, out=out))
@@ -108,9 +107,8 @@ def parts():
     line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
     for rows, n in ((4096, 32768), (16384, 65536), (4096, 131072), (256, 131072), (1, 131072), (20, 134868)):
         x = torch.randn(rows, n, device="cuda")
-        lengths = torch.full((rows,), n, dtype=torch.int32, device="cuda")
+        pt, lengths = page_table_args(rows, n)
         zeros = torch.zeros(rows, dtype=torch.int32, device="cuda")
-        pt = torch.arange(rows * ((n + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
         out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
         time = timer.graph_median_us if rows <= 64 else timer.median_us
         forms = _forms(x, lengths, zeros, pt, out)

@@ -37,10 +37,10 @@ def run(rows: int, width: int, k: int = 2048, dtype=torch.float32) -> None:
 def run_page_table(rows: int, width: int, k: int = 2048) -> None:
     """As run(), the page-table form (page size 64, full lengths, out=) as bench_topk.py times it."""
     import dsa_ops  # noqa: F401
+    from topk_cases import page_table_args  # (benchmarks/, the script's folder, is on sys.path)
 
     x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-    pt = torch.arange(rows * ((width + 63) // 64), dtype=torch.int32, device="cuda").view(rows, -1)
-    lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+    pt, lengths = page_table_args(rows, width)
     out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
     for _ in range(3):
         torch.ops.dsa.topk_page_table_transform.out(x, pt, lengths, k, page_size=64, out=out)

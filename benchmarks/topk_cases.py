@@ -55,3 +55,11 @@ def make_scores(rows: int, keys: int, dtype: str = "float32", distribution: str 
     """Scores of one case: dsa_ops.testing.topk_scores (the GPU tests' generators), seeded."""
     g = torch.Generator(device=device).manual_seed(seed)
     return topk_scores(distribution, rows, keys, getattr(torch, dtype), generator=g, device=device)
+
+
+def page_table_args(rows: int, keys: int, page_size: int = 64, device: str = "cuda"):
+    """The page-table form's inputs for whole rows, as the benchmarks time it: each row its own run of
+    pages in order (int32 [rows, ceil(keys / page_size)]) and full windows (lengths = keys)."""
+    pages = (keys + page_size - 1) // page_size
+    page_table = torch.arange(rows * pages, dtype=torch.int32, device=device).view(rows, pages)
+    return page_table, torch.full((rows,), keys, dtype=torch.int32, device=device)
