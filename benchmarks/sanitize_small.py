@@ -4,6 +4,7 @@ import dsa_ops
 import torch
 from dsa_ops import registry
 from dsa_ops.ops._common import map_through_page_table, window_topk
+from dsa_ops.ops.topk_ragged_transform import reference as ragged_reference
 from dsa_ops.testing import filter_retry_rows
 
 dev = "cuda"
@@ -93,9 +94,7 @@ assert torch.equal(got, want) and torch.equal(as_sets(got_any), as_sets(want)), 
 ran.append("topk_page_table_transform[cuda] 6x70000")
 # The ragged form (the filter kernel, offsets added; sums past int32 give -1).
 offsets = torch.tensor([0, 5, -3, 2**31 - 60000, -(2**31), 1000], dtype=torch.int32, device=dev)
-rel = window_topk(s, 2048, lengths).long()
-shifted = rel + offsets.long()[:, None]
-want = torch.where((rel >= 0) & (shifted >= 0) & (shifted < 2**31), shifted, -1).to(torch.int32)
+want = ragged_reference(s, offsets, lengths, 2048, None)
 with registry.use_backend("cuda"):
     got_any = dsa_ops.topk_ragged_transform(s, offsets, lengths, 2048)
 assert torch.equal(as_sets(got_any), as_sets(want)), "ragged form"
