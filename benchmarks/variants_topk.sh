@@ -5,6 +5,9 @@
 #   NAME                    .variants/NAME.cu, a whole kernels/topk_filter.cu, swapped in (headers: the tree's)
 #   NAME=P1[,P2...]         the tree with these patches applied (`git apply`, any files; none: the tree as is),
 #                           e.g. main= ll=benchmarks/patches/topk_lean_lookups_ll.patch
+#                           A P that is a folder is an overlay: its files replace the tree's at the same paths
+#                           (made here by `overlay_patch.sh`, for a machine without git).
+#   NAME=@LIB.so            a library built before (e.g. brought back from an earlier call), not rebuilt
 # Each variant is built into its own library (the JIT cache is keyed by the sources), then
 # `python benchmarks/probe_topk.py ${PROBE:-shapes}` times it in a fresh process with DSA_OPS_CUDA_LIB
 # pointing at it, ${PASSES:-2} passes interleaved. Build logs go to $OUT/build_<name>.log.
@@ -17,6 +20,10 @@ names=()
 for v in "$@"; do
   name=${v%%=*}
   names+=("$name")
+  if [[ $v == *=@* ]]; then
+    cp "${v#*=@}" "/tmp/$name.so" || echo "no library ${v#*=@} for $name"
+    continue
+  fi
   patches=()
   if [[ $v == *=* ]]; then
     IFS=, read -r -a patches <<< "${v#*=}"
@@ -24,12 +31,25 @@ for v in "$@"; do
     cp ".variants/$v.cu" backends_cuda/kernels/topk_filter.cu
   fi
   ok=1
-  for p in "${patches[@]}"; do git apply "$p" || { echo "patch $p of $name does not apply"; ok=0; }; done
+  for p in "${patches[@]}"; do
+    if [ -d "$p" ]; then
+      (cd "$p" && find . -type f) | while read -r f; do cp "$f" "/tmp/kept_${f//\//_}" 2>/dev/null; cp "$p/$f" "$f"; done
+    else
+      git apply "$p" || { echo "patch $p of $name does not apply"; ok=0; }
+    fi
+  done
   if [ $ok = 1 ]; then
     MAX_JOBS=16 python3 -c "from dsa_ops.backends import cuda; import shutil; shutil.copy(cuda.build(), '/tmp/$name.so')" \
       > "$OUT/build_$name.log" 2>&1 || echo "build $name failed"
   fi
-  for ((i = ${#patches[@]} - 1; i >= 0; i--)); do git apply -R "${patches[i]}" 2>/dev/null; done
+  for ((i = ${#patches[@]} - 1; i >= 0; i--)); do
+    p=${patches[i]}
+    if [ -d "$p" ]; then
+      (cd "$p" && find . -type f) | while read -r f; do cp "/tmp/kept_${f//\//_}" "$f"; done
+    else
+      git apply -R "$p" 2>/dev/null
+    fi
+  done
   cp /tmp/topk_filter_kept.cu backends_cuda/kernels/topk_filter.cu
 done
 for rep in $(seq "${PASSES:-2}"); do

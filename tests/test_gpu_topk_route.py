@@ -13,6 +13,7 @@ import pytest
 import torch
 from dsa_ops import _route, registry
 from dsa_ops.ops._common import map_through_page_table, window_topk
+from dsa_ops.ops.topk_ragged_transform import reference as ragged_reference
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -63,8 +64,7 @@ def calls():
     """(name, fn, expected) for every op and form, on the C++ fast path's arguments."""
     s, n, st, t, off = inputs()
     raw = window_topk(s, K, n, st)
-    ragged = torch.where(raw >= 0, raw.long() + off.long()[:, None], -1)
-    ragged = torch.where((ragged >= 0) & (ragged < 2**31), ragged, -1).int()
+    ragged = ragged_reference(s, off, n, K, st)
     mapped = map_through_page_table(raw, t, None, None, P)
     out, out_raw = torch.full_like(raw, 7), torch.full_like(raw, 7)
 
