@@ -6,6 +6,7 @@
     python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
     python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
     python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
+    python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
 """
 
 import os
@@ -116,7 +117,20 @@ def parts():
     print(line, flush=True)
 
 
+def widths():
+    """One line: topk (k 2048, fp32) on the one-CTA rows' shapes around the narrow kernel's bounds:
+    4096 rows of 12K to 64K keys, and 256 to 2048 rows of 32K keys."""
+    timer = Timer()
+    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
+    for rows, n in ((4096, 12288), (4096, 16384), (4096, 24576), (4096, 32768), (4096, 40960), (4096, 49152),
+                    (4096, 65536), (256, 32768), (512, 32768), (1024, 32768), (2048, 32768)):
+        x = torch.randn(rows, n, device="cuda")
+        line += f" | {rows}x{n} {timer.median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.2f}"
+    print(line, flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded, "parts": parts}
+    modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded, "parts": parts,
+             "widths": widths}
     modes.get(mode, by_k)()

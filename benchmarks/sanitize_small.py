@@ -54,16 +54,19 @@ for rows, width, k in ((5, 3000, 64), (2, 70000, 2048), (4, 100, 2048), (1, 7000
             assert torch.equal(got, want), (backend, rows, width, k)
             assert torch.equal(as_sets(got_any), as_sets(want)), (backend, rows, width, k, "any order")
             ran.append(f"topk[{backend}] {rows}x{width} k={k}")
-# The filter kernel on more rows than the SMs hold CTAs, fp32 and bf16, relu rows among them.
-for dtype in (torch.float32, torch.bfloat16):
-    s = torch.randn(300, 12000, device=dev, generator=g)
-    s[::3] = torch.relu(s[::3] - 2.5)
-    s = s.to(dtype)
-    lengths = torch.randint(-5, 12010, (300,), device=dev, dtype=torch.int32, generator=g)
-    with registry.use_backend("cuda"):
-        got_any = dsa_ops.topk(s, 2048, lengths=lengths)
-    assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", dtype)
-    ran.append(f"topk[cuda] 300x12000 {dtype}")
+# The filter kernel on more rows than the SMs hold CTAs, fp32 and bf16, relu rows among them: 300 rows
+# (the wide shape) and six a SM (the narrow shape, topk_heuristics::narrow_rows).
+narrow_rows = 6 * torch.cuda.get_device_properties(dev).multi_processor_count
+for rows in (300, narrow_rows):
+    for dtype in (torch.float32, torch.bfloat16):
+        s = torch.randn(rows, 12000, device=dev, generator=g)
+        s[::3] = torch.relu(s[::3] - 2.5)
+        s = s.to(dtype)
+        lengths = torch.randint(-5, 12010, (rows,), device=dev, dtype=torch.int32, generator=g)
+        with registry.use_backend("cuda"):
+            got_any = dsa_ops.topk(s, 2048, lengths=lengths)
+        assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", rows, dtype)
+        ran.append(f"topk[cuda] {rows}x12000 {dtype}")
 # The filter kernel's second sampled attempt (dsa_ops.testing.filter_retry_rows): row 0 is finished by
 # the retry, row 1 by the exact fallback after it.
 s = filter_retry_rows().to(dev)

@@ -107,6 +107,52 @@ def test_distributions(dist, dtype, shape, cluster):
         check_topk(x, k, what=f"{dist} {dtype} {shape} k={k}")
 
 
+# The filter kernel's narrow shape (256 threads, three CTAs an SM: topk_heuristics::narrow_rows) takes
+# many rows (six a SM or more) of 8193 to 49152 keys, k <= 2048.
+NARROW = [(torch.float32, 8200), (torch.float32, 49152), (torch.bfloat16, 30000), (torch.float16, 20000)]
+
+
+def narrow_rows() -> int:
+    return 6 * torch.cuda.get_device_properties(DEV).multi_processor_count
+
+
+@pytest.mark.parametrize("dtype_width", NARROW, ids=lambda d: f"{str(d[0]).replace('torch.', '')}-{d[1]}")
+@pytest.mark.parametrize("dist", DISTS)
+def test_narrow_rows_distributions(dist, dtype_width, cluster):
+    dtype, width = dtype_width
+    g = torch.Generator(device=DEV).manual_seed(1000 + 10 * DISTS.index(dist) + NARROW.index(dtype_width))
+    x = gen_rows(dist, narrow_rows(), width, dtype, g)
+    for k in (1, 64, 2048):
+        check_topk(x, k, what=f"narrow {dist} {dtype} {width} k={k}")
+
+
+def test_narrow_rows_windows_and_forms(cluster):
+    """The narrow shape with windows (edges as test_windows), a non-contiguous row stride, and the
+    page-table and ragged forms."""
+    g = torch.Generator(device=DEV).manual_seed(13)
+    rows, width = narrow_rows(), 30000
+    base = torch.randint(0, 200, (rows, width + 5), device=DEV, generator=g).float()
+    x = base[:, 2:2 + width]
+    starts = torch.randint(-width // 2, width + 100, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    lengths = torch.randint(-100, width + 100, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    starts[:12] = torch.tensor([0, 0, 10, -5, width - 3, width, width + 7, -2**31, 2**31 - 1, -7, 0, 0])
+    lengths[:12] = torch.tensor([0, -9, 64, 100, 100, 5, 5, 2**31 - 1, 2**31 - 1, 2**31 - 1, 2048, 2049])
+    for k in (64, 2048):
+        check_topk(x, k, lengths, starts, what=f"narrow windows k={k}")
+    full = torch.full((rows,), width, dtype=torch.int32, device=DEV)
+    table = torch.randint(0, 1 << 20, (rows, (width + 63) // 64), dtype=torch.int32, device=DEV, generator=g)
+    raw = window_topk(x, 2048, full, None)
+    out_raw = torch.full((rows, 2048), POISON, device=DEV, dtype=torch.int32)
+    with dsa_ops.use_backend("cuda"):
+        out = dsa_ops.topk_page_table_transform(x, table, full, 2048, page_size=64, out_raw=out_raw)
+    want = map_through_page_table(raw, table, None, None, 64)
+    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+    offsets = torch.randint(-1000, 1 << 20, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    with dsa_ops.use_backend("cuda"):
+        got = dsa_ops.topk_ragged_transform(x, offsets, full, 2048)
+    assert torch.equal(as_sets(got), as_sets(ragged_reference(x, offsets, full, 2048, None)))
+
+
 def test_plateau_the_sample_overstates(cluster3):
     """The filter kernel's sampled runs (2048 samples in runs of 16 for a 40000-key window) hold a value
     V that the rest of the row lacks: to the sample V is a plateau, yet the row has fewer keys equal to

@@ -211,9 +211,9 @@ def test_sample_bound_keeps_the_jth_largest_in_range():
 
 # ---- the row ---------------------------------------------------------------------------------------
 
-def sample_count(n, max_samples):
-    """The kernel's sample_count, with its bounds scaled by max_samples / 16384."""
-    s = 2048 * max_samples // 16384
+def sample_count(n, max_samples, min_samples=None):
+    """The kernel's sample_count, with its bounds scaled by max_samples / 16384 (or min_samples given)."""
+    s = min_samples or 2048 * max_samples // 16384
     while s < max_samples and s * 48 < n:
         s *= 2
     return s
@@ -233,13 +233,15 @@ def sample_bound(samples, j, threads):
     return int(capped.min())
 
 
-def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False, spread=False):
+def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False, spread=False, min_samples=None,
+                     threads=None):
     """(E, promising, single) of the kernel's sample_threshold for the window [lo, lo + n) of `keys`:
     S samples in evenly spaced runs of `run` keys, a select aimed 4 sigma above the expected count
     (wide: at 0.85 of the buffer's share, branch miss-retry's second attempt), again at the middle aim
     when the samples at or above it sit in fewer than half the runs independent samples would fill.
-    spread: a split row of 4 CTAs or more, which takes the samples of a window half as long."""
-    S = sample_count(n // 2 if spread else n, max_samples)
+    spread: a split row of 4 CTAs or more, which takes the samples of a window half as long.
+    min_samples, threads: the kernel's shape when not scaled from the wide one's (the narrow shape)."""
+    S = sample_count(n // 2 if spread else n, max_samples, min_samples)
     runs = S // run
     samples = keys[lo + filter_sample_positions(n, S, run).numpy()]
     j0 = S * k / n
@@ -248,7 +250,7 @@ def sample_threshold(keys, lo, n, k, capacity, max_samples, run=16, wide=False, 
     if wide:
         j = max(int(0.85 * j_hi), j)
     j = min(j, S)
-    threads = 512 * max_samples // 16384  # (the kernel's 512 threads, scaled with the samples)
+    threads = threads or 512 * max_samples // 16384  # (the kernel's 512 threads, scaled with the samples)
     bound = sample_bound(samples, j, threads)
     sel = select_list(samples, samples >= bound, j, slack=j // 8 + 1, lo=bound, n_valid=S)
     if not wide:
@@ -385,6 +387,20 @@ def test_spread_rows_half_samples_still_fit(n):
             for csize in (4, 8):
                 part = -(-n // csize)
                 assert max(int((keys[c * part:(c + 1) * part] >= E).sum()) for c in range(csize)) <= 8192
+
+
+@pytest.mark.parametrize("n", [8193, 16384, 32768, 49152])
+def test_narrow_rows_first_attempt_fits(n):
+    """The narrow shape (256 threads, 5120-pair buffer, 2048 to 8192 samples; topk_heuristics::narrow_rows:
+    8193 to 49152 keys, k <= 2048): on normal rows, fp32 and bf16-rounded, the first sampled attempt is
+    promising and leaves k to a buffer's worth of candidates (else those rows would retry or fall back)."""
+    g = torch.Generator().manual_seed(n)
+    for dtype in (torch.float32, torch.bfloat16):
+        for _ in range(5):
+            keys = float_keys(torch.randn(n, generator=g).to(dtype).float()).astype(np.uint64)
+            for k in (64, 2048):
+                E, promising, _ = sample_threshold(keys, 0, n, k, 5120, 8192, min_samples=2048, threads=256)
+                assert promising and k <= int((keys >= E).sum()) <= 5120, (n, dtype, k)
 
 
 # ---- the filter pass's vector bookkeeping ------------------------------------------------------------

@@ -1,8 +1,8 @@
 // The filter kernel of the top-k family (deterministic=False): exact, outputs in any order.
 // Torch-free: the compile gates build this file alone with nvcc.
 //
-// One CTA of 512 threads per row (two per SM), or a thread-block cluster per row when few long
-// rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
+// One CTA of 512 threads per row (two per SM; many rows of 8K to 48K keys: 256 threads, three per
+// SM, the narrow shape below), or a thread-block cluster per row when few long rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
 //   1. Sample: 2048 to 16384 keys (evenly spaced runs of kSampleRun) give a threshold E such that, with
@@ -47,24 +47,48 @@
 #include <cstdio>
 #endif
 
+// Two shapes of the kernel, each its own translation unit (this file; topk_filter_narrow.cu defines
+// DSA_TOPK_FILTER_NARROW and includes it), in their own namespaces:
+//  - wide: 512 threads, two CTAs an SM; every row, split rows (clusters) included;
+//  - narrow: 256 threads, three CTAs an SM, one CTA a row, for many rows of up to ~48K keys (chosen by
+//    topk_heuristics::narrow_rows): a third row in flight an SM, so one row's selects and finish overlap
+//    two others' streams (4096x32768: 240.8 -> 223.1 us, 19% fewer warp instructions; 4096x131072 3.8%
+//    and 256x131072 8.7% slower, fewer bytes in flight; H200, nineteenth session).
+#ifndef DSA_TOPK_FILTER_NARROW
+#define DSA_TOPK_FILTER_DETAIL topk_filter_detail
+#else
+#define DSA_TOPK_FILTER_DETAIL topk_filter_narrow_detail
+#endif
+
 namespace dsa_cuda {
-namespace topk_filter_detail {
+namespace DSA_TOPK_FILTER_DETAIL {
 
 using namespace topk_row;  // KernelArgs, RowOut, GlobalSrc, hist_add, hist_pass, row_window, ...
 
+#ifndef DSA_TOPK_FILTER_NARROW
 constexpr int kThreads = 512;
+constexpr int kCtasPerSm = 2;
 // Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, two
 // CTAs fit on an SM.
 constexpr int kCapacity = 8192;
+// The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
+constexpr int kMaxSamples = 16384;
+// The fast path runs for k <= kCapacity / kFastRatio: the sampled threshold aims at k to 0.75 kCapacity keys.
+constexpr int kFastRatio = 4;
+#else
+constexpr int kThreads = 256;
+constexpr int kCtasPerSm = 3;
+// (three CTAs an SM: 64 KB of dynamic shared memory each; 0.75 of it holds the ~3200 candidates the
+// sampled threshold aims at for k = 2048 with its slack)
+constexpr int kCapacity = 5120;
+constexpr int kMaxSamples = 8192;
+constexpr int kFastRatio = 2;
+#endif
 // cp.async stages of the filter pass: one 16-byte vector per thread each.
 constexpr int kStages = 4;
 // A split row's CTAs filter the window in chunks of this many 16-byte vectors (one warp's), dealt in turn.
 constexpr int kChunkVecs = 32;
-// The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
-constexpr int kMaxSamples = 16384;
 static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the samples fit their buffer");
-// The fast path runs for k <= kCapacity / kFastRatio: the sampled threshold aims at k to 0.75 kCapacity keys.
-constexpr int kFastRatio = 4;
 constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
 constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
 
@@ -1362,17 +1386,10 @@ constexpr bool kLateSplitRowOut = true;
 constexpr bool kLateSplitRowOut = false;
 #endif
 
-// Part `rank` of a window of n cut in csize, rounded up to 16 keys, the last parts shorter or empty
-// (csize 1: the whole window). A split row's CTAs filter chunks dealt in turn (FilterStages), so only
-// part 0's length is used there: about every CTA's share, the prefetch's bound.
-struct Part {
-  uint32_t begin;
-  uint32_t end;
-};
-__device__ __forceinline__ Part part_of(uint32_t n, uint32_t csize, uint32_t rank) {
-  const uint32_t len = ((n + csize - 1u) / csize + 15u) & ~15u;  // (n < 2^31, csize <= 8: no wrap)
-  const uint32_t begin = min(len * rank, n);
-  return {begin, min(begin + len, n)};
+// A CTA's share of a window of n keys cut in csize, rounded up to 16 keys and at most n: the bound of
+// the head each CTA asks L2 for (a split row's CTAs filter chunks dealt in turn, FilterStages).
+__device__ __forceinline__ uint32_t cta_share(uint32_t n, uint32_t csize) {
+  return min(((n + csize - 1u) / csize + 15u) & ~15u, n);  // (n < 2^31, csize <= 8: no wrap)
 }
 
 // Whether the page-table form's writes have their lookups in flight (finish): not in the split kernel's
@@ -1448,9 +1465,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       bool promising = true;
       bool single = false;
       const T* row_a = static_cast<const T*>(a.scores) + r * a.row_stride;  // (row_of(), written out: fewer spills)
-      const Part pf = part_of(n, csize, 0u);  // (the prefetch's bound: about every CTA's share)
       const uint32_t pf_bytes =
-          wide ? 0u : min(pf.end - pf.begin, uint32_t(a.prefetch_bytes) / uint32_t(sizeof(T))) * uint32_t(sizeof(T));
+          wide ? 0u : min(cta_share(n, csize), uint32_t(a.prefetch_bytes) / uint32_t(sizeof(T))) * uint32_t(sizeof(T));
       uint32_t E = fits ? 0u
                         : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
                                            pf_bytes, spread, csize, rank);
@@ -1487,13 +1503,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         E += plateau ? 1u : 0u;  // (V < the largest key, +inf's, so no wrap)
         trace("threshold");
         {
-          const Part p = part_of(n, 1u, 0u);  // the whole window (a split row: its CTA's chunks of it)
-          GlobalSrc<T> g;
-          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, w.lo + p.begin, w.lo + p.end);
+          GlobalSrc<T> g;  // the whole window (a split row: its CTA's chunks of it)
+          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, w.lo, w.hi);
           filter_pass<T, kSplit>(g, stage, E, keys, cols, cnt, csize, rank);
         }
         __syncthreads();  // the candidates and their count are complete
         if constexpr (kSplit) {
+          // (OneRoundBins made here and again at one_round_select, from V and ex->smax: held across
+          // the count exchange it would take registers)
           raw_to_keys<T, true>(keys, cnt.cand, cnt, one_round ? hist + rank * kOneRoundBins : nullptr,
                                OneRoundBins(V, ex->smax));
         } else {
@@ -1678,7 +1695,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
 // kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
 // the one-CTA row in one kernel crowd the 64 registers).
 template <typename T, bool kSplit>
-__global__ void __launch_bounds__(kThreads, kSplit ? 1 : 2) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kSplit ? 1 : kCtasPerSm) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
   extern __shared__ __align__(128) uint4 dyn_smem[];  // (aligned: the cp.async stages' 32-byte sectors)
@@ -1732,8 +1749,33 @@ cudaError_t prepare(Kernel kernel, int which, int device, int* active) {
   return cudaSuccess;
 }
 
-}  // namespace topk_filter_detail
+}  // namespace DSA_TOPK_FILTER_DETAIL
 
+#ifdef DSA_TOPK_FILTER_NARROW
+static_assert(topk_filter_narrow_detail::kFastRatio * topk_heuristics::kNarrowMaxK <=
+                  topk_filter_narrow_detail::kCapacity,
+              "the narrow shape's rows take the sampled path");
+
+cudaError_t launch_topk_filter_narrow(const TopkParams& p, cudaStream_t stream) {
+  namespace d = topk_filter_narrow_detail;
+  namespace h = topk_heuristics;
+  const d::Kernel kernel = d::kernel_for<false>(p.dtype);
+  if (kernel == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  topk_row::KernelArgs a = topk_row::make_args(p);
+  int device = 0;
+  int sms = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
+  int active[h::kMaxCluster + 1] = {};
+  DSA_CUDA_CHECK(d::prepare(kernel, 2 * int(p.dtype), device, active));  // (the shared-memory limit)
+  a.cluster = 1;
+  a.sample = h::filter_sampling() ? 1 : 0;
+  a.prefetch_bytes = h::filter_prefetch_bytes(p.rows, 1, sms);
+  return launch_pdl(kernel, dim3(unsigned(p.rows)), dim3(unsigned(d::kThreads)), size_t(d::kDynSmem), stream, a);
+}
+#else
 cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   namespace d = topk_filter_detail;
   namespace h = topk_heuristics;
@@ -1755,6 +1797,9 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
     DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, active));
     cluster = h::filter_cluster_size(p.rows, cluster, active);
   }
+  if (cluster == 1 && h::narrow_rows(p.rows, p.width, p.k, sms)) {
+    return launch_topk_filter_narrow(p, stream);
+  }
   if (active[cluster] < 1 || p.rows * cluster > INT32_MAX) {  // (a forced size the device cannot run)
     cluster = 1;
   }
@@ -1770,5 +1815,6 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   return launch_pdl_clustered(kernel, dim3(unsigned(p.rows * cluster)), dim3(unsigned(d::kThreads)),
                               size_t(d::kDynSmem), stream, cluster, a);
 }
+#endif
 
 }  // namespace dsa_cuda
