@@ -78,9 +78,11 @@ constexpr int kFastRatio = 4;
 #else
 constexpr int kThreads = 256;
 constexpr int kCtasPerSm = 3;
-// (three CTAs an SM: 64 KB of dynamic shared memory each; 0.75 of it holds the ~3200 candidates the
-// sampled threshold aims at for k = 2048 with its slack)
-constexpr int kCapacity = 5120;
+// (three CTAs an SM: 72 KB of dynamic shared memory each, 226 KB an SM with the static and reserved
+// bytes; 0.75 of it holds the ~3200 candidates the sampled threshold aims at for k = 2048 with its
+// slack, and the 4096 keys at the k-th value of integer rows 0..7 at 32K keys: 5120 sent them to the
+// plateau path's second read, 318.8 -> 381.8 us at 4096x32768)
+constexpr int kCapacity = 6144;
 constexpr int kMaxSamples = 8192;
 constexpr int kFastRatio = 2;
 #endif
@@ -1756,6 +1758,14 @@ static_assert(topk_filter_narrow_detail::kFastRatio * topk_heuristics::kNarrowMa
                   topk_filter_narrow_detail::kCapacity,
               "the narrow shape's rows take the sampled path");
 
+bool topk_filter_narrow_fits(TopkDtype dtype, int device, int sms) {
+  namespace d = topk_filter_narrow_detail;
+  const d::Kernel kernel = d::kernel_for<false>(dtype);
+  int active[topk_heuristics::kMaxCluster + 1] = {};
+  return kernel != nullptr && d::prepare(kernel, 2 * int(dtype), device, active) == cudaSuccess &&
+         active[1] >= d::kCtasPerSm * sms;
+}
+
 cudaError_t launch_topk_filter_narrow(const TopkParams& p, cudaStream_t stream) {
   namespace d = topk_filter_narrow_detail;
   namespace h = topk_heuristics;
@@ -1797,7 +1807,7 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
     DSA_CUDA_CHECK(d::prepare(split_kernel, 2 * int(p.dtype) + 1, device, active));
     cluster = h::filter_cluster_size(p.rows, cluster, active);
   }
-  if (cluster == 1 && h::narrow_rows(p.rows, p.width, p.k, sms)) {
+  if (cluster == 1 && h::narrow_rows(p.rows, p.width, p.k, sms) && topk_filter_narrow_fits(p.dtype, device, sms)) {
     return launch_topk_filter_narrow(p, stream);
   }
   if (active[cluster] < 1 || p.rows * cluster > INT32_MAX) {  // (a forced size the device cannot run)

@@ -96,7 +96,7 @@ inline int32_t filter_prefetch_bytes(int64_t rows, int cluster, int sms) {
   return cluster == 1 && rows > 2 * int64_t(sms) ? 64 * 1024 : 0;
 }
 
-// Whether one-CTA rows run the filter kernel's narrow shape (256 threads, three CTAs an SM, 5120
+// Whether one-CTA rows run the filter kernel's narrow shape (256 threads, three CTAs an SM, 6144
 // candidates; kernels/topk_filter.cu): rows longer than the wide shape's candidate buffer (8192 keys:
 // read once into shared memory there) and up to kNarrowMaxWidth keys, k up to kNarrowMaxK (its sampled
 // path's limit), and six rows an SM or more (fewer leave its last wave emptier than the wide shape's).
