@@ -2,7 +2,8 @@
 // Torch-free: the compile gates build this file alone with nvcc.
 //
 // One CTA of 512 threads per row (two per SM; many rows of 8K to 48K keys: 256 threads, three per
-// SM, the narrow shape below), or a thread-block cluster per row when few long rows would leave SMs idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
+// SM, the narrow shape below), or a thread-block cluster per row when few long rows would leave SMs
+// idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
 // Fast path, one read of the row:
 //   1. Sample: 2048 to 16384 keys (evenly spaced runs of kSampleRun) give a threshold E such that, with
@@ -1697,7 +1698,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
 // kSplit: each row split over a cluster of a.cluster CTAs (a kernel of its own: the cluster finish and
 // the one-CTA row in one kernel crowd the 64 registers).
 template <typename T, bool kSplit>
-__global__ void __launch_bounds__(kThreads, kSplit ? 1 : kCtasPerSm) topk_filter_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kSplit ? 1 : kCtasPerSm)
+    topk_filter_kernel(const __grid_constant__ KernelArgs a) {
   __shared__ SelectShared sh;
   __shared__ Counters cnt;
   extern __shared__ __align__(128) uint4 dyn_smem[];  // (aligned: the cp.async stages' 32-byte sectors)
