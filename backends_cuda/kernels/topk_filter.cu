@@ -55,10 +55,10 @@
 //    topk_heuristics::narrow_rows): a third row in flight an SM, so one row's selects and finish overlap
 //    two others' streams (4096x32768: 240.8 -> 223.1 us, 19% fewer warp instructions; 4096x131072 3.8%
 //    and 256x131072 8.7% slower, fewer bytes in flight; H200, nineteenth session).
-#ifndef DSA_TOPK_FILTER_NARROW
-#define DSA_TOPK_FILTER_DETAIL topk_filter_detail
-#else
+#ifdef DSA_TOPK_FILTER_NARROW
 #define DSA_TOPK_FILTER_DETAIL topk_filter_narrow_detail
+#else
+#define DSA_TOPK_FILTER_DETAIL topk_filter_detail
 #endif
 
 namespace dsa_cuda {
@@ -66,27 +66,23 @@ namespace DSA_TOPK_FILTER_DETAIL {
 
 using namespace topk_row;  // KernelArgs, RowOut, GlobalSrc, hist_add, hist_pass, row_window, ...
 
-#ifndef DSA_TOPK_FILTER_NARROW
-constexpr int kThreads = 512;
-constexpr int kCtasPerSm = 2;
-// Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, two
-// CTAs fit on an SM.
-constexpr int kCapacity = 8192;
-// The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
-constexpr int kMaxSamples = 16384;
-// The fast path runs for k <= kCapacity / kFastRatio: the sampled threshold aims at k to 0.75 kCapacity keys.
-constexpr int kFastRatio = 4;
+#ifdef DSA_TOPK_FILTER_NARROW
+constexpr bool kNarrow = true;
 #else
-constexpr int kThreads = 256;
-constexpr int kCtasPerSm = 3;
-// (three CTAs an SM: 72 KB of dynamic shared memory each, 226 KB an SM with the static and reserved
-// bytes; 0.75 of it holds the ~3200 candidates the sampled threshold aims at for k = 2048 with its
-// slack, and the 4096 keys at the k-th value of integer rows 0..7 at 32K keys: 5120 sent them to the
-// plateau path's second read, 318.8 -> 381.8 us at 4096x32768)
-constexpr int kCapacity = 6144;
-constexpr int kMaxSamples = 8192;
-constexpr int kFastRatio = 2;
+constexpr bool kNarrow = false;
 #endif
+constexpr int kThreads = kNarrow ? 256 : 512;
+constexpr int kCtasPerSm = kNarrow ? 3 : 2;
+// Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, kCtasPerSm
+// CTAs fit on an SM (narrow: 72 KB of dynamic shared memory each, 226 KB an SM with the static and
+// reserved bytes). 0.75 of it holds the ~3200 candidates the sampled threshold aims at for k = 2048 with
+// its slack, and, narrow, the 4096 keys at the k-th value of integer rows 0..7 at 32K keys (5120 sent
+// them to the plateau path's second read: 318.8 -> 381.8 us at 4096x32768).
+constexpr int kCapacity = kNarrow ? 6144 : 8192;
+// The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
+constexpr int kMaxSamples = kNarrow ? 8192 : 16384;
+// The fast path runs for k <= kCapacity / kFastRatio: the sampled threshold aims at k to 0.75 kCapacity keys.
+constexpr int kFastRatio = kNarrow ? 2 : 4;
 // cp.async stages of the filter pass: one 16-byte vector per thread each.
 constexpr int kStages = 4;
 // A split row's CTAs filter the window in chunks of this many 16-byte vectors (one warp's), dealt in turn.
