@@ -40,13 +40,13 @@ def nvdisasm() -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
 
 
-def line_table(kernel: str) -> tuple[dict[int, tuple[int, str]], dict[int, str]]:
+def line_table(kernel: str, source: str) -> tuple[dict[int, tuple[int, str]], dict[int, str]]:
     """offset -> (topk_filter.cu line, innermost 'file:line'), offset -> opcode, for the first kernel
-    whose mangled name contains `kernel`."""
+    of `source` (a translation unit) whose mangled name contains `kernel`."""
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
         subprocess.run(["nvcc", "-std=c++17", "-O3", "-lineinfo", "-I", os.path.join(ROOT, "backends_cuda", "include"),
-                        "-gencode", "arch=compute_90a,code=sm_90a", "-cubin", "-o", cubin, SOURCE], check=True)
+                        "-gencode", "arch=compute_90a,code=sm_90a", "-cubin", "-o", cubin, source], check=True)
         text = subprocess.run([nvdisasm(), "--print-line-info", cubin], check=True, capture_output=True,
                               text=True).stdout
     where, ops = {}, {}
@@ -75,6 +75,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--kernel", default="topk_filter_kernelIfLb1E", help="a substring of the mangled name")
+    ap.add_argument("--source", default=SOURCE, help="the translation unit (kernels/topk_filter_narrow.cu: the "
+                    "narrow shape, --kernel topk_filter_narrow_detail)")
     ap.add_argument("--lines", type=int, nargs=2)
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args()
@@ -83,7 +85,7 @@ def main() -> None:
     names, data = rows[header], [r for r in rows[header + 1:] if r and r[0].startswith("0x")]
     col = {h: i for i, h in enumerate(names)}
     stalls = [h for h in names if h.startswith("stall_") and "Not Issued" not in h]
-    where, ops = line_table(args.kernel)
+    where, ops = line_table(args.kernel, args.source)
     base = int(data[0][0], 16)
     acc = collections.defaultdict(lambda: [0.0, 0.0, collections.Counter()])
     for r in data:

@@ -4,12 +4,14 @@
 # executed instructions) and the details page (<shape>_details.txt) for each shape, all packed into
 # $OUT/profile.tgz (only a few files come back from the device).
 #   bash benchmarks/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
+# A shape ending in "pt" (4096x32768pt) profiles the page-table form (profile_topk.py runpt).
 # With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records, per phase, the SM clock cycles
 # since the previous phase of every 512th CTA (trace.log, medians in trace_summary.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsa_out}; P=/tmp/dsa_profile; rm -rf "$P"; mkdir -p "$P"
 export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "root' user" | tail -3
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 python3 benchmarks/profile_topk.py build "-lineinfo" > "$P/build_line.log" 2>&1
 LINE_SO=$(tail -1 "$P/build_line.log")
@@ -31,11 +33,12 @@ for (s, ph), v in acc.items():
 PY
 fi
 for shape in ${*:-4096x32768 1x131072}; do
-  rows=${shape%x*}; width=${shape#*x}
+  rows=${shape%x*}; width=${shape#*x}; what=run
+  if [[ "$width" == *pt ]]; then width=${width%pt}; what=runpt; fi
   DSA_OPS_CUDA_LIB=$LINE_SO timeout 240 "$NCU" --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --import-source yes \
     -k regex:topk_filter --launch-skip 2 --launch-count 1 -f -o "$P/$shape" \
-    python3 benchmarks/profile_topk.py run "$rows" "$width" > "$P/${shape}_ncu.log" 2>&1
+    python3 benchmarks/profile_topk.py $what "$rows" "$width" > "$P/${shape}_ncu.log" 2>&1
   "$NCU" -i "$P/$shape.ncu-rep" --page details > "$P/${shape}_details.txt" 2>&1
   "$NCU" -i "$P/$shape.ncu-rep" --page source --csv --print-source sass > "$P/${shape}_sass.csv" 2>&1
   echo "$shape: $(wc -l < "$P/${shape}_sass.csv") sass lines"
