@@ -153,6 +153,32 @@ def test_narrow_rows_windows_and_forms(cluster):
     assert torch.equal(as_sets(got), as_sets(ragged_reference(x, offsets, full, 2048, None)))
 
 
+def test_one_cta_one_round_outcomes(cluster):
+    """A one-CTA row's one-round select (its candidates binned on the sampled range [E, the samples'
+    largest key], 2048 bins) on rows built for each outcome, in the narrow shape (auto: 6 x SMs rows) and
+    the wide one ("1"): normal rows (a small threshold bin, ranked or taken whole); 2500 unsampled keys
+    above every sample (the k-th largest in the top bin: the candidates' own select); 3000 unsampled
+    distinct keys packed in [2, 2 + 1e-4) (a threshold bin of thousands of mixed values: the same);
+    and +inf in the samples (no binning)."""
+    width, samples = 32768, 2048
+    at = filter_sample_positions(width, samples)
+    unsampled = torch.ones(width, dtype=torch.bool)
+    unsampled[at] = False
+    free = unsampled.nonzero().flatten().to(DEV)
+    g = torch.Generator(device=DEV).manual_seed(21)
+    rows = narrow_rows()
+    x = torch.randn(rows, width, device=DEV, generator=g)
+    for r in range(1, rows, 4):
+        cols = free[torch.randperm(len(free), device=DEV, generator=g)[:2500]]
+        x[r, cols] = 10.0 + torch.rand(2500, device=DEV, generator=g)
+    for r in range(2, rows, 4):
+        cols = free[torch.randperm(len(free), device=DEV, generator=g)[:3000]]
+        x[r, cols] = 2.0 + 1e-4 * torch.rand(3000, device=DEV, generator=g)
+    x[3::4, at[5]] = float("inf")
+    for k in (64, 2048):
+        check_topk(x, k, what=f"one-CTA one-round outcomes k={k}")
+
+
 def test_plateau_the_sample_overstates(cluster3):
     """The filter kernel's sampled runs (2048 samples in runs of 16 for a 40000-key window) hold a value
     V that the rest of the row lacks: to the sample V is a plateau, yet the row has fewer keys equal to

@@ -213,6 +213,19 @@ __device__ __forceinline__ void range_reset(Counters& cnt) {
 
 __device__ __forceinline__ uint32_t lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
 
+// Lane `leader`'s add to a shared-memory counter, returning the old value. (ptxas turns an atomic add
+// at a warp-uniform address into a warp-aggregated one, a vote and a five-step scan, which the warp
+// issues in full when one lane adds; the address is written to depend on the lane, zero offset on
+// the leader, so it stays a plain one.)
+__device__ __forceinline__ uint32_t lane_atomic_add(uint32_t* p, uint32_t v, uint32_t leader) {
+  uint32_t lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p)) + ((lane ^ leader) << 2);
+  uint32_t old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+  return old;
+}
+
 // Write `col` at the next free output position for every lane with `take` (one shared atomic per
 // warp). The warp must be converged.
 __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, uint32_t* counter, uint32_t k) {
@@ -223,7 +236,7 @@ __device__ __forceinline__ void emit(bool take, int64_t col, const RowOut& o, ui
   const int leader = __ffs(ballot) - 1;
   uint32_t base = 0;
   if (int(threadIdx.x & 31) == leader) {
-    base = atomicAdd(counter, uint32_t(__popc(ballot)));
+    base = lane_atomic_add(counter, uint32_t(__popc(ballot)), uint32_t(leader));
   }
   base = __shfl_sync(0xFFFFFFFFu, base, leader);
   const uint32_t pos = base + uint32_t(__popc(ballot & lanemask_lt()));
@@ -251,7 +264,7 @@ __device__ __forceinline__ uint32_t reserve_some(uint32_t n, uint32_t* counter, 
   const uint32_t incl = warp_inclusive_sum(n);
   uint32_t base = 0;
   if ((threadIdx.x & 31) == 31) {
-    base = owner >= 0 ? radix::cluster_atomic_add(counter, incl, uint32_t(owner)) : atomicAdd(counter, incl);
+    base = owner >= 0 ? radix::cluster_atomic_add(counter, incl, uint32_t(owner)) : lane_atomic_add(counter, incl, 31u);
   }
   base = __shfl_sync(0xFFFFFFFFu, base, 31);
   return base + incl - n;
@@ -559,44 +572,57 @@ __device__ __forceinline__ bool hist_select(const uint32_t* keys, int m, uint32_
 // count exchange (hist_select's two rounds took 2.5 us of 1x131072, H200 stamps, fifteenth session).
 // Bin slots: CTA c's bins at hist[c * 256] of every CTA (8 x 256 words: the whole histogram buffer,
 // which the other CTAs may write once this CTA has passed the cluster barrier after its sample select).
+// A one-CTA row (first attempt, sampled, not at a plateau) bins its candidates the same way, into its
+// whole histogram (2048 bins: about 4 candidates a bin at 32K normal keys, k 2048), and takes the
+// threshold bin from one scan of it instead of a level over the candidates.
 constexpr int kOneRoundBits = 8;
 constexpr uint32_t kOneRoundBins = 1u << kOneRoundBits;
 static_assert(kOneRoundBins * kMaxClusterCtas <= uint32_t(radix::kBins), "every CTA's bins fit the histogram");
+constexpr int kRowRoundBits = 11;
+static_assert((1 << kRowRoundBits) == radix::kBins, "a one-CTA row's bins are its histogram");
+constexpr uint32_t kInfKey = 0xFF800000u;  // +inf's key (radix::float_key)
+template <int kBits = kOneRoundBits>
 struct OneRoundBins {
+  static constexpr uint32_t kTop = (1u << kBits) - 1u;
   uint32_t base;  // E
   int shift;
   __device__ __forceinline__ OneRoundBins(uint32_t E, uint32_t smax)
-      : base(E), shift(smax > E ? first_shift<kOneRoundBits>(smax - E) : 0) {}
+      : base(E), shift(smax > E ? first_shift<kBits>(smax - E) : 0) {}
   // (candidates are >= E; keys above the samples' largest go to the top bin)
-  __device__ __forceinline__ uint32_t bin(uint32_t key) const { return min((key - base) >> shift, kOneRoundBins - 1u); }
+  __device__ __forceinline__ uint32_t bin(uint32_t key) const { return min((key - base) >> shift, kTop); }
 };
 
-// Sum the cluster's bins into this CTA's slot and refine: true, with `sel` and `mode`, when the threshold
-// bin is not the top one (whose keys do not share a prefix) and is taken whole or holds at most kRankBin
-// entries; false sends the row to hist_select. Every CTA of the cluster calls it with the same bins.
-// Starts after the count exchange (every slot in place); ends with a barrier.
-__device__ __forceinline__ bool one_round_select(uint32_t* hist, const OneRoundBins& bins, uint32_t r, uint32_t total,
-                                                 uint32_t csize, uint32_t rank, SelectShared& sh, ListSelect& sel,
-                                                 BinMode& mode) {
+// Sum the cluster's bins into this CTA's slot (a one-CTA row: its own bins) and refine: true, with `sel`
+// and `mode`, when the threshold bin is not the top one (whose keys do not share a prefix) and is taken
+// whole or holds at most `small` entries; false sends the row to a select on its candidates. Every CTA
+// of the cluster calls it with the same bins. Starts after the count exchange (every slot in place);
+// ends with a barrier.
+template <int kBits = kOneRoundBits>
+__device__ __forceinline__ bool one_round_select(uint32_t* hist, const OneRoundBins<kBits>& bins, uint32_t r,
+                                                 uint32_t total, uint32_t csize, uint32_t rank, SelectShared& sh,
+                                                 ListSelect& sel, BinMode& mode, uint32_t small = kRankBin) {
+  static_assert(kBits == kOneRoundBits || kBits == kRowRoundBits, "a split row's slots or a one-CTA row's bins");
   uint32_t* own = hist + rank * kOneRoundBins;
-  uint32_t sum = 0;
-  if (threadIdx.x < kOneRoundBins) {
-    for (uint32_t c = 0; c < csize; ++c) {
-      sum += hist[c * kOneRoundBins + threadIdx.x];
+  if (csize > 1) {
+    uint32_t sum = 0;
+    if (threadIdx.x < kOneRoundBins) {
+      for (uint32_t c = 0; c < csize; ++c) {
+        sum += hist[c * kOneRoundBins + threadIdx.x];
+      }
     }
+    __syncthreads();  // every slot read
+    if (threadIdx.x < kOneRoundBins) {
+      own[threadIdx.x] = sum;
+    }
+    __syncthreads();
   }
-  __syncthreads();  // every slot read
-  if (threadIdx.x < kOneRoundBins) {
-    own[threadIdx.x] = sum;
-  }
-  __syncthreads();
   trace("o_summed");
   sel = ListSelect{bins.base, SelectState{0u, 0u, r, total}};
-  refine_at<kOneRoundBits>(own, bins.shift, sel.st, sh);
+  refine_at<kBits>(own, bins.shift, sel.st, sh);
   trace("o_select");
-  const bool top = (sel.st.prefix >> bins.shift) == kOneRoundBins - 1u;
+  const bool top = (sel.st.prefix >> bins.shift) == bins.kTop;
   mode = sel.st.count == sel.st.krem ? BinMode::kWhole : BinMode::kRank;
-  return !top && (sel.st.count == sel.st.krem || sel.st.count <= kRankBin);
+  return !top && (sel.st.count == sel.st.krem || sel.st.count <= small);
 }
 
 // Outputs pos, pos + 1, ... of a warp: the n relative columns it staged (entry j at
@@ -667,7 +693,6 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
                                        Exchange* ex = nullptr,
                                        ListSelect pre = ListSelect{0u, SelectState{0u, 0u, 0u, 0u}},
                                        BinMode pre_mode = BinMode::kWhole) {
-  static_assert(kGathered || !kPreselected, "a preselected finish is a gathered one");
   const bool cluster = !kGathered && csize > 1;  // the cluster-wide finish
   const bool selects = !kPreselected;  // (a preselected row has it on every CTA)
   const bool remote = cluster || (kGathered && rank != 0);  // this CTA reserves on rank 0's counters
@@ -757,7 +782,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   trace("f_take");
   uint32_t pos = 0u;
   if (lane == 0u && n_taken != 0u) {
-    pos = remote ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : atomicAdd(&cnt.out, n_taken);
+    pos = remote ? radix::cluster_atomic_add(&cnt.out, n_taken, 0u) : lane_atomic_add(&cnt.out, n_taken, 0u);
   }
   pos = __shfl_sync(0xFFFFFFFFu, pos, 0);
   __syncwarp();  // the staged columns are visible to the whole warp
@@ -961,7 +986,7 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
     }
   }
   if ((threadIdx.x & 31) == 0) {
-    atomicAdd(&cnt.runs, hits);
+    lane_atomic_add(&cnt.runs, hits, 0u);
   }
   if (threadIdx.x == 0) {
     cnt.lo = cnt.lo_all;  // (the select below, if any, spans every sample: j_mid may exceed G)
@@ -1231,9 +1256,9 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_
 // The filter's raw candidates (the first min(m, kCapacity)) to keys, in place, and their range
 // into cnt.lo / cnt.hi (reset, with a barrier since).
 // kBinned (the split kernel), slot != nullptr (a one-round row): each candidate also counted in its bin there.
-template <typename T, bool kBinned = false>
+template <typename T, bool kBinned = false, int kBits = kOneRoundBits>
 __device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters& cnt, uint32_t* slot = nullptr,
-                                            OneRoundBins bins = OneRoundBins(0u, 0u)) {
+                                            OneRoundBins<kBits> bins = OneRoundBins<kBits>(0u, 0u)) {
   m = m < uint32_t(kCapacity) ? m : uint32_t(kCapacity);
   uint32_t lo = 0xFFFFFFFFu;
   uint32_t hi = 0u;
@@ -1471,17 +1496,23 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
                                            pf_bytes, spread, csize, rank);
       // A spread row's first sampled attempt off a plateau bins its candidates as it converts them and
       // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
-      const bool one_round = spread && !wide && !fits && promising;
+      // A one-CTA row does so too (fp32 4096x32768 -3.1%, bf16 -3.4%; H200, twentieth session) unless the
+      // samples reach +inf (its finite candidates would crowd the lowest bins, every atomic on a few
+      // words) or E is a plateau's value (`single`: ties 4096x32768 +5.1%, thousands of atomics on one).
+      const uint32_t smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
+      const bool one_round = (kSplit ? spread : smax < kInfKey && !single) && !wide && !fits && promising;
       if constexpr (kSplit) {
         if (!wide && threadIdx.x == 0) {
-          ex->smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
+          ex->smax = smax;
         }
-        if (one_round) {
-          radix::clear_hist_block<kThreads>(hist);  // the one-round bin slots (the other rows' selects clear their own)
-        }
+      } else if (threadIdx.x == 0) {
+        cnt.before = smax;  // (a split row's field, free in a one-CTA row: no register held across the filter pass)
       }
-      range_reset(cnt);  // for the candidates' range (the select above read the samples' and ended with a barrier)
-      __syncthreads();  // the samples are dead
+      if (one_round) {
+        radix::clear_hist_block<kThreads>(hist);  // the bins (the other rows' selects clear their own)
+      }
+      __syncthreads();  // the samples are dead; every thread has read their range
+      range_reset(cnt);  // for the candidates' range (ordered before raw_to_keys by the filter pass's barrier)
       if constexpr (kSplit) {
         if (!wide) {
           // This CTA's barriers are set and its histogram is free: the other CTAs may push into it once
@@ -1511,9 +1542,10 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           // (OneRoundBins made here and again at one_round_select, from V and ex->smax: held across
           // the count exchange it would take registers)
           raw_to_keys<T, true>(keys, cnt.cand, cnt, one_round ? hist + rank * kOneRoundBins : nullptr,
-                               OneRoundBins(V, ex->smax));
+                               OneRoundBins<>(V, ex->smax));
         } else {
-          raw_to_keys<T>(keys, cnt.cand, cnt);
+          raw_to_keys<T, true, kRowRoundBits>(keys, cnt.cand, cnt, one_round ? hist : nullptr,
+                                              OneRoundBins<kRowRoundBits>(V, cnt.before));
         }
         trace("filtered");
         // cnt.total: the row's candidates when every CTA's fit its buffer and, unless at a plateau, the
@@ -1608,7 +1640,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           BinMode mode;
           bool selected = false;
           if (one_round) {
-            selected = one_round_select(hist, OneRoundBins(V, ex->smax), r_row, total, csize, rank, sh, sel, mode);
+            selected = one_round_select(hist, OneRoundBins<>(V, ex->smax), r_row, total, csize, rank, sh, sel, mode);
             if (!selected) {  // (every slot was read before one_round_select's last barrier)
               radix::clear_hist_block<kThreads>(hist);
               __syncthreads();
@@ -1651,6 +1683,22 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           finish<lookups_in_flight<T, kSplit>(), true>(keys, cols, int(total), total < k ? total : k, out_of_row(),
                                                        hist, cnt, k, sh, one_value_shift<T>(), 0u, nullptr, 1u, 0u,
                                                        ex);
+        } else if (!kSplit && ok && one_round) {
+          // A one-CTA row binned on the sampled range: the threshold bin from its 2048 bins (one scan, no
+          // level over the candidates) when it is taken whole or small enough to rank (as select_list
+          // stops: kWarpBin entries of mixed values, kRankBin of one), else the candidates' select.
+          ListSelect sel;
+          BinMode mode;
+          const OneRoundBins<kRowRoundBits> bins(V, cnt.before);
+          const uint32_t small = bins.shift <= one_value_shift<T>() ? kRankBin : kWarpBin;
+          if (one_round_select(hist, bins, k, total, 1u, 0u, sh, sel, mode, small)) {
+            finish<lookups_in_flight<T, kSplit>(), false, true>(keys, cols, int(cnt.cand), k, out_of_row(), hist,
+                                                               cnt, k, sh, one_value_shift<T>(), 0u, nullptr, 1u,
+                                                               0u, nullptr, sel, mode);
+          } else {
+            finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(cnt.cand), k, out_of_row(), hist, cnt, k, sh,
+                                                   one_value_shift<T>());
+          }
         } else if (ok) {
           // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
           // stage buffer holds the summed histograms).
