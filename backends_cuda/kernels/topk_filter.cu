@@ -13,9 +13,11 @@
 //      round in flight) appends every key >= E, as raw bits with its column, to a shared-memory candidate
 //      buffer (one shared atomic per warp and round); the candidates are then converted to keys. A
 //      split row's CTAs each fill their own buffer, from 512-byte chunks of the window dealt in turn.
-//   3. Finish: when k <= candidates <= capacity, a radix select on the candidates (its bins over
-//      the candidates' own range, so one level usually suffices) finds the threshold bin; the keys
-//      above it are written, and the bin's entries are all taken, ranked (key, then smallest
+//   3. Finish: when k <= candidates <= capacity, the threshold bin: a one-CTA row bins its candidates
+//      as it converts them, 2048 bins over [E, the samples' largest key], and one scan of them finds
+//      it (unless the samples reach +inf or E is a plateau value, or the bin is the top one or too big
+//      to rank); else a radix select on the candidates (its bins over their own range, so one level
+//      usually suffices) finds it. The keys above it are written, and the bin's entries are all taken, ranked (key, then smallest
 //      column; one thread an entry) when there are at most 256, or split by a second select on the
 //      columns when they are more ties of one key. From kSpreadFinishMinCluster CTAs a row up, each CTA
 //      keeps its candidates: one level of select on their histograms (binned during the filter pass and
