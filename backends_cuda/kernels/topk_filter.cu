@@ -17,17 +17,18 @@
 //      as it converts them, 2048 bins over [E, the samples' largest key], and one scan of them finds
 //      it (unless the samples reach +inf or E is a plateau value, or the bin is the top one or too big
 //      to rank); else a radix select on the candidates (its bins over their own range, so one level
-//      usually suffices) finds it. The keys above it are written, and the bin's entries are all taken, ranked (key, then smallest
-//      column; one thread an entry) when there are at most 256, or split by a second select on the
-//      columns when they are more ties of one key. From kSpreadFinishMinCluster CTAs a row up, each CTA
-//      keeps its candidates: one level of select on their histograms (binned during the filter pass and
-//      sent with the counts, one_round_select; else each CTA summing a slice of the bins for all,
-//      hist_select), then each CTA writes its own above the threshold bin and sends its bin entries to
-//      rank 0, which ranks them. Below that (and for a spread row whose candidates are one value), a
-//      split row whose candidates fit one buffer gathers them into rank 0, which selects alone and writes
-//      them all. Otherwise (more candidates, or a threshold bin that needs more levels) the CTAs keep
-//      theirs and run the select's levels on histograms summed through distributed shared memory; each
-//      writes its own, with output positions from rank 0, which also ranks a small threshold bin.
+//      usually suffices) finds it. The keys above it are written, and the bin's entries are all taken,
+//      ranked (key, then smallest column; one thread an entry) when there are at most 256, or split by
+//      a second select on the columns when they are more ties of one key. From kSpreadFinishMinCluster
+//      CTAs a row up, each CTA keeps its candidates: one level of select on their histograms (binned
+//      during the filter pass and sent with the counts, one_round_select; else each CTA summing a slice
+//      of the bins for all, hist_select), then each CTA writes its own above the threshold bin and sends
+//      its bin entries to rank 0, which ranks them. Below that (and for a spread row whose candidates are
+//      one value), a split row whose candidates fit one buffer gathers them into rank 0, which selects
+//      alone and writes them all. Otherwise (more candidates, or a threshold bin that needs more levels)
+//      the CTAs keep theirs and run the select's levels on histograms summed through distributed shared
+//      memory; each writes its own, with output positions from rank 0, which also ranks a small
+//      threshold bin.
 // Plateau path: when the samples say far more keys than the buffer holds would pass and the sampled
 // threshold is one value V (relu zeros, all-equal rows, heavy ties), step 2 takes the keys above V
 // only; if fewer than k, the first keys equal to V in index order complete the row (if the row has
@@ -686,7 +687,8 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
 // (`pre`, `pre_mode`: whole or ranked bin), every CTA of the cluster writes its own m candidates above
 // the threshold bin and sends its entries of a small bin to rank 0 on its gbar's phase 0, which ranks
 // them (rank 0's take and writes of all 2048 took 1x131072 2.4 us, 1.2 so, H200 phase stamps); rank 0
-// returns once the others' writes are done.
+// returns once the others' writes are done. kPreselected, not kGathered, csize 1: a one-CTA row after its
+// one_round_select; it writes everything and ranks its own bin's entries.
 template <bool kLookupsInFlight, bool kGathered = false, bool kPreselected = false>
 __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int m, uint32_t r,
                                        const RowOut& o, uint32_t* hist, Counters& cnt, uint32_t k,
@@ -749,8 +751,8 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
     const uint32_t d = (key - ks.base) & ks.st.mask;
     const bool in_bin = live && d == ks.st.prefix;
     bool take = live && (d > ks.st.prefix || (in_bin && whole_bin));
-    // A split bin's entries (a few a row) in a branch the warp skips whole when it holds none: as
-    // per-lane branches around every step they cost the loop about a third of its instructions.
+    // A split bin's entries (a few a row) in a branch the warp skips whole when it holds none (as
+    // per-lane branches around every step: ~40 instructions an iteration, ~35 so; sm_90a, narrow shape).
     if (split_bin && __any_sync(0xFFFFFFFFu, in_bin)) {
       bool to_bin = false;
       int32_t col = 0;
@@ -1260,7 +1262,8 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_
 
 // The filter's raw candidates (the first min(m, kCapacity)) to keys, in place, and their range
 // into cnt.lo / cnt.hi (reset, with a barrier since).
-// kBinned (the split kernel), slot != nullptr (a one-round row): each candidate also counted in its bin there.
+// kBinned, slot != nullptr (a one-round row: a spread split row's, kBits 8, or a one-CTA row's, kBits 11):
+// each candidate also counted in its bin there.
 template <typename T, bool kBinned = false, int kBits = kOneRoundBits>
 __device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters& cnt, uint32_t* slot = nullptr,
                                             OneRoundBins<kBits> bins = OneRoundBins<kBits>(0u, 0u)) {
