@@ -403,6 +403,51 @@ def test_narrow_rows_first_attempt_fits(n):
                 assert promising and k <= int((keys >= E).sum()) <= 6144, (n, dtype, k)
 
 
+INF_KEY = 0xFF800000  # the kernel's kInfKey: +inf's key
+
+
+def one_round_outcome(keys, n, k, capacity, max_samples, min_samples, threads, one_value_shift):
+    """What a one-CTA row's first attempt does with its candidates (filter_row, finish): "skip" when it
+    does not bin them (not promising, a plateau value, +inf among the samples, or too few or too many
+    candidates), else the one-round select's threshold bin among 2048 bins over [E, the samples' largest
+    key]: "top" and "big" send the row to the candidates' own select, "whole" and "rank" finish from it."""
+    E, promising, single = sample_threshold(keys, 0, n, k, capacity, max_samples, min_samples=min_samples,
+                                            threads=threads)
+    S = sample_count(n, max_samples, min_samples)
+    smax = int(keys[filter_sample_positions(n, S).numpy()].max())
+    cand = keys[keys >= E].astype(np.int64)
+    if not promising or single or smax >= INF_KEY or not k <= len(cand) <= capacity:
+        return "skip"
+    shift = first_shift(smax - E) if smax > E else 0
+    hist = np.bincount(np.minimum((cand - E) >> shift, BINS - 1), minlength=BINS)
+    prefix, _, krem, count = refine_at(hist, shift, (0, 0, k, len(cand)))
+    if prefix >> shift == BINS - 1:
+        return "top"
+    if count == krem:
+        return "whole"
+    return "rank" if count <= (RANK_BIN if shift <= one_value_shift else WARP_BIN) else "big"
+
+
+@pytest.mark.parametrize("n", [8193, 32768, 49152, 131072])
+def test_one_cta_one_round_takes_normal_rows(n):
+    """The one-round select's premise (kernels/topk_filter.cu, filter_row): on normal rows, fp32 and
+    bf16-rounded, in the narrow shape (up to 49152 keys) and the wide one, the first attempt bins its
+    candidates and the threshold bin is taken whole or ranked (k = 2048 every row; k = 64 most rows:
+    its k-th largest can lie above every sample, the top bin), so the row skips the candidates' select."""
+    narrow = n <= 49152
+    capacity, max_samples, min_samples, threads = (6144, 8192, 2048, 256) if narrow else (8192, 16384, None, 512)
+    g = torch.Generator().manual_seed(n + 1)
+    for dtype, one_value_shift in ((torch.float32, -1), (torch.bfloat16, 16)):
+        seen = []
+        for _ in range(5):
+            keys = float_keys(torch.randn(n, generator=g).to(dtype).float()).astype(np.uint64)
+            for k in (64, 2048):
+                o = one_round_outcome(keys, n, k, capacity, max_samples, min_samples, threads, one_value_shift)
+                assert k == 64 or o in ("whole", "rank"), (n, dtype, k, o)
+                seen.append(o)
+        assert sum(o in ("whole", "rank") for o in seen) >= 9, (n, dtype, seen)
+
+
 # ---- the filter pass's vector bookkeeping ------------------------------------------------------------
 
 def filter_vectors(lo_mis: int, n: int, items: int, threads: int, stages: int, round_vecs: int,
