@@ -163,7 +163,8 @@ struct Counters {
   uint32_t out;   // outputs written
   uint32_t total;  // the row's candidates (all of a split row's CTAs'), or ~0 when they did not fit
   uint32_t before;  // split rows: the candidates of the lower ranks (where the gather puts this CTA's);
-                    // a gathered row's rank 0 (0 there) then counts its own entries of a small bin (finish)
+                    // a gathered row's rank 0 (0 there) then counts its own entries of a small bin (finish);
+                    // a one-CTA row: the samples' largest key (its one-round bins' range, filter_row)
   uint32_t lo;    // a list's smallest and largest value (select_list)
   uint32_t hi;
   uint32_t lo_all;  // sample_threshold: the samples' smallest (cnt.lo: a bound below the j-th largest)
