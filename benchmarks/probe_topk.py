@@ -7,6 +7,7 @@
     python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
     python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
     python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
+    python benchmarks/probe_topk.py adversarial  # 4096x32768 fp32 of each generator (ties, narrow, nan_inf, ...)
 """
 
 import os
@@ -129,8 +130,23 @@ def widths():
     print(line, flush=True)
 
 
+def adversarial():
+    """One line: topk (k 2048, fp32) at 4096x32768 for each of the tests' generators, checked exact."""
+    from dsa_ops.testing import TOPK_DISTRIBUTIONS
+
+    timer = Timer()
+    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
+    for dist in TOPK_DISTRIBUTIONS:
+        x = make_scores(4096, 32768, "float32", dist)
+        same = bool(torch.equal(torch.ops.dsa.topk(x, 2048).sort(dim=1).values,
+                                window_topk(x, 2048).sort(dim=1).values))
+        line += f" | {dist} {timer.median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.1f}" + ("" if same else " WRONG")
+        del x
+    print(line, flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded, "parts": parts,
-             "widths": widths}
+             "widths": widths, "adversarial": adversarial}
     modes.get(mode, by_k)()
