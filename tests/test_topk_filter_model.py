@@ -391,7 +391,7 @@ def test_spread_rows_half_samples_still_fit(n):
 
 @pytest.mark.parametrize("n", [8193, 16384, 32768, 49152])
 def test_narrow_rows_first_attempt_fits(n):
-    """The narrow shape (256 threads, 6144-pair buffer, 2048 to 8192 samples; topk_heuristics::narrow_rows:
+    """The narrow shape (256 threads, 4608-pair buffer, 2048 to 8192 samples; topk_heuristics::narrow_rows:
     8193 to 49152 keys, k <= 2048): on normal rows, fp32 and bf16-rounded, the first sampled attempt is
     promising and leaves k to a buffer's worth of candidates (else those rows would retry or fall back)."""
     g = torch.Generator().manual_seed(n)
@@ -399,8 +399,8 @@ def test_narrow_rows_first_attempt_fits(n):
         for _ in range(5):
             keys = float_keys(torch.randn(n, generator=g).to(dtype).float()).astype(np.uint64)
             for k in (64, 2048):
-                E, promising, _ = sample_threshold(keys, 0, n, k, 6144, 8192, min_samples=2048, threads=256)
-                assert promising and k <= int((keys >= E).sum()) <= 6144, (n, dtype, k)
+                E, promising, _ = sample_threshold(keys, 0, n, k, 4608, 8192, min_samples=2048, threads=256)
+                assert promising and k <= int((keys >= E).sum()) <= 4608, (n, dtype, k)
 
 
 INF_KEY = 0xFF800000  # the kernel's kInfKey: +inf's key
@@ -435,7 +435,7 @@ def test_one_cta_one_round_takes_normal_rows(n):
     candidates and the threshold bin is taken whole or ranked (k = 2048 every row; k = 64 most rows:
     its k-th largest can lie above every sample, the top bin), so the row skips the candidates' select."""
     narrow = n <= 49152
-    capacity, max_samples, min_samples, threads = (6144, 8192, 2048, 256) if narrow else (8192, 16384, None, 512)
+    capacity, max_samples, min_samples, threads = (4608, 8192, 2048, 256) if narrow else (8192, 16384, None, 512)
     g = torch.Generator().manual_seed(n + 1)
     for dtype, one_value_shift in ((torch.float32, -1), (torch.bfloat16, 16)):
         seen = []

@@ -1,7 +1,7 @@
 // The filter kernel of the top-k family (deterministic=False): exact, outputs in any order.
 // Torch-free: the compile gates build this file alone with nvcc.
 //
-// One CTA of 512 threads per row (two per SM; many rows of 8K to 48K keys: 256 threads, three per
+// One CTA of 512 threads per row (two per SM; many rows of 8K to 48K keys: 256 threads, four per
 // SM, the narrow shape below), or a thread-block cluster per row when few long rows would leave SMs
 // idle. Keys are the order-preserving uint32 of common_radix_select.cuh.
 //
@@ -54,10 +54,14 @@
 // Two shapes of the kernel, each its own translation unit (this file; topk_filter_narrow.cu defines
 // DSA_TOPK_FILTER_NARROW and includes it), in their own namespaces:
 //  - wide: 512 threads, two CTAs an SM; every row, split rows (clusters) included;
-//  - narrow: 256 threads, three CTAs an SM, one CTA a row, for many rows of up to ~48K keys (chosen by
-//    topk_heuristics::narrow_rows): a third row in flight an SM, so one row's selects and finish overlap
-//    two others' streams (4096x32768: 240.8 -> 223.1 us, 19% fewer warp instructions; 4096x131072 3.8%
-//    and 256x131072 8.7% slower, fewer bytes in flight; H200, nineteenth session).
+//  - narrow: 256 threads, four CTAs an SM (sm_100: three), its histogram in its stage buffer, one CTA a
+//    row, for many rows of up to ~48K keys (chosen by topk_heuristics::narrow_rows): more rows in flight
+//    an SM, so one row's selects and finish overlap others' streams (three CTAs an SM, nineteenth
+//    session: 4096x32768 240.8 -> 223.1 us, 19% fewer warp instructions; 4096x131072 3.8% and
+//    256x131072 8.7% slower, fewer bytes in flight; H200). Four (twenty-first session, same run against
+//    three): 4096x32768 214.8 -> 198.0 us, walk rows 245.8 -> 197.2, 4096x49152 270.9 -> 258.9; ties
+//    314.6 -> 353.6 (4096 keys at the k-th value no longer count as fitting 4608 candidates: the
+//    plateau path's second read).
 #ifdef DSA_TOPK_FILTER_NARROW
 #define DSA_TOPK_FILTER_DETAIL topk_filter_narrow_detail
 #else
@@ -75,13 +79,24 @@ constexpr bool kNarrow = true;
 constexpr bool kNarrow = false;
 #endif
 constexpr int kThreads = kNarrow ? 256 : 512;
+// CTAs an SM: the launch bounds' (so 64 registers a thread for four) and the least the launcher accepts.
+// (sm_100a: the narrow fp32 kernel spills at 64 registers, nvcc 13.5: three there.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
 constexpr int kCtasPerSm = kNarrow ? 3 : 2;
+#else
+constexpr int kCtasPerSm = kNarrow ? 4 : 2;
+#endif
+constexpr int kMinCtasPerSm = kNarrow ? 3 : 2;
+// The narrow shape's histogram shares the stage buffer (the filter pass, the stages' only user, uses no
+// histogram), so that four CTAs fit an SM.
+constexpr bool kHistInStage = kNarrow;
 // Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, kCtasPerSm
-// CTAs fit on an SM (narrow: 72 KB of dynamic shared memory each, 226 KB an SM with the static and
+// CTAs fit on an SM (narrow: 52 KB of dynamic shared memory each, 222 KB an SM with the static and
 // reserved bytes). 0.75 of it holds the ~3200 candidates the sampled threshold aims at for k = 2048 with
-// its slack, and, narrow, the 4096 keys at the k-th value of integer rows 0..7 at 32K keys (5120 sent
-// them to the plateau path's second read: 318.8 -> 381.8 us at 4096x32768).
-constexpr int kCapacity = kNarrow ? 6144 : 8192;
+// its slack (narrow: normal rows of 8K-48K keys, CPU model, twentieth session); narrow, the 4096 keys at
+// the k-th value of integer rows 0..7 at 32K keys take the plateau path's second read (5120 did so:
+// 318.8 -> 381.8 us at 4096x32768; 6144 kept them on one read at three CTAs an SM).
+constexpr int kCapacity = kNarrow ? 4608 : 8192;
 // The samples sit in the candidate keys and columns and the stage buffer (free before the filter pass).
 constexpr int kMaxSamples = kNarrow ? 8192 : 16384;
 // The fast path runs for k <= kCapacity / kFastRatio: the sampled threshold aims at k to 0.75 kCapacity keys.
@@ -91,8 +106,10 @@ constexpr int kStages = 4;
 // A split row's CTAs filter the window in chunks of this many 16-byte vectors (one warp's), dealt in turn.
 constexpr int kChunkVecs = 32;
 static_assert(kMaxSamples <= 2 * kCapacity + kStages * kThreads * 4, "the samples fit their buffer");
+static_assert(!kHistInStage || kMaxSamples <= 2 * kCapacity, "the samples leave the histogram (in the stages) alone");
+static_assert(!kHistInStage || kStages * kThreads * 16 >= radix::kBins * 4, "the histogram fits the stages");
 constexpr uint32_t kMaxClusterCtas = topk_heuristics::kMaxCluster;
-constexpr int kDynSmem = radix::kBins * 4 + kCapacity * 8 + kStages * kThreads * 16;
+constexpr int kDynSmem = (kHistInStage ? 0 : radix::kBins * 4) + kCapacity * 8 + kStages * kThreads * 16;
 
 // Phase timestamps of a few CTAs (dev builds with -DDSA_TOPK_TRACE only): SM clock stamps kept in
 // shared memory at each phase boundary and printed once when the CTA ends, so the printing does not
@@ -1436,10 +1453,11 @@ __host__ __device__ constexpr bool lookups_in_flight() {
 template <typename T, bool kSplit>
 __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh, Counters& cnt, uint4* dyn_smem,
                                            Exchange* ex) {
-  uint32_t* hist = reinterpret_cast<uint32_t*>(dyn_smem);
-  uint32_t* keys = hist + radix::kBins;
+  static_assert(!(kHistInStage && kSplit), "a split row's summed histograms use the stage buffer");
+  uint32_t* keys = reinterpret_cast<uint32_t*>(dyn_smem) + (kHistInStage ? 0 : radix::kBins);
   int32_t* cols = reinterpret_cast<int32_t*>(keys + kCapacity);
   uint4* stage = reinterpret_cast<uint4*>(cols + kCapacity);
+  uint32_t* hist = kHistInStage ? reinterpret_cast<uint32_t*>(stage) : reinterpret_cast<uint32_t*>(dyn_smem);
 
   const uint32_t csize = kSplit ? uint32_t(a.cluster) : 1u;
   const int64_t r = kSplit ? radix::cluster_id_x() : blockIdx.x;  // (the split kernel: a cluster a row)
@@ -1517,7 +1535,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
       } else if (threadIdx.x == 0) {
         cnt.before = smax;  // (a split row's field, free in a one-CTA row: no register held across the filter pass)
       }
-      if (one_round) {
+      if (one_round && !kHistInStage) {
         radix::clear_hist_block<kThreads>(hist);  // the bins (the other rows' selects clear their own)
       }
       __syncthreads();  // the samples are dead; every thread has read their range
@@ -1547,6 +1565,10 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           filter_pass<T, kSplit>(g, stage, E, keys, cols, cnt, csize, rank);
         }
         __syncthreads();  // the candidates and their count are complete
+        if (kHistInStage && one_round) {  // (the stages are free now)
+          radix::clear_hist_block<kThreads>(hist);
+          __syncthreads();
+        }
         if constexpr (kSplit) {
           // (OneRoundBins made here and again at one_round_select, from V and ex->smax: held across
           // the count exchange it would take registers)
@@ -1642,6 +1664,19 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           continue;
         }
         const uint32_t r_row = total < k ? total : k;
+        // A one-CTA row binned on the sampled range: the threshold bin from its 2048 bins (one scan, no
+        // level over the candidates) when it is taken whole or small enough to rank (as select_list
+        // stops: kWarpBin entries of mixed values, kRankBin of one), else the candidates' own select.
+        ListSelect row_sel;
+        BinMode row_mode;
+        bool row_selected = false;
+        if constexpr (!kSplit) {
+          if (ok && one_round) {
+            const OneRoundBins<kRowRoundBits> bins(V, cnt.before);
+            const uint32_t small = bins.shift <= one_value_shift<T>() ? kRankBin : kWarpBin;
+            row_selected = one_round_select(hist, bins, k, total, 1u, 0u, sh, row_sel, row_mode, small);
+          }
+        }
         if (kSplit && ok && spread && cnt.hi > cnt.lo && r_row > 0u) {
           // A spread row: the select from the CTAs' summed histograms (no candidate gathered), then each
           // CTA writes its own; a bin that needs another level takes the cluster-wide finish.
@@ -1692,25 +1727,14 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           finish<lookups_in_flight<T, kSplit>(), true>(keys, cols, int(total), total < k ? total : k, out_of_row(),
                                                        hist, cnt, k, sh, one_value_shift<T>(), 0u, nullptr, 1u, 0u,
                                                        ex);
-        } else if (!kSplit && ok && one_round) {
-          // A one-CTA row binned on the sampled range: the threshold bin from its 2048 bins (one scan, no
-          // level over the candidates) when it is taken whole or small enough to rank (as select_list
-          // stops: kWarpBin entries of mixed values, kRankBin of one), else the candidates' select.
-          ListSelect sel;
-          BinMode mode;
-          const OneRoundBins<kRowRoundBits> bins(V, cnt.before);
-          const uint32_t small = bins.shift <= one_value_shift<T>() ? kRankBin : kWarpBin;
-          if (one_round_select(hist, bins, k, total, 1u, 0u, sh, sel, mode, small)) {
-            finish<lookups_in_flight<T, kSplit>(), false, true>(keys, cols, int(cnt.cand), k, out_of_row(), hist,
-                                                               cnt, k, sh, one_value_shift<T>(), 0u, nullptr, 1u,
-                                                               0u, nullptr, sel, mode);
-          } else {
-            finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(cnt.cand), k, out_of_row(), hist, cnt, k, sh,
-                                                   one_value_shift<T>());
-          }
+        } else if (row_selected) {
+          finish<lookups_in_flight<T, kSplit>(), false, true>(keys, cols, int(cnt.cand), k, out_of_row(), hist, cnt,
+                                                             k, sh, one_value_shift<T>(), 0u, nullptr, 1u, 0u,
+                                                             nullptr, row_sel, row_mode);
         } else if (ok) {
-          // A split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the
-          // stage buffer holds the summed histograms).
+          // A one-CTA row (its one-round select declined or not tried: the candidates' own select), or a
+          // split row: every CTA writes its own candidates, rank 0 ranks a small threshold bin (the stage
+          // buffer holds the summed histograms).
           finish<lookups_in_flight<T, kSplit>()>(keys, cols, int(cnt.cand), total < k ? total : k, out_of_row(), hist,
                                                  cnt, k, sh, one_value_shift<T>(), total,
                                                  kSplit ? reinterpret_cast<uint32_t*>(stage) : nullptr, csize, rank);
@@ -1818,7 +1842,7 @@ bool topk_filter_narrow_fits(TopkDtype dtype, int device, int sms) {
   const d::Kernel kernel = d::kernel_for<false>(dtype);
   int active[topk_heuristics::kMaxCluster + 1] = {};
   return kernel != nullptr && d::prepare(kernel, 2 * int(dtype), device, active) == cudaSuccess &&
-         active[1] >= d::kCtasPerSm * sms;
+         active[1] >= d::kMinCtasPerSm * sms;
 }
 
 cudaError_t launch_topk_filter_narrow(const TopkParams& p, cudaStream_t stream) {

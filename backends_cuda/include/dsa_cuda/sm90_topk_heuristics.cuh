@@ -96,14 +96,15 @@ inline int32_t filter_prefetch_bytes(int64_t rows, int cluster, int sms) {
   return cluster == 1 && rows > 2 * int64_t(sms) ? 64 * 1024 : 0;
 }
 
-// Whether one-CTA rows run the filter kernel's narrow shape (256 threads, three CTAs an SM, 6144
+// Whether one-CTA rows run the filter kernel's narrow shape (256 threads, four CTAs an SM, 4608
 // candidates; kernels/topk_filter.cu): rows longer than the wide shape's candidate buffer (8192 keys:
 // read once into shared memory there) and up to kNarrowMaxWidth keys, k up to kNarrowMaxK (its sampled
 // path's limit), and six rows an SM or more (fewer leave its last wave emptier than the wide shape's).
 // H200, k 2048, fp32, wide -> narrow (us, nineteenth session): 4096 rows of 12288 keys 201.7 -> 169.2,
 // 16384 200.3 -> 181.3, 24576 223.8 -> 204.5, 32768 241.1 -> 223.3, 40960 262.3 -> 250.7, 49152
 // 281.8 -> 278.2, 65536 327.3 -> 335.3; 32768 keys: 512 rows 37.9 -> 43.5, 1024 68.6 -> 66.8, 2048
-// 127.7 -> 120.2.
+// 127.7 -> 120.2. Four CTAs an SM since the twenty-first session: 4096 rows of 12288 keys 145.5, 32768
+// 197.4, 49152 258.2; 1024 x 32768 59.6.
 constexpr int64_t kNarrowMaxWidth = 49152;
 constexpr int64_t kNarrowMaxK = 2048;
 inline bool narrow_rows(int64_t rows, int64_t width, int64_t k, int sms) {
