@@ -7,7 +7,7 @@
     python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
     python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
     python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
-    python benchmarks/probe_topk.py adversarial  # 4096x32768 fp32 of each generator (ties, narrow, nan_inf, ...)
+    python benchmarks/probe_topk.py adversarial [ROWSxKEYS]  # 4096x32768 (or that shape) fp32 of each generator
 """
 
 import os
@@ -120,24 +120,26 @@ def parts():
 
 def widths():
     """One line: topk (k 2048, fp32) on the one-CTA rows' shapes around the narrow kernel's bounds:
-    4096 rows of 12K to 64K keys, and 256 to 2048 rows of 32K keys."""
+    4096 rows of 12K to 64K keys, 256 to 2048 rows of 32K keys, 512 and 1024 rows of 12K to 64K."""
     timer = Timer()
     line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
     for rows, n in ((4096, 12288), (4096, 16384), (4096, 24576), (4096, 32768), (4096, 40960), (4096, 49152),
-                    (4096, 65536), (256, 32768), (512, 32768), (1024, 32768), (2048, 32768)):
+                    (4096, 57344), (4096, 65536), (256, 32768), (400, 32768), (512, 32768), (1024, 32768),
+                    (2048, 32768), (512, 12288), (512, 49152), (512, 65536), (1024, 65536)):
         x = torch.randn(rows, n, device="cuda")
         line += f" | {rows}x{n} {timer.median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.2f}"
     print(line, flush=True)
 
 
-def adversarial():
-    """One line: topk (k 2048, fp32) at 4096x32768 for each of the tests' generators, checked exact."""
+def adversarial(shape="4096x32768"):
+    """One line: topk (k 2048, fp32) at `shape` for each of the tests' generators, checked exact."""
     from dsa_ops.testing import TOPK_DISTRIBUTIONS
 
+    rows, n = (int(v) for v in shape.split("x"))
     timer = Timer()
-    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
+    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library") + f" {shape}"
     for dist in TOPK_DISTRIBUTIONS:
-        x = make_scores(4096, 32768, "float32", dist)
+        x = make_scores(rows, n, "float32", dist)
         same = bool(torch.equal(torch.ops.dsa.topk(x, 2048).sort(dim=1).values,
                                 window_topk(x, 2048).sort(dim=1).values))
         line += f" | {dist} {timer.median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.1f}" + ("" if same else " WRONG")
@@ -148,5 +150,5 @@ def adversarial():
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded, "parts": parts,
-             "widths": widths, "adversarial": adversarial}
+             "widths": widths, "adversarial": lambda: adversarial(*sys.argv[2:3])}
     modes.get(mode, by_k)()

@@ -107,8 +107,8 @@ def test_distributions(dist, dtype, shape, cluster):
         check_topk(x, k, what=f"{dist} {dtype} {shape} k={k}")
 
 
-# The filter kernel's narrow shape (256 threads, three CTAs an SM: topk_heuristics::narrow_rows) takes
-# many rows (six a SM or more) of 8193 to 49152 keys, k <= 2048.
+# The filter kernel's narrow shape (256 threads, four CTAs an SM: topk_heuristics::narrow_rows) takes
+# many rows (three a SM or more) of 8193 to 49152 keys, k <= 2048.
 NARROW = [(torch.float32, 8200), (torch.float32, 49152), (torch.bfloat16, 30000), (torch.float16, 20000)]
 
 

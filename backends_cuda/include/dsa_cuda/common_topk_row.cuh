@@ -418,7 +418,7 @@ inline void active_clusters(RowKernel kernel, int threads, int smem, int* active
 // The filter kernel's launcher (kernels/topk_filter.cu): launch_topk's path for deterministic=False.
 cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream);
 // Its narrow shape, one CTA a row (kernels/topk_filter_narrow.cu), which launch_topk_filter picks for
-// the rows topk_heuristics::narrow_rows names where the device runs three of its CTAs an SM
+// the rows topk_heuristics::narrow_rows names where the device runs three or more of its CTAs an SM
 // (topk_filter_narrow_fits: the occupancy, cached per device; else the wide shape).
 bool topk_filter_narrow_fits(TopkDtype dtype, int device, int sms);
 cudaError_t launch_topk_filter_narrow(const TopkParams& p, cudaStream_t stream);

@@ -99,16 +99,19 @@ inline int32_t filter_prefetch_bytes(int64_t rows, int cluster, int sms) {
 // Whether one-CTA rows run the filter kernel's narrow shape (256 threads, four CTAs an SM, 4608
 // candidates; kernels/topk_filter.cu): rows longer than the wide shape's candidate buffer (8192 keys:
 // read once into shared memory there) and up to kNarrowMaxWidth keys, k up to kNarrowMaxK (its sampled
-// path's limit), and six rows an SM or more (fewer leave its last wave emptier than the wide shape's).
+// path's limit), and three rows an SM or more (fewer leave its last wave emptier than the wide shape's).
 // H200, k 2048, fp32, wide -> narrow (us, nineteenth session): 4096 rows of 12288 keys 201.7 -> 169.2,
 // 16384 200.3 -> 181.3, 24576 223.8 -> 204.5, 32768 241.1 -> 223.3, 40960 262.3 -> 250.7, 49152
 // 281.8 -> 278.2, 65536 327.3 -> 335.3; 32768 keys: 512 rows 37.9 -> 43.5, 1024 68.6 -> 66.8, 2048
 // 127.7 -> 120.2. Four CTAs an SM since the twenty-first session: 4096 rows of 12288 keys 145.5, 32768
-// 197.4, 49152 258.2; 1024 x 32768 59.6.
+// 197.4, 49152 258.2; 1024 x 32768 59.6; from three rows an SM (was six): 400 x 32768 35.1 -> 33.4, 512 x
+// 32768 37.2 -> 35.0, 512 x 12288 30.8 -> 27.3, 512 x 49152 42.9 -> 42.3 (ties 512 x 32768 49.4 -> 56.8).
+// Up to 65536 keys refuted: 16384 x 65536 1231 -> 1170 but its random walks 1329 -> 1371, 4096 x 65536
+// NaN/inf rows 343 -> 575 (4608 candidates: first attempts miss).
 constexpr int64_t kNarrowMaxWidth = 49152;
 constexpr int64_t kNarrowMaxK = 2048;
 inline bool narrow_rows(int64_t rows, int64_t width, int64_t k, int sms) {
-  return rows >= 6 * int64_t(sms) && width > 8192 && width <= kNarrowMaxWidth && k <= kNarrowMaxK;
+  return rows >= 3 * int64_t(sms) && width > 8192 && width <= kNarrowMaxWidth && k <= kNarrowMaxK;
 }
 
 // Whether a row too long for shared memory (one CTA per row) first tries the sampled-threshold
