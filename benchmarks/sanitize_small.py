@@ -67,6 +67,15 @@ for rows in (300, narrow_rows):
             got_any = dsa_ops.topk(s, 2048, lengths=lengths)
         assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048, lengths))), ("many rows", rows, dtype)
         ran.append(f"topk[cuda] {rows}x12000 {dtype}")
+    # their page-table form (one-CTA rows: the lookups of the write path), shifted
+    # table rows past both ends of a table of odd stride
+    pt = torch.randint(-1, 5000, (rows, 12000 // 16 + 3), device=dev, dtype=torch.int32, generator=g)
+    ptrs = torch.randint(-30, 30, (rows,), device=dev, dtype=torch.int32, generator=g)
+    want = map_through_page_table(window_topk(s, 2048, lengths), pt, None, ptrs, 16)
+    with registry.use_backend("cuda"):
+        got_any = dsa_ops.topk_page_table_transform(s, pt, lengths, 2048, page_size=16, page_table_row_starts=ptrs)
+    assert torch.equal(as_sets(got_any), as_sets(want)), ("many rows, page-table form", rows)
+    ran.append(f"topk_page_table_transform[cuda] {rows}x12000")
 # The filter kernel's second sampled attempt (dsa_ops.testing.filter_retry_rows): row 0 is finished by
 # the retry, row 1 by the exact fallback after it.
 s = filter_retry_rows().to(dev)

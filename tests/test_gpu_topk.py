@@ -147,6 +147,17 @@ def test_narrow_rows_windows_and_forms(cluster):
         out = dsa_ops.topk_page_table_transform(x, table, full, 2048, page_size=64, out_raw=out_raw)
     want = map_through_page_table(raw, table, None, None, 64)
     assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+    # windows, batches (some outside the table), shifted table rows, an odd table stride and pages of 16
+    # (1875 slots a row: the lookups of a long window in small pages)
+    table = torch.randint(-2, 1 << 20, (7, width // 16 + 5), dtype=torch.int32, device=DEV, generator=g)
+    rtb = torch.randint(-1, 8, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    ptrs = torch.randint(-40, 40, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    raw = window_topk(x, 2048, lengths, starts)
+    with dsa_ops.use_backend("cuda"):
+        out = dsa_ops.topk_page_table_transform(x, table, lengths, 2048, page_size=16, out_raw=out_raw,
+                                                row_starts=starts, row_to_batch=rtb, page_table_row_starts=ptrs)
+    want = map_through_page_table(raw, table, rtb, ptrs, 16)
+    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
     offsets = torch.randint(-1000, 1 << 20, (rows,), device=DEV, dtype=torch.int32, generator=g)
     with dsa_ops.use_backend("cuda"):
         got = dsa_ops.topk_ragged_transform(x, offsets, full, 2048)
