@@ -666,7 +666,7 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
       int32_t page[kSteps];
 #pragma unroll
       for (uint32_t u = 0; u < kSteps; ++u) {
-        page[u] = j0 + 32u * u + lane < n ? o.page_of(rel[u]) : -1;
+        page[u] = o.page_of(rel[u], j0 + 32u * u + lane < n);
       }
 #pragma unroll
       for (uint32_t u = 0; u < kSteps; ++u) {
@@ -678,11 +678,17 @@ __device__ __forceinline__ void write_staged(const uint32_t* staged, uint32_t n,
         mapped[u] = o.map(rel[u]);
       }
     }
+    // (one address a batch, the steps at immediate offsets; o.out_raw is block-uniform)
+    int32_t* const out_at = o.out + (pos + j0 + lane);
+    int32_t* const raw_at = o.out_raw != nullptr ? o.out_raw + (pos + j0 + lane) : nullptr;
 #pragma unroll
     for (uint32_t u = 0; u < kSteps; ++u) {
       const uint32_t j = j0 + 32u * u + lane;
       if (j < n && pos + j < k) {  // (pos + j < k always: exactly the r entries asked for are taken)
-        o.put_mapped(pos + j, rel[u], mapped[u]);
+        out_at[32u * u] = mapped[u];
+        if (raw_at != nullptr) {
+          raw_at[32u * u] = rel[u];
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -35,7 +36,10 @@ struct KernelArgs {
   int64_t out_raw_stride;
   const int32_t* page_table;
   int64_t batches;
-  int64_t max_pages;
+  // min(max_pages, 2^32 - 1) and min(max_pages, 2^31) (the table's columns): RowOut::slot_limit for
+  // rows whose table slots start at or above 0, and below it
+  uint32_t slot_limit;
+  uint32_t slot_limit_below;
   int64_t page_table_stride;
   const int32_t* row_to_batch;
   int64_t row_to_batch_stride;
@@ -61,6 +65,16 @@ struct KernelArgs {
   int32_t prefetch_bytes;
 };
 
+// *p when `pred`, else `other`: one predicated load (a select of its address, or a branch around it,
+// costs 3 to 6 instructions more; the page-table form's writes make one an output).
+__device__ __forceinline__ int32_t ldg_if(bool pred, const int32_t* p, int32_t other) {
+  int32_t v = other;
+  asm("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q ld.global.nc.b32 %0, [%1];\n}"
+      : "+r"(v)
+      : "l"(p), "r"(int32_t(pred)));
+  return v;
+}
+
 // Where one row's results go, with the mapping of its mode.
 struct RowOut {
   int32_t* out;
@@ -69,8 +83,14 @@ struct RowOut {
   int32_t mode;
   int32_t log2_page;
   const int32_t* table_row;
-  int64_t first_slot;
-  int64_t slots;  // 0 when the row's batch is outside the table: every index maps to -1
+  // Index rel's table slot is first_slot + (rel >> log2_page) (first_slot: page_table_row_starts[r], an
+  // int32, or 0), inside the table row when in [0, max_pages). In 32 bits: with rel >> log2_page in
+  // [0, 2^31) the slot lies in [-2^31, 2^32 - 2], so its uint32 sum slot0 + (rel >> log2_page) is in the
+  // table exactly when below slot_limit: min(max_pages, 2^32 - 1) for first_slot >= 0 (no wrap),
+  // min(max_pages, 2^31) for first_slot < 0 (negative slots wrap to 2^31 and up); 0 when the row's
+  // batch is outside the table (every index maps to -1). (64-bit slots cost ~5 instructions a lookup.)
+  uint32_t slot0;
+  uint32_t slot_limit;
   int64_t offset;
 
   __device__ __forceinline__ int32_t map(int32_t rel) const {
@@ -84,15 +104,16 @@ struct RowOut {
       const int64_t s = int64_t(rel) + offset;
       return (s < 0 || s > int64_t(INT32_MAX)) ? -1 : int32_t(s);
     }
-    return of_page(rel, page_of(rel));
+    const uint32_t slot = slot0 + uint32_t(rel >> log2_page);  // (page_of's, with a branch: fewer registers)
+    return slot < slot_limit ? of_page(rel, __ldg(table_row + slot)) : -1;
   }
   // The page-table form in two steps, so that a caller can have several lookups in flight: page_of
-  // issues the load of the page of `rel` (-1, no load, when rel < 0 or its slot is outside the table)
-  // and nothing waits on it there; of_page makes the index (-1 for a negative or too large page).
-  __device__ __forceinline__ int32_t page_of(int32_t rel) const {
-    const int64_t slot = first_slot + (rel >> log2_page);
-    const bool in = rel >= 0 && uint64_t(slot) < uint64_t(slots);  // unsigned: a negative slot fails too
-    return in ? __ldg(table_row + slot) : -1;
+  // issues the load of the page of `rel` (-1, no load, when rel < 0, its slot is outside the table or
+  // `live` is false) and nothing waits on it there; of_page makes the index (-1 for a negative or too
+  // large page).
+  __device__ __forceinline__ int32_t page_of(int32_t rel, bool live = true) const {
+    const uint32_t slot = slot0 + uint32_t(rel >> log2_page);
+    return ldg_if(live && rel >= 0 && slot < slot_limit, table_row + slot, -1);
   }
   __device__ __forceinline__ int32_t of_page(int32_t rel, int32_t page) const {
     // page * P + rel % P fits int32 exactly when 0 <= page <= INT32_MAX / P (P = 2^log2_page <= 2^31):
@@ -303,15 +324,16 @@ __device__ __forceinline__ RowOut row_out(const KernelArgs& a, int64_t r, int64_
   o.mode = a.mode;
   o.log2_page = a.log2_page;
   o.table_row = a.page_table;
-  o.first_slot = 0;
-  o.slots = 0;
+  o.slot0 = 0;
+  o.slot_limit = 0;
   o.offset = 0;
   if (a.mode == int32_t(TopkMode::kPageTable)) {
     const int64_t b = a.row_to_batch != nullptr ? int64_t(__ldg(a.row_to_batch + r * a.row_to_batch_stride)) : r;
     const bool ok = b >= 0 && b < a.batches;
     o.table_row = a.page_table + (ok ? b : 0) * a.page_table_stride;
-    o.slots = ok ? a.max_pages : 0;
-    o.first_slot = a.pt_row_starts != nullptr ? int64_t(__ldg(a.pt_row_starts + r * a.pt_row_starts_stride)) : 0;
+    const int32_t first_slot = a.pt_row_starts != nullptr ? __ldg(a.pt_row_starts + r * a.pt_row_starts_stride) : 0;
+    o.slot0 = uint32_t(first_slot);
+    o.slot_limit = !ok ? 0u : first_slot < 0 ? a.slot_limit_below : a.slot_limit;
   } else if (a.mode == int32_t(TopkMode::kRagged)) {
     o.offset = int64_t(__ldg(a.offsets + r * a.offsets_stride));
   }
@@ -357,7 +379,8 @@ inline KernelArgs make_args(const TopkParams& p) {
   a.out_raw_stride = p.out_raw_stride;
   a.page_table = p.page_table;
   a.batches = p.batches;
-  a.max_pages = p.max_pages;
+  a.slot_limit = uint32_t(std::min<int64_t>(p.max_pages, UINT32_MAX));
+  a.slot_limit_below = uint32_t(std::min<int64_t>(p.max_pages, int64_t(1) << 31));
   a.page_table_stride = p.page_table_stride;
   a.row_to_batch = p.row_to_batch;
   a.row_to_batch_stride = p.row_to_batch_stride;
