@@ -4,6 +4,7 @@
     DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py run ROWS WIDTH [K]    # 3 calls (ncu target)
     DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py runpt ROWS WIDTH       # the same, page-table form
     DSA_OPS_CUDA_LIB=<trace so> python benchmarks/profile_topk.py trace           # phase stamps, a few shapes
+                                                                                  # (and the page-table form of 3)
 """
 
 import sys
@@ -54,6 +55,9 @@ def trace() -> None:
                                (4096, 32768, torch.bfloat16), (1, 131072, torch.bfloat16)):
         print(f"# shape {rows}x{width}{'' if dtype == torch.float32 else 'bf16'}", flush=True)
         run(rows, width, dtype=dtype)
+        if dtype == torch.float32 and rows in (1, 20, 4096) and width < 2**17 + 4096:  # and their page-table form
+            print(f"# shape {rows}x{width}pt", flush=True)
+            run_page_table(rows, width)
 
 
 if __name__ == "__main__":
