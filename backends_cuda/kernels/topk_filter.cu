@@ -86,7 +86,7 @@ constexpr int kCtasPerSm = kNarrow ? 3 : 2;
 #else
 constexpr int kCtasPerSm = kNarrow ? 4 : 2;
 #endif
-constexpr int kMinCtasPerSm = kNarrow ? 3 : 2;
+[[maybe_unused]] constexpr int kMinCtasPerSm = kNarrow ? 3 : 2;
 // The narrow shape's histogram shares the stage buffer (the filter pass, the stages' only user, uses no
 // histogram), so that four CTAs fit an SM.
 constexpr bool kHistInStage = kNarrow;
@@ -1673,8 +1673,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         // A one-CTA row binned on the sampled range: the threshold bin from its 2048 bins (one scan, no
         // level over the candidates) when it is taken whole or small enough to rank (as select_list
         // stops: kWarpBin entries of mixed values, kRankBin of one), else the candidates' own select.
-        ListSelect row_sel;
-        BinMode row_mode;
+        ListSelect row_sel{0u, SelectState{0u, 0u, 0u, 0u}};
+        BinMode row_mode = BinMode::kWhole;
         bool row_selected = false;
         if constexpr (!kSplit) {
           if (ok && one_round) {
