@@ -302,6 +302,40 @@ def test_decode_rows_by_cluster_size(csize, monkeypatch):
                                                     generator=g))
 
 
+@pytest.mark.parametrize("csize", [2, 4, 8])
+def test_split_rows_page_table_forms(csize, monkeypatch):
+    # Split rows' page-table form with every option (each CTA writes its own outputs; at 2 CTAs rank 0
+    # writes the gathered candidates): windows with starts (negative too), first table slots below 0 and
+    # past the window's pages, batches outside the table, an odd table stride (table rows not 16-byte
+    # aligned), pages of 16, 64 and 2^20 keys; windows of the whole row (rows 0 and 2: a length past the
+    # row end), with bf16 and fp16 scores too.
+    _mode(monkeypatch, str(csize))
+    g = torch.Generator(device=DEV).manual_seed(50 + csize)
+    rows, w, k, nb = 6, 1 << 17, 2048, 3
+    x = torch.randn(rows, w, device=DEV, generator=g)
+    x[3:] = x[3:].bfloat16().float()  # (ties of bf16 values in half the rows)
+    lengths = torch.tensor([w, 100000, w + 50, 70001, 90000, w - 7], device=DEV, dtype=torch.int32)
+    starts = torch.tensor([0, -5, 1000, 17, -3000, 3], device=DEV, dtype=torch.int32)
+    rtb = torch.tensor([0, 2, 1, -1, 2, 3], device=DEV, dtype=torch.int32)
+    for page_size in (16, 64, 1 << 20):
+        max_pages = w // page_size + 11  # (odd for 16 and 64: every table row but the first misaligned)
+        pt = torch.randint(-1, 1 << 20, (nb, max_pages), device=DEV, dtype=torch.int32, generator=g)
+        ptrs = torch.tensor([0, -3, 5, 2, -(w // page_size) // 2, max_pages - 3], device=DEV, dtype=torch.int32)
+        for kw in (dict(), dict(row_starts=starts, row_to_batch=rtb, page_table_row_starts=ptrs)):
+            raw = window_topk(x, k, lengths, kw.get("row_starts"))
+            want = map_through_page_table(raw, pt, kw.get("row_to_batch"), kw.get("page_table_row_starts"),
+                                          page_size)
+            out = torch.full((rows, k), POISON, device=DEV, dtype=torch.int32)
+            out_raw = torch.full((rows, k), POISON, device=DEV, dtype=torch.int32)
+            with dsa_ops.use_backend("cuda"):
+                dsa_ops.topk_page_table_transform(x, pt, lengths, k, page_size=page_size, out=out, out_raw=out_raw,
+                                                  **kw)
+            assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want)), (csize, page_size, kw.keys())
+    full = torch.full((rows,), w, device=DEV, dtype=torch.int32)
+    for dtype in (torch.bfloat16, torch.float16):
+        check_topk(x.to(dtype), k, full, what=f"{csize}-CTA {dtype}, whole-row windows")
+
+
 @pytest.mark.parametrize("csize", [4, 8])
 def test_spread_select_paths(csize, monkeypatch):
     # A spread row's select (hist_select: the CTAs' histograms summed slice by slice through distributed
