@@ -4,6 +4,7 @@
     python benchmarks/probe_topk.py clusters   # decode-like shapes under each forced cluster size
     python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
     python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
+    python benchmarks/probe_topk.py ptt_decode # ptt's fp32 shapes of at most 64 rows only
     python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
     python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
     python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
@@ -33,9 +34,10 @@ def by_k():
         print(line, flush=True)
 
 
-def shapes(ptt=False):
+def shapes(ptt=False, decode_only=False):
     """One line: the issue's shapes (fp32; bf16 4096x32768 and decode rows; nan_inf 4096x32768), and with
-    ptt=True the page-table form after each (page size 64, full lengths, out=, as bench_topk.py)."""
+    ptt=True the page-table form after each (page size 64, full lengths, out=, as bench_topk.py).
+    decode_only: the fp32 shapes of at most 64 rows only (a few seconds a pass)."""
     timer = Timer()
     line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
     for rows, n, dtype in ((4096, 32768, torch.float32), (16384, 65536, torch.float32), (4096, 131072, torch.float32),
@@ -44,6 +46,8 @@ def shapes(ptt=False):
                            (20, 134868, torch.bfloat16), (4096, 32768, "nan_inf"), (4096, 32768, "walk"),
                            (16384, 65536, "walk"), (64, 131072, "walk"), (1, 131072, "walk"),
                            (20, 134868, "walk")):
+        if decode_only and (rows > 64 or dtype == torch.bfloat16):
+            continue
         if dtype in ("nan_inf", "walk"):  # (the bench's generators: NaN, +-inf and normal; random walks)
             x = make_scores(rows, n, "float32", dtype)
             same = bool(torch.equal(torch.ops.dsa.topk(x, 2048).sort(dim=1).values,
@@ -194,6 +198,7 @@ def host(passes=3):
 
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True), "seeded": seeded, "parts": parts,
+    modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True),
+             "ptt_decode": lambda: shapes(ptt=True, decode_only=True), "seeded": seeded, "parts": parts,
              "widths": widths, "adversarial": lambda: adversarial(*sys.argv[2:3]), "host": host}
     modes.get(mode, by_k)()
