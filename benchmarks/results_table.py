@@ -1,7 +1,16 @@
-"""Generates results/<gpu>.md from results/<gpu>.json: `python benchmarks/results_table.py FILE.json`."""
+"""Results tables of the benchmarks.
+
+    python benchmarks/results_table.py FILE.json
+        writes FILE.md from FILE.json (what `pytest benchmarks/... --dsa-results FILE.json` wrote).
+    python benchmarks/results_table.py merge NEW.json INTO.json --ops topk [--ops ...] --command "..."
+        replaces INTO's rows of those ops with NEW's (in place, where INTO had them), takes NEW's run fields
+        (device, torch, triton, date, copy bandwidth), sets the command, which must say where the rows
+        of the other ops come from, and rewrites INTO.md.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -38,5 +47,49 @@ def write_markdown(json_path: str) -> str:
     return md
 
 
+RUN_FIELDS = ("device", "torch", "triton", "date", "copy_bandwidth_gbps")
+
+
+def merge(new_path: str, into_path: str, ops: list, command: str) -> dict:
+    """Replace `into`'s rows of `ops` with `new`'s; every other row and the ceilings stay. Returns the merged doc."""
+    new, into = json.load(open(new_path)), json.load(open(into_path))
+    if not command.strip():
+        raise ValueError("merge needs --command: the run the merged rows come from, and where the others do")
+    fresh = [r for r in new["results"] if r["op"] in ops]
+    missing = sorted(set(ops) - {r["op"] for r in fresh})
+    if missing:
+        raise ValueError(f"{new_path} has no rows of {missing}")
+    rows, placed = [], False
+    for r in into["results"]:
+        if r["op"] not in ops:
+            rows.append(r)
+        elif not placed:  # the fresh rows take the place of the first replaced one
+            rows.extend(fresh)
+            placed = True
+    if not placed:
+        rows.extend(fresh)
+    into.update({k: new[k] for k in RUN_FIELDS if k in new})
+    into["command"] = command
+    into["results"] = rows
+    with open(into_path, "w") as f:
+        json.dump(into, f, indent=1)  # (as benchmarks/conftest.py writes it)
+    write_markdown(into_path)
+    return into
+
+
+def main(argv: list) -> None:
+    if argv[:1] != ["merge"]:
+        print(write_markdown(argv[0]))
+        return
+    ap = argparse.ArgumentParser(prog="results_table.py merge")
+    ap.add_argument("new")
+    ap.add_argument("into")
+    ap.add_argument("--ops", action="append", required=True)
+    ap.add_argument("--command", required=True)
+    a = ap.parse_args(argv[1:])
+    doc = merge(a.new, a.into, a.ops, a.command)
+    print(f"{a.into}: {len(doc['results'])} rows ({', '.join(a.ops)} from {a.new})")
+
+
 if __name__ == "__main__":
-    print(write_markdown(sys.argv[1]))
+    main(sys.argv[1:])
