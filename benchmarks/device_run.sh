@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build, test, sanitize and time everything on the GPU machine, logs under $OUT.
 #   bash benchmarks/device_run.sh [stages...]     stages: build test bench sanitize (default: all), keepso
-# TESTS / BENCH narrow the test and benchmark files (default: tests, benchmarks/bench_*.py), e.g.
+# TESTS / BENCH narrow the test and benchmark files (default: tests, benchmarks/bench_*.py), SANITIZE the
+# compute-sanitizer runs (below), e.g.
 #   TESTS=tests/test_gpu_topk.py BENCH=benchmarks/bench_topk.py bash benchmarks/device_run.sh build test bench
 # With `keepso` the built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to
 # skip the build next time.
@@ -46,19 +47,25 @@ if has bench; then
   log "benchmarks"
   python3 -m pytest ${BENCH:-benchmarks/bench_*.py} -m gpu -q -s -p no:cacheprovider --dsa-results "$OUT/h200.json" \
     --benchmark-json /tmp/pytest_benchmark.json 2>&1 | tee "$OUT/bench.log" | grep -E "^  |passed|failed|error" | tail -80
+  [[ -s "$OUT/h200.json" ]] && python3 benchmarks/goals_topk.py "$OUT/h200.json" 2>&1 | tee "$OUT/goals_topk.md"
 fi
 
 if has sanitize; then
   log "compute-sanitizer"
   # Every top-k path: default (shared-memory, cluster split, short windows), one CTA per row
   # (sampled threshold), and no sampling (streamed radix passes, candidate copy, 4-read rescan).
-  for mode in "" "DSA_OPS_TOPK_CLUSTER=1" "DSA_OPS_TOPK_CLUSTER=1 DSA_OPS_TOPK_SAMPLE=0"; do
-    for tool in memcheck racecheck; do
-      f="$OUT/sanitizer.log"
-      echo "--- $tool ${mode:-default}" >> "$f"
-      env $mode timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_small.py >> "$f" 2>&1
-      echo "compute-sanitizer $tool [${mode:-default}] exit $?: $(tail -2 "$f" | tr '\n' ' ')"
-    done
+  # SANITIZE picks runs as tool[:mode], mode's commas standing for spaces, e.g. SANITIZE="memcheck
+  # racecheck:DSA_OPS_TOPK_CLUSTER=4" (racecheck takes 100-150 s a run: six runs outlast one call).
+  default_runs="memcheck racecheck memcheck:DSA_OPS_TOPK_CLUSTER=1 racecheck:DSA_OPS_TOPK_CLUSTER=1"
+  default_runs+=" memcheck:DSA_OPS_TOPK_CLUSTER=1,DSA_OPS_TOPK_SAMPLE=0 racecheck:DSA_OPS_TOPK_CLUSTER=1,DSA_OPS_TOPK_SAMPLE=0"
+  for run in ${SANITIZE:-$default_runs}; do
+    tool=${run%%:*}
+    mode=$([[ $run == *:* ]] && echo "${run#*:}" | tr , ' ')
+    f="$OUT/sanitizer.log"
+    echo "--- $tool ${mode:-default}" >> "$f"
+    env $mode timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      python3 benchmarks/sanitize_small.py >> "$f" 2>&1
+    echo "compute-sanitizer $tool [${mode:-default}] exit $?: $(tail -2 "$f" | tr '\n' ' ')"
   done
 fi
 log "done (tests rc=$rc)"

@@ -40,27 +40,48 @@ class Timer:
 
     def graph_median_us(self, fn: Callable, *, iters: int = 50, replays_per_sample: int = 20) -> float:
         """Median time of fn() by CUDA-graph replay: launch and Python costs do not hide the kernel."""
+        return self.graph_medians_us([fn], iters=iters, replays_per_sample=replays_per_sample)[0]
+
+    def graph_medians_us(self, fns: list, *, iters: int = 50, replays_per_sample: int = 20) -> list:
+        """graph_median_us of each of fns, their samples interleaved (f0, f1, ..., f0, f1, ...): the clock
+        and the host drift alike for all, so their ratios are the fairest a run gives."""
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
+            for fn in fns:
+                for _ in range(3):
+                    fn()
         torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(replays_per_sample):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(iters):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
+        graphs = []
+        for fn in fns:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(replays_per_sample):
+                    fn()
             g.replay()
-            b.record()
-            b.synchronize()
-            samples.append(a.elapsed_time(b) * 1e3 / replays_per_sample)
-        return statistics.median(samples)
+            graphs.append(g)
+        torch.cuda.synchronize()
+
+        def sample(g):
+            def one() -> float:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                return a.elapsed_time(b) * 1e3 / replays_per_sample
+            return one
+
+        return interleaved_medians([sample(g) for g in graphs], iters)
+
+
+def interleaved_medians(samplers: list, iters: int) -> list:
+    """Median of `iters` calls of each sampler, called in turn (s0, s1, ..., s0, s1, ...)."""
+    samples = [[] for _ in samplers]
+    for _ in range(iters):
+        for got, sampler in zip(samples, samplers):
+            got.append(sampler())
+    return [statistics.median(got) for got in samples]
 
 
 def host_overhead_us(fn: Callable, calls: int = 2000, batches: int = 1) -> tuple[float, float]:
