@@ -1889,20 +1889,13 @@ bool topk_filter_narrow_fits(TopkDtype dtype, int device, int sms) {
          active[1] >= d::kMinCtasPerSm * sms;
 }
 
-cudaError_t launch_topk_filter_narrow(const TopkParams& p, cudaStream_t stream) {
+cudaError_t launch_topk_filter_narrow(const TopkParams& p, topk_row::KernelArgs a, int sms, cudaStream_t stream) {
   namespace d = topk_filter_narrow_detail;
   namespace h = topk_heuristics;
   const d::Kernel kernel = d::kernel_for<false>(p.dtype);
   if (kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
-  topk_row::KernelArgs a = topk_row::make_args(p);
-  int device = 0;
-  int sms = 0;
-  DSA_CUDA_CHECK(cudaGetDevice(&device));
-  DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
-  int active[h::kMaxCluster + 1] = {};
-  DSA_CUDA_CHECK(d::prepare(kernel, 2 * int(p.dtype), device, active));  // (the shared-memory limit)
   a.cluster = 1;
   a.sample = h::filter_sampling() ? 1 : 0;
   a.prefetch_bytes = h::filter_prefetch_bytes(p.rows, 1, sms);
@@ -1931,7 +1924,7 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
     cluster = h::filter_cluster_size(p.rows, cluster, active);
   }
   if (cluster == 1 && h::narrow_rows(p.rows, p.width, p.k, sms) && topk_filter_narrow_fits(p.dtype, device, sms)) {
-    return launch_topk_filter_narrow(p, stream);
+    return launch_topk_filter_narrow(p, a, sms, stream);  // (fits() set its shared-memory limit)
   }
   if (active[cluster] < 1 || p.rows * cluster > INT32_MAX) {  // (a forced size the device cannot run)
     cluster = 1;

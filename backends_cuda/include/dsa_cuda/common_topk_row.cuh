@@ -442,8 +442,10 @@ inline void active_clusters(RowKernel kernel, int threads, int smem, int* active
 cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream);
 // Its narrow shape, one CTA a row (kernels/topk_filter_narrow.cu), which launch_topk_filter picks for
 // the rows topk_heuristics::narrow_rows names where the device runs three or more of its CTAs an SM
-// (topk_filter_narrow_fits: the occupancy, cached per device; else the wide shape).
+// (topk_filter_narrow_fits: the occupancy, cached per device, and the kernel's shared-memory limit set;
+// else the wide shape). The launch takes the arguments launch_topk_filter made and the device's SMs, and
+// must follow a fits() that said yes on the current device.
 bool topk_filter_narrow_fits(TopkDtype dtype, int device, int sms);
-cudaError_t launch_topk_filter_narrow(const TopkParams& p, cudaStream_t stream);
+cudaError_t launch_topk_filter_narrow(const TopkParams& p, topk_row::KernelArgs a, int sms, cudaStream_t stream);
 
 }  // namespace dsa_cuda
