@@ -10,7 +10,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops import registry
-from harness import host_overhead_us, record
+from harness import host_overheads_us, record
 from topk_cases import cases, graph_timed, make_scores, page_table_args
 
 pytestmark = pytest.mark.gpu
@@ -38,14 +38,15 @@ def test_topk(bench, benchmark, case):
         us = _time(bench, rows, fn)
         extra = {"exact": exact, "timing": "cuda-graph replay" if graph_timed(rows) else "cuda events, cold L2"}
         if graph_timed(rows):
-            # (median and min over 10 batches of 100 calls: the host's spread between runs is wide)
-            med, best = host_overhead_us(fn, calls=1000, batches=10)
-            extra["host_overhead_us"], extra["host_overhead_min_us"] = round(med, 2), round(best, 2)
-            # The same for a trivial torch op, in the same process: the host's own pace (a torch.add on 16
-            # floats took 9.3-10.2 us a call on one session's machine, where topk took 11.3-14.1).
+            # (median and min over 10 batches of 100 calls: the host's spread between runs is wide.) Beside
+            # it, batches taken in turn with topk's, a trivial torch op: the host's own pace (a torch.add on
+            # 16 floats took 7.0 to 13.0 us a call in five runs of one session). Not torch.topk: at these
+            # widths its call waits on the device (135-442 us a call on the H200).
             x16, y16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
             add = lambda: torch.add(x16, 1, out=y16)  # noqa: E731
-            extra["host_overhead_torch_add_us"] = round(host_overhead_us(add, calls=1000, batches=10)[0], 2)
+            (med, best), (add_med, _) = host_overheads_us([fn, add], calls=1000, batches=10)
+            extra["host_overhead_us"], extra["host_overhead_min_us"] = round(med, 2), round(best, 2)
+            extra["host_overhead_torch_add_us"] = round(add_med, 2)
         benchmark.pedantic(lambda: (fn(), torch.cuda.synchronize()), rounds=5, warmup_rounds=1)
         baselines = {}
         main = case["dtype"] == "float32" and case["distribution"] == "normal"
@@ -54,21 +55,28 @@ def test_topk(bench, benchmark, case):
             ptt = lambda: dsa_ops.topk_page_table_transform(scores, pt, lengths, k, page_size=64, out=out)  # noqa: E731
             offsets = torch.zeros(rows, dtype=torch.int32, device="cuda")
             ragged = lambda: dsa_ops.topk_ragged_transform(scores, offsets, lengths, k)  # noqa: E731
+            # topk given the form's `lengths`: the form's extra apart from reading and clamping the window
+            windowed = lambda: torch.ops.dsa.topk(scores, k, lengths=lengths)  # noqa: E731
             # (offsets 0, full windows: the same set as topk's)
-            same = bool(torch.equal(torch.sort(ragged(), dim=1).values, torch.sort(got, dim=1).values))
+            same = all(bool(torch.equal(torch.sort(f(), dim=1).values, torch.sort(got, dim=1).values))
+                       for f in (ragged, windowed))
             extra["exact"] = exact = exact and same
             if graph_timed(rows):
                 # The forms' ratios from samples interleaved with topk's own: a decode row's time moves by up
                 # to ~0.5 us between timings of one call (1x131072: 9.4-10.0 us, notes_topk.md round 23),
                 # more than the 1.05 goal's margin.
-                paired, ptt_us, ragged_us = bench.timer.graph_medians_us([fn, ptt, ragged], iters=100)
+                paired, ptt_us, ragged_us, windowed_us = bench.timer.graph_medians_us([fn, ptt, ragged, windowed],
+                                                                                      iters=100)
                 extra["forms_timing"] = f"graph replays interleaved with topk's ({round(paired, 3)} us there)"
             else:
                 paired, ptt_us, ragged_us = us, bench.timer.median_us(ptt), bench.timer.median_us(ragged)
+                windowed_us = bench.timer.median_us(windowed)
             extra["page_table_transform_us"] = round(ptt_us, 3)
             extra["page_table_transform_ratio"] = round(ptt_us / paired, 3)
             extra["ragged_transform_us"] = round(ragged_us, 3)
             extra["ragged_transform_ratio"] = round(ragged_us / paired, 3)
+            extra["topk_with_lengths_us"] = round(windowed_us, 3)
+            extra["page_table_transform_ratio_to_topk_with_lengths"] = round(ptt_us / windowed_us, 3)
     if case["distribution"] in ("normal", "ties", "narrow"):  # torch.topk is too slow to time on every case
         baselines["torch"] = _time(bench, rows, lambda: torch.topk(scores, k, dim=1, sorted=False))
     if "goal" in case:

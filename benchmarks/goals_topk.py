@@ -36,9 +36,12 @@ def goals(doc: dict) -> list:
         out.append((label, figure, x <= goal and bool(r.get("exact"))))
     for (rows, keys), r in found.items():
         ratio = None if r is None else r.get("page_table_transform_ratio")
-        out.append((f"{rows}x{keys} page-table form <= {PAGE_TABLE_RATIO_GOAL}x topk",
-                    "not in the file" if ratio is None else f"{ratio}", None if ratio is None else
-                    ratio <= PAGE_TABLE_RATIO_GOAL))
+        # (judged against plain topk; the ratio to topk given the same `lengths` is shown, not judged)
+        windowed = None if r is None else r.get("page_table_transform_ratio_to_topk_with_lengths")
+        figure = "not in the file" if ratio is None else f"{ratio}" + (
+            "" if windowed is None else f" ({windowed} to topk with the same lengths)")
+        out.append((f"{rows}x{keys} page-table form <= {PAGE_TABLE_RATIO_GOAL}x topk", figure,
+                    None if ratio is None else ratio <= PAGE_TABLE_RATIO_GOAL))
     for (rows, keys), r in found.items():
         if r is None or "host_overhead_us" not in r:
             continue

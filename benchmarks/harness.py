@@ -75,32 +75,52 @@ class Timer:
         return interleaved_medians([sample(g) for g in graphs], iters)
 
 
-def interleaved_medians(samplers: list, iters: int) -> list:
-    """Median of `iters` calls of each sampler, called in turn (s0, s1, ..., s0, s1, ...)."""
+def interleaved_samples(samplers: list, iters: int) -> list:
+    """`iters` calls of each sampler, called in turn (s0, s1, ..., s0, s1, ...): each sampler's values."""
     samples = [[] for _ in samplers]
     for _ in range(iters):
         for got, sampler in zip(samples, samplers):
             got.append(sampler())
-    return [statistics.median(got) for got in samples]
+    return samples
+
+
+def interleaved_medians(samplers: list, iters: int) -> list:
+    """Median of `iters` calls of each sampler, called in turn (s0, s1, ..., s0, s1, ...)."""
+    return [statistics.median(got) for got in interleaved_samples(samplers, iters)]
 
 
 def host_overhead_us(fn: Callable, calls: int = 2000, batches: int = 1) -> tuple[float, float]:
-    """Per-call host time of fn(): wall time of back-to-back calls, no sync inside, in `batches`
-    batches of calls / batches each (synchronised between batches). Returns (median, min) over the
-    batches' per-call means: the median is the figure, the min shows what a quiet host gives."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
+    """Per-call host time of fn(): (median, min) over batches, as host_overheads_us."""
+    return host_overheads_us([fn], calls=calls, batches=batches)[0]
+
+
+def host_overheads_us(fns: list, calls: int = 2000, batches: int = 1, warmup_s: float = 0.05) -> list:
+    """Per-call host time of each of fns: wall time of back-to-back calls, no sync inside, in `batches`
+    batches of calls / batches each (synchronised between batches), the fns' batches taken in turn so
+    that a change of the host's pace meets all alike. Before them, `warmup_s` of the same batches: the
+    first decode shape of a bench run, measured right after the many-row shapes, read 12.5 us a call
+    where the next two read 9.0 (torch.add beside them 8.8 against 7.0: the host's own pace moved).
+    Returns (median, min) for each fn over its batches' per-call means: the median is the figure, the
+    min shows what a quiet host gives."""
     n = max(1, calls // batches)
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        per_call.append((t1 - t0) / n * 1e6)
-    return statistics.median(per_call), min(per_call)
+
+    def batch(fn) -> Callable[[], float]:
+        def one() -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            return (t1 - t0) / n * 1e6
+        return one
+
+    samplers = [batch(fn) for fn in fns]
+    end = time.perf_counter() + warmup_s
+    while True:
+        interleaved_samples(samplers, 1)
+        if time.perf_counter() >= end:
+            break
+    return [(statistics.median(got), min(got)) for got in interleaved_samples(samplers, batches)]
 
 
 def score_error(name: str, out: torch.Tensor, ref: torch.Tensor, fp8_mma: bool, failed: list) -> None:

@@ -36,3 +36,13 @@ def test_a_drift_shared_by_interleaved_samplers_leaves_their_ratio():
     assert abs(b / a - 1.05) < 2e-3
     (a,), (b,) = harness.interleaved_medians([plain], iters=100), harness.interleaved_medians([form], iters=100)
     assert b / a > 1.12
+
+
+def test_host_overheads_take_batches_in_turn_after_a_warmup(monkeypatch):
+    monkeypatch.setattr(harness.torch.cuda, "synchronize", lambda: None)  # (no device: nothing to wait on)
+    calls = []
+    got = harness.host_overheads_us([lambda: calls.append("a"), lambda: calls.append("b")], calls=30, batches=3,
+                                    warmup_s=0.0)
+    # one warm-up round of a batch each, then three batches each, in turn: a*10 b*10 a*10 b*10 ...
+    assert calls == (["a"] * 10 + ["b"] * 10) * 4
+    assert len(got) == 2 and all(0 <= best <= med for med, best in got)
