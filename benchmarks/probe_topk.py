@@ -5,6 +5,7 @@
     python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
     python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
     python benchmarks/probe_topk.py ptt_decode # ptt's fp32 shapes of at most 64 rows only
+    python benchmarks/probe_topk.py pairs      # decode rows: topk, page-table form, topk with lengths, interleaved
     python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
     python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
     python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
@@ -69,6 +70,33 @@ def shapes(ptt=False, decode_only=False):
         line += f" | {rows}x{n}{tag} " + " ".join(f"{t:.1f}" for t in times)
         line += "" if same else " WRONG"
         del x
+    print(line, flush=True)
+
+
+def pairs():
+    """One line: the decode rows of bench_topk.py (fp32 normal; random walks of 1x131072), each timed as the
+    bench does, graph replays of topk, the page-table form and topk given the same lengths interleaved
+    (Timer.graph_medians_us), to 3 decimals with the form's ratios to both; the form's output checked."""
+    timer = Timer()
+    line = os.environ.get("DSA_OPS_CUDA_LIB", "built library")
+    for rows, n, dist in ((1, 131072, "normal"), (20, 134868, "normal"), (64, 1048576, "normal"),
+                          (1, 131072, "walk")):
+        x = make_scores(rows, n, "float32", dist)
+        pt, lengths = page_table_args(rows, n)
+        out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+        fns = [lambda x=x: torch.ops.dsa.topk(x, 2048),
+               lambda x=x, pt=pt, lengths=lengths, out=out: torch.ops.dsa.topk_page_table_transform.out(
+                   x, pt, lengths, 2048, page_size=64, out=out),
+               lambda x=x, lengths=lengths: torch.ops.dsa.topk(x, 2048, lengths=lengths)]
+        # (the table maps row r's column c to r * pt.shape[1] * 64 + c)
+        want = window_topk(x, 2048).sort(dim=1).values
+        shift = torch.arange(rows, device="cuda", dtype=torch.int32)[:, None] * (pt.shape[1] * 64)
+        fns[1]()  # (the .out overload returns nothing: read `out`)
+        same = bool(torch.equal((out - shift).sort(dim=1).values, want))
+        plain, form, windowed = timer.graph_medians_us(fns, iters=100)
+        line += (f" | {rows}x{n}{'' if dist == 'normal' else ' ' + dist} {plain:.3f} {form:.3f} {windowed:.3f}"
+                 f" {form / plain:.3f} {form / windowed:.3f}" + ("" if same else " WRONG"))
+        del x, fns
     print(line, flush=True)
 
 
@@ -199,6 +227,6 @@ def host(passes=3):
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True),
-             "ptt_decode": lambda: shapes(ptt=True, decode_only=True), "seeded": seeded, "parts": parts,
+             "ptt_decode": lambda: shapes(ptt=True, decode_only=True), "pairs": pairs, "seeded": seeded, "parts": parts,
              "widths": widths, "adversarial": lambda: adversarial(*sys.argv[2:3]), "host": host}
     modes.get(mode, by_k)()
