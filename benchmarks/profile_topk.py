@@ -4,7 +4,7 @@
     DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py run ROWS WIDTH [K]    # 3 calls (ncu target)
     DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py runpt ROWS WIDTH       # the same, page-table form
     DSA_OPS_CUDA_LIB=<trace so> python benchmarks/profile_topk.py trace           # phase stamps, a few shapes
-                                                                                  # (and the page-table form of 3)
+                                                  # (and the page-table form of 3, and topk with its lengths)
 """
 
 import sys
@@ -48,6 +48,18 @@ def run_page_table(rows: int, width: int, k: int = 2048) -> None:
     torch.cuda.synchronize()
 
 
+def run_with_lengths(rows: int, width: int, k: int = 2048) -> None:
+    """As run(), topk given the page-table form's full lengths (its extra apart from the lookups)."""
+    import dsa_ops  # noqa: F401
+    from topk_cases import page_table_args
+
+    x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    _, lengths = page_table_args(rows, width)
+    for _ in range(3):
+        torch.ops.dsa.topk(x, k, lengths=lengths)
+    torch.cuda.synchronize()
+
+
 def trace() -> None:
     # Each printed line: "trace <block> <phase> <SM cycles since the previous phase> <%globaltimer ns>".
     for rows, width, dtype in ((4096, 32768, torch.float32), (1, 131072, torch.float32), (20, 134868, torch.float32),
@@ -58,6 +70,8 @@ def trace() -> None:
         if dtype == torch.float32 and rows in (1, 20, 4096) and width < 2**17 + 4096:  # and their page-table form
             print(f"# shape {rows}x{width}pt", flush=True)
             run_page_table(rows, width)
+            print(f"# shape {rows}x{width}wl", flush=True)  # (topk with the same lengths)
+            run_with_lengths(rows, width)
 
 
 if __name__ == "__main__":

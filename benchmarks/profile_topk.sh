@@ -6,18 +6,23 @@
 #   bash benchmarks/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
 # A shape ending in "pt" (4096x32768pt) profiles the page-table form (profile_topk.py runpt).
 # With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records, per phase, the SM clock cycles
-# since the previous phase of every 512th CTA (trace.log, medians in trace_summary.txt).
+# since the previous phase of every 512th CTA (trace.log, medians in trace_summary.txt). TRACE=only: that
+# alone, TRACE_PASSES times (default 1), no ncu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsa_out}; P=/tmp/dsa_profile; rm -rf "$P"; mkdir -p "$P"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "root' user" | tail -3
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
-python3 benchmarks/profile_topk.py build "-lineinfo" > "$P/build_line.log" 2>&1
-LINE_SO=$(tail -1 "$P/build_line.log")
-if [[ "${TRACE:-0}" == 1 ]]; then
+if [[ "${TRACE:-0}" != only ]]; then
+  python3 benchmarks/profile_topk.py build "-lineinfo" > "$P/build_line.log" 2>&1
+  LINE_SO=$(tail -1 "$P/build_line.log")
+fi
+if [[ "${TRACE:-0}" != 0 ]]; then
   python3 benchmarks/profile_topk.py build "-DDSA_TOPK_TRACE" > "$P/build_trace.log" 2>&1
-  DSA_OPS_CUDA_LIB=$(tail -1 "$P/build_trace.log") python3 benchmarks/profile_topk.py trace > "$P/trace.log" 2>&1
+  for _ in $(seq "${TRACE_PASSES:-1}"); do
+    DSA_OPS_CUDA_LIB=$(tail -1 "$P/build_trace.log") python3 benchmarks/profile_topk.py trace >> "$P/trace.log" 2>&1
+  done
   python3 - "$P/trace.log" <<'PY' | tee "$P/trace_summary.txt"
 import collections, sys
 shape, acc = None, collections.OrderedDict()
@@ -31,6 +36,10 @@ for (s, ph), v in acc.items():
     v.sort()
     print(f"{s:>12} ->{ph:10} median {v[len(v) // 2]:8d} cycles ({v[len(v) // 2] / 1980:6.2f} us at 1.98 GHz), n={len(v)}")
 PY
+  if [[ "${TRACE}" == only ]]; then
+    cp "$P/trace.log" "$P/trace_summary.txt" "$OUT/"
+    exit 0
+  fi
 fi
 for shape in ${*:-4096x32768 1x131072}; do
   rows=${shape%x*}; width=${shape#*x}; what=run
