@@ -69,8 +69,8 @@ def test_topk(bench, benchmark, case):
                                                                                       iters=100)
                 extra["forms_timing"] = f"graph replays interleaved with topk's ({round(paired, 3)} us there)"
             else:
-                paired, ptt_us, ragged_us = us, bench.timer.median_us(ptt), bench.timer.median_us(ragged)
-                windowed_us = bench.timer.median_us(windowed)
+                paired = us
+                ptt_us, ragged_us, windowed_us = (bench.timer.median_us(f) for f in (ptt, ragged, windowed))
             extra["page_table_transform_us"] = round(ptt_us, 3)
             extra["page_table_transform_ratio"] = round(ptt_us / paired, 3)
             extra["ragged_transform_us"] = round(ragged_us, 3)

@@ -35,8 +35,9 @@ def run(rows: int, width: int, k: int = 2048, dtype=torch.float32) -> None:
     torch.cuda.synchronize()
 
 
-def run_page_table(rows: int, width: int, k: int = 2048) -> None:
-    """As run(), the page-table form (page size 64, full lengths, out=) as bench_topk.py times it."""
+def run_page_table(rows: int, width: int, k: int = 2048, lookups: bool = True) -> None:
+    """As run(), the page-table form (page size 64, full lengths, out=) as bench_topk.py times it; with
+    lookups=False, topk given the same lengths (the form's extra apart from the lookups)."""
     import dsa_ops  # noqa: F401
     from topk_cases import page_table_args  # (benchmarks/, the script's folder, is on sys.path)
 
@@ -44,19 +45,10 @@ def run_page_table(rows: int, width: int, k: int = 2048) -> None:
     pt, lengths = page_table_args(rows, width)
     out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
     for _ in range(3):
-        torch.ops.dsa.topk_page_table_transform.out(x, pt, lengths, k, page_size=64, out=out)
-    torch.cuda.synchronize()
-
-
-def run_with_lengths(rows: int, width: int, k: int = 2048) -> None:
-    """As run(), topk given the page-table form's full lengths (its extra apart from the lookups)."""
-    import dsa_ops  # noqa: F401
-    from topk_cases import page_table_args
-
-    x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-    _, lengths = page_table_args(rows, width)
-    for _ in range(3):
-        torch.ops.dsa.topk(x, k, lengths=lengths)
+        if lookups:
+            torch.ops.dsa.topk_page_table_transform.out(x, pt, lengths, k, page_size=64, out=out)
+        else:
+            torch.ops.dsa.topk(x, k, lengths=lengths)
     torch.cuda.synchronize()
 
 
@@ -71,7 +63,7 @@ def trace() -> None:
             print(f"# shape {rows}x{width}pt", flush=True)
             run_page_table(rows, width)
             print(f"# shape {rows}x{width}wl", flush=True)  # (topk with the same lengths)
-            run_with_lengths(rows, width)
+            run_page_table(rows, width, lookups=False)
 
 
 if __name__ == "__main__":
