@@ -4,7 +4,8 @@
 # executed instructions) and the details page (<shape>_details.txt) for each shape, all packed into
 # $OUT/profile.tgz (only a few files come back from the device).
 #   bash benchmarks/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
-# A shape ending in "pt" (4096x32768pt) profiles the page-table form (profile_topk.py runpt).
+# A shape ending in "pt" (4096x32768pt) profiles the page-table form (profile_topk.py runpt), one ending
+# in "wl" topk given the form's lengths (runpt ROWS WIDTH 2048 0).
 # With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records, per phase, the SM clock cycles
 # since the previous phase of every 512th CTA (trace.log, medians in trace_summary.txt). TRACE=only: that
 # alone, TRACE_PASSES times (default 1), no ncu.
@@ -42,12 +43,13 @@ PY
   fi
 fi
 for shape in ${*:-4096x32768 1x131072}; do
-  rows=${shape%x*}; width=${shape#*x}; what=run
+  rows=${shape%x*}; width=${shape#*x}; what=run; more=()
   if [[ "$width" == *pt ]]; then width=${width%pt}; what=runpt; fi
+  if [[ "$width" == *wl ]]; then width=${width%wl}; what=runpt; more=(2048 0); fi
   DSA_OPS_CUDA_LIB=$LINE_SO timeout 240 "$NCU" --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --import-source yes \
     -k regex:topk_filter --launch-skip 2 --launch-count 1 -f -o "$P/$shape" \
-    python3 benchmarks/profile_topk.py $what "$rows" "$width" > "$P/${shape}_ncu.log" 2>&1
+    python3 benchmarks/profile_topk.py $what "$rows" "$width" "${more[@]}" > "$P/${shape}_ncu.log" 2>&1
   "$NCU" -i "$P/$shape.ncu-rep" --page details > "$P/${shape}_details.txt" 2>&1
   "$NCU" -i "$P/$shape.ncu-rep" --page source --csv --print-source sass > "$P/${shape}_sass.csv" 2>&1
   echo "$shape: $(wc -l < "$P/${shape}_sass.csv") sass lines"
