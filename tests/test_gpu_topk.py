@@ -302,6 +302,28 @@ def test_decode_rows_by_cluster_size(csize, monkeypatch):
                                                     generator=g))
 
 
+@pytest.mark.parametrize("csize", [4, 8])
+def test_split_rows_winners_in_one_cta(csize, monkeypatch):
+    # A split row deals its window to its CTAs in chunks of 128 fp32 keys (kChunkVecs vectors): here every
+    # winner lies in chunks that one CTA reads, so its warps take ~128 entries each and write them in
+    # batches of four steps, while the other CTAs' warps take none (a spread row's warp otherwise takes
+    # ~16-32 and writes them in one step). Both forms, and the winners' chunks dealt to rank 0 and to the
+    # last rank.
+    _mode(monkeypatch, str(csize))
+    g = torch.Generator(device=DEV).manual_seed(60 + csize)
+    w, k = 1 << 17, 2048
+    x = torch.randn(2, w, device=DEV, generator=g)
+    chunk = torch.arange(w, device=DEV) // 128
+    for row, cta in ((0, 0), (1, csize - 1)):
+        cols = torch.nonzero(chunk % csize == cta).flatten()
+        pick = cols[torch.randperm(cols.numel(), device=DEV, generator=g)[:k + 100]]
+        x[row, pick] = 10.0 + torch.rand(pick.numel(), device=DEV, generator=g)
+    check_topk(x, k, what=f"{csize}-CTA winners in one CTA's chunks")
+    lengths = torch.full((2,), w, device=DEV, dtype=torch.int32)
+    check_page_table_form(x, lengths, torch.randint(-1, 1 << 20, (2, w // 64), device=DEV, dtype=torch.int32,
+                                                    generator=g))
+
+
 @pytest.mark.parametrize("csize", [2, 4, 8])
 def test_split_rows_page_table_forms(csize, monkeypatch):
     # Split rows' page-table form with every option (each CTA writes its own outputs; at 2 CTAs rank 0
