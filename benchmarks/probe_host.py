@@ -1,0 +1,175 @@
+"""Where the top-k ops' per-call host time goes (H200 host). Dev tool: `python benchmarks/probe_host.py [passes]`.
+
+Every row is timed as bench_topk.py's host overhead (back-to-back calls, no sync inside, batches of 100,
+synchronised between batches), and the rows' batches are taken in turn, so that the host's pace, which
+swings by 3-4 us a call between and within processes (notes_topk.md round 26), meets all rows alike.
+Prints each row's median per-call time (us) in each pass.
+
+Beside the ops, stub ops compiled here with the bindings' calling convention (stable ABI, CUDA key, topk's
+schema) peel the path apart: the dispatcher and the boxed stable call alone, then the output allocation,
+then the device guard and stream lookup; what is left of dsa.topk over the last stub is the route's checks,
+the launcher's host logic and the launch itself (benchmarks/micro/smxx_launch_host_cost.cu times the
+launch APIs without torch). A row may set something up around its batch (a forced cluster size; a
+fallthrough kernel for the AutogradCUDA key, which skips the autograd fallback the dispatcher runs for
+ops without an autograd formula).
+"""
+
+import os
+import statistics
+import sys
+import time
+
+import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from topk_cases import page_table_args  # noqa: E402
+
+STUB_SRC = r"""
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/Exception.h>
+#include <cstdint>
+#include <optional>
+using torch::stable::Tensor;
+using Opt = std::optional<Tensor>;
+
+namespace {
+Tensor alloc_out(const Tensor& s, int64_t k) {
+  int64_t size[2] = {s.size(0), k};
+  int64_t stride[2] = {k, 1};
+  int32_t type = 0, index = 0;
+  aoti_torch_get_device_type(s.get(), &type);
+  aoti_torch_get_device_index(s.get(), &index);
+  AtenTensorHandle h = nullptr;
+  STD_TORCH_CHECK(aoti_torch_empty_strided(2, size, stride, aoti_torch_dtype_int32(), type, index, &h) ==
+                  AOTI_TORCH_SUCCESS, "alloc failed");
+  return Tensor(h);
+}
+Tensor ret(Tensor s, int64_t, Opt, Opt, bool) { return s; }
+Tensor alloc(Tensor s, int64_t k, Opt, Opt, bool) { return alloc_out(s, k); }
+Tensor alloc_guard(Tensor s, int64_t k, Opt, Opt, bool) {
+  int32_t index = 0;
+  aoti_torch_get_device_index(s.get(), &index);
+  torch::stable::accelerator::DeviceGuard guard(index);
+  void* stream = nullptr;
+  aoti_torch_get_current_cuda_stream(index, &stream);
+  STD_TORCH_CHECK(stream != reinterpret_cast<void*>(1), "");
+  return alloc_out(s, k);
+}
+void out12(Tensor, int64_t, Opt, Opt, bool, Opt, Opt, Opt, int64_t, Opt, Tensor, Opt) {}
+}  // namespace
+
+STABLE_TORCH_LIBRARY(dsa_hstub, m) {
+  const char* args = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
+                     "bool deterministic=False) -> Tensor";
+  m.def((std::string("ret") + args).c_str());
+  m.def((std::string("alloc") + args).c_str());
+  m.def((std::string("alloc_guard") + args).c_str());
+  m.def("out12(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
+        "Tensor? page_table, Tensor? page_table_row_starts, Tensor? row_to_batch, int page_size, "
+        "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
+}
+STABLE_TORCH_LIBRARY_IMPL(dsa_hstub, CUDA, m) {
+  m.impl("ret", TORCH_BOX(&ret));
+  m.impl("alloc", TORCH_BOX(&alloc));
+  m.impl("alloc_guard", TORCH_BOX(&alloc_guard));
+  m.impl("out12", TORCH_BOX(&out12));
+}
+"""
+
+
+def build_stubs():
+    from torch.utils import cpp_extension
+
+    root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "probe_host")
+    os.makedirs(root, exist_ok=True)
+    src = os.path.join(root, "stubs.cpp")
+    with open(src, "w") as f:
+        f.write(STUB_SRC)
+    t = time.time()
+    cpp_extension.load(name="dsa_probe_host_stubs", sources=[src], build_directory=root, is_python_module=False,
+                       with_cuda=True, extra_cflags=["-O2", "-DUSE_CUDA", "-DTORCH_TARGET_VERSION=0x020b000000000000"])
+    print(f"stub ops built in {time.time() - t:.1f} s", flush=True)
+    return torch.ops.dsa_hstub
+
+
+def timed_batch(fn, calls, setup=None, teardown=None) -> float:
+    """us a call of `calls` back-to-back calls (no sync inside), synchronised after."""
+    if setup:
+        setup()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+    finally:
+        if teardown:
+            teardown()
+    return (t1 - t0) / calls * 1e6
+
+
+def main(passes: int = 3, batches: int = 10, calls: int = 100):
+    stub = build_stubs()
+    x1 = torch.randn(1, 131072, device="cuda")
+    x64 = torch.randn(64, 8192, device="cuda")
+    out1 = torch.empty(1, 2048, dtype=torch.int32, device="cuda")
+    pt, lengths = page_table_args(1, 131072)
+    a16, b16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
+    torch.ops.dsa.topk(x1, 2048)  # (loads the library: torch.ops.dsa_cuda exists from here)
+    topk_out = torch.ops.dsa_cuda.topk_out
+    fall = {}
+
+    def fallthrough_on():
+        fall["lib"] = lib = torch.library.Library("dsa", "IMPL")
+        lib.impl("topk", torch.library.fallthrough_kernel, "AutogradCUDA")
+
+    def fallthrough_off():
+        fall.pop("lib")._destroy()
+
+    def cluster(c):
+        return (lambda: os.environ.__setitem__("DSA_OPS_TOPK_CLUSTER", c),
+                lambda: os.environ.pop("DSA_OPS_TOPK_CLUSTER", None))
+
+    rows = [
+        ("torch.add(16, out=)", lambda: torch.add(a16, 1, out=b16)),
+        ("torch.ops.aten.add.out(16, out=)", lambda: torch.ops.aten.add.out(a16, 1, out=b16)),
+        ("torch.empty(1x2048 int32)", lambda: torch.empty(1, 2048, dtype=torch.int32, device="cuda")),
+        ("aten.zero_(1x2048)", lambda: torch.ops.aten.zero_.default(out1)),
+        ("stub: dispatcher + boxed call (returns scores)", lambda: stub.ret(x1, 2048)),
+        ("stub: + allocation of out", lambda: stub.alloc(x1, 2048)),
+        ("stub: + allocation, device guard, stream", lambda: stub.alloc_guard(x1, 2048)),
+        ("stub: topk_out's 12 arguments, no work", lambda: stub.out12(x1, 2048, None, None, False, None, None, None,
+                                                                       64, None, out1, None)),
+        ("dsa.topk 1x131072 (8-CTA clusters)", lambda: torch.ops.dsa.topk(x1, 2048)),
+        ("dsa.topk.default 1x131072", lambda: torch.ops.dsa.topk.default(x1, 2048)),
+        ("dsa.topk 1x131072, AutogradCUDA fallthrough", lambda: torch.ops.dsa.topk(x1, 2048), fallthrough_on,
+         fallthrough_off),
+        ("dsa.topk 1x131072, 1 CTA (no cluster attribute)", lambda: torch.ops.dsa.topk(x1, 2048), *cluster("1")),
+        ("dsa.topk 64x8192 (one-CTA rows)", lambda: torch.ops.dsa.topk(x64, 2048)),
+        ("dsa.topk 1x131072 deterministic", lambda: torch.ops.dsa.topk(x1, 2048, deterministic=True)),
+        ("dsa_cuda.topk_out 1x131072 (binding, no route, no alloc)",
+         lambda: topk_out(x1, 2048, None, None, False, None, None, None, 64, None, out1, None)),
+        ("dsa.topk_page_table_transform.out 1x131072",
+         lambda: torch.ops.dsa.topk_page_table_transform.out(x1, pt, lengths, 2048, page_size=64, out=out1)),
+    ]
+    for row in rows:  # warm-up: every path once, then a batch each
+        timed_batch(row[1], calls, *row[2:])
+    got = {row[0]: [] for row in rows}
+    for p in range(passes):
+        samples = {row[0]: [] for row in rows}
+        for _ in range(batches):
+            for row in rows:
+                samples[row[0]].append(timed_batch(row[1], calls, *row[2:]))
+        for name, s in samples.items():
+            got[name].append(statistics.median(s))
+    print(f"us a call, median of {batches} batches of {calls}, {passes} passes (batches of all rows in turn)")
+    for name, v in got.items():
+        print(f"{name:58s} " + " ".join(f"{t:6.2f}" for t in v), flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
