@@ -33,10 +33,33 @@ STUB_SRC = r"""
 #include <torch/headeronly/util/Exception.h>
 #include <cstdint>
 #include <optional>
+#include <string>
 using torch::stable::Tensor;
 using Opt = std::optional<Tensor>;
 
+// stub_launch.cu: 0 = cudaLaunchKernelEx (PDL, cluster 8), 1 = the same with 512 threads and ~90 KB of
+// dynamic shared memory (the filter kernel's launch shape), 2 = cuLaunchKernelEx with the function cached.
+extern "C" int stub_launch(int how, void* stream, void* a, void* b);
+
 namespace {
+struct Info {  // what the bindings read of a tensor (csrc/topk_out.h, info_of)
+  int64_t dim;
+  int64_t* sizes;
+  int64_t* strides;
+  int32_t dtype, type, index;
+  void* data;
+};
+Info info(const Tensor& t) {
+  Info i{};
+  aoti_torch_get_dim(t.get(), &i.dim);
+  aoti_torch_get_sizes(t.get(), &i.sizes);
+  aoti_torch_get_strides(t.get(), &i.strides);
+  aoti_torch_get_dtype(t.get(), &i.dtype);
+  aoti_torch_get_device_type(t.get(), &i.type);
+  aoti_torch_get_device_index(t.get(), &i.index);
+  aoti_torch_get_data_ptr(t.get(), &i.data);
+  return i;
+}
 Tensor alloc_out(const Tensor& s, int64_t k) {
   int64_t size[2] = {s.size(0), k};
   int64_t stride[2] = {k, 1};
@@ -48,26 +71,48 @@ Tensor alloc_out(const Tensor& s, int64_t k) {
                   AOTI_TORCH_SUCCESS, "alloc failed");
   return Tensor(h);
 }
+void* stream_of(const Tensor& s) {
+  int32_t index = 0;
+  aoti_torch_get_device_index(s.get(), &index);
+  void* stream = nullptr;
+  aoti_torch_get_current_cuda_stream(index, &stream);
+  return stream;
+}
 Tensor ret(Tensor s, int64_t, Opt, Opt, bool) { return s; }
 Tensor alloc(Tensor s, int64_t k, Opt, Opt, bool) { return alloc_out(s, k); }
+Tensor alloc_drop(Tensor s, int64_t k, Opt, Opt, bool) {
+  { Tensor o = alloc_out(s, k); }
+  return s;
+}
+Tensor alloc_stream(Tensor s, int64_t k, Opt, Opt, bool) {
+  STD_TORCH_CHECK(stream_of(s) != reinterpret_cast<void*>(1), "");
+  return alloc_out(s, k);
+}
 Tensor alloc_guard(Tensor s, int64_t k, Opt, Opt, bool) {
   int32_t index = 0;
   aoti_torch_get_device_index(s.get(), &index);
   torch::stable::accelerator::DeviceGuard guard(index);
-  void* stream = nullptr;
-  aoti_torch_get_current_cuda_stream(index, &stream);
-  STD_TORCH_CHECK(stream != reinterpret_cast<void*>(1), "");
+  STD_TORCH_CHECK(stream_of(s) != reinterpret_cast<void*>(1), "");
   return alloc_out(s, k);
+}
+template <int kHow>
+Tensor launch(Tensor s, int64_t k, Opt, Opt, bool) {
+  const Info si = info(s);
+  Tensor o = alloc_out(s, k);
+  const Info oi = info(o);
+  STD_TORCH_CHECK(stub_launch(kHow, stream_of(s), si.data, oi.data) == 0, "stub launch failed");
+  return o;
 }
 void out12(Tensor, int64_t, Opt, Opt, bool, Opt, Opt, Opt, int64_t, Opt, Tensor, Opt) {}
 }  // namespace
 
 STABLE_TORCH_LIBRARY(dsa_hstub, m) {
-  const char* args = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
-                     "bool deterministic=False) -> Tensor";
-  m.def((std::string("ret") + args).c_str());
-  m.def((std::string("alloc") + args).c_str());
-  m.def((std::string("alloc_guard") + args).c_str());
+  const std::string args = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
+                           "bool deterministic=False) -> Tensor";
+  for (const char* name : {"ret", "alloc", "alloc_drop", "alloc_stream", "alloc_guard", "launch_ex",
+                           "launch_ex_big", "launch_cu"}) {
+    m.def((name + args).c_str());
+  }
   m.def("out12(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
         "Tensor? page_table, Tensor? page_table_row_starts, Tensor? row_to_batch, int page_size, "
         "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
@@ -75,8 +120,86 @@ STABLE_TORCH_LIBRARY(dsa_hstub, m) {
 STABLE_TORCH_LIBRARY_IMPL(dsa_hstub, CUDA, m) {
   m.impl("ret", TORCH_BOX(&ret));
   m.impl("alloc", TORCH_BOX(&alloc));
+  m.impl("alloc_drop", TORCH_BOX(&alloc_drop));
+  m.impl("alloc_stream", TORCH_BOX(&alloc_stream));
   m.impl("alloc_guard", TORCH_BOX(&alloc_guard));
+  m.impl("launch_ex", TORCH_BOX(&launch<0>));
+  m.impl("launch_ex_big", TORCH_BOX(&launch<1>));
+  m.impl("launch_cu", TORCH_BOX(&launch<2>));
   m.impl("out12", TORCH_BOX(&out12));
+}
+"""
+
+LAUNCH_SRC = r"""
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+struct Params {
+  const void* a;
+  void* b;
+  char rest[208];  // (the top-k kernels' KernelArgs is ~220 bytes)
+};
+
+__global__ void stub_kernel(Params p) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (p.rest[0] == 123 && threadIdx.x == 1000) {
+    static_cast<int*>(p.b)[0] = 1;  // never: keeps the parameters live
+  }
+}
+
+using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+
+extern "C" int stub_launch(int how, void* stream, void* a, void* b) {
+  constexpr int kBigSmem = 90 * 1024;
+  static bool once = [] {
+    cudaFuncSetAttribute(stub_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBigSmem);
+    return true;
+  }();
+  (void)once;
+  Params p = {};
+  p.a = a;
+  p.b = b;
+  if (how == 2) {
+    static LaunchEx launch_ex = nullptr;
+    static cudaFunction_t fn = nullptr;
+    if (launch_ex == nullptr) {
+      cudaDriverEntryPointQueryResult q;
+      cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", reinterpret_cast<void**>(&launch_ex), 12000,
+                                       cudaEnableDefault, &q);
+      cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(stub_kernel));
+    }
+    CUlaunchConfig cfg = {};
+    cfg.gridDimX = 8;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 512;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = kBigSmem;
+    cfg.hStream = static_cast<CUstream>(stream);
+    CUlaunchAttribute attrs[2];
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[0].value.programmaticStreamSerializationAllowed = 1;
+    attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[1].value.clusterDim.x = 8;
+    attrs[1].value.clusterDim.y = attrs[1].value.clusterDim.z = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = 2;
+    void* args[] = {&p};
+    return launch_ex(&cfg, reinterpret_cast<CUfunction>(fn), args, nullptr) == CUDA_SUCCESS ? 0 : 1;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(8);
+  cfg.blockDim = dim3(how == 1 ? 512 : 128);
+  cfg.dynamicSmemBytes = how == 1 ? kBigSmem : 0;
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 8;
+  attrs[1].val.clusterDim.y = attrs[1].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+  return cudaLaunchKernelEx(&cfg, stub_kernel, p) == cudaSuccess ? 0 : 1;
 }
 """
 
@@ -86,12 +209,15 @@ def build_stubs():
 
     root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "probe_host")
     os.makedirs(root, exist_ok=True)
-    src = os.path.join(root, "stubs.cpp")
-    with open(src, "w") as f:
-        f.write(STUB_SRC)
+    srcs = []
+    for name, text in (("stubs.cpp", STUB_SRC), ("stub_launch.cu", LAUNCH_SRC)):
+        srcs.append(os.path.join(root, name))
+        with open(srcs[-1], "w") as f:
+            f.write(text)
     t = time.time()
-    cpp_extension.load(name="dsa_probe_host_stubs", sources=[src], build_directory=root, is_python_module=False,
-                       with_cuda=True, extra_cflags=["-O2", "-DUSE_CUDA", "-DTORCH_TARGET_VERSION=0x020b000000000000"])
+    cpp_extension.load(name="dsa_probe_host_stubs", sources=srcs, build_directory=root, is_python_module=False,
+                       with_cuda=True, extra_cflags=["-O2", "-DUSE_CUDA", "-DTORCH_TARGET_VERSION=0x020b000000000000"],
+                       extra_cuda_cflags=["-O2", "-gencode=arch=compute_90a,code=sm_90a"])
     print(f"stub ops built in {time.time() - t:.1f} s", flush=True)
     return torch.ops.dsa_hstub
 
@@ -141,7 +267,12 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
         ("aten.zero_(1x2048)", lambda: torch.ops.aten.zero_.default(out1)),
         ("stub: dispatcher + boxed call (returns scores)", lambda: stub.ret(x1, 2048)),
         ("stub: + allocation of out", lambda: stub.alloc(x1, 2048)),
+        ("stub: allocation freed inside (no new Python tensor)", lambda: stub.alloc_drop(x1, 2048)),
+        ("stub: + allocation, stream", lambda: stub.alloc_stream(x1, 2048)),
         ("stub: + allocation, device guard, stream", lambda: stub.alloc_guard(x1, 2048)),
+        ("stub: + allocation, stream, metadata, cudaLaunchKernelEx", lambda: stub.launch_ex(x1, 2048)),
+        ("stub: as above, 512 threads, 90 KB shared memory", lambda: stub.launch_ex_big(x1, 2048)),
+        ("stub: as above, cuLaunchKernelEx (function cached)", lambda: stub.launch_cu(x1, 2048)),
         ("stub: topk_out's 12 arguments, no work", lambda: stub.out12(x1, 2048, None, None, False, None, None, None,
                                                                        64, None, out1, None)),
         ("dsa.topk 1x131072 (8-CTA clusters)", lambda: torch.ops.dsa.topk(x1, 2048)),
@@ -159,7 +290,7 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
     for row in rows:  # warm-up: every path once, then a batch each
         timed_batch(row[1], calls, *row[2:])
     got = {row[0]: [] for row in rows}
-    for p in range(passes):
+    for _ in range(passes):
         samples = {row[0]: [] for row in rows}
         for _ in range(batches):
             for row in rows:
