@@ -25,6 +25,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from topk_cases import page_table_args  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 STUB_SRC = r"""
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
@@ -34,6 +36,9 @@ STUB_SRC = r"""
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "dsa_cuda/topk.cuh"
+#include "topk_out.h"
 using torch::stable::Tensor;
 using Opt = std::optional<Tensor>;
 
@@ -103,6 +108,36 @@ Tensor launch(Tensor s, int64_t k, Opt, Opt, bool) {
   STD_TORCH_CHECK(stub_launch(kHow, stream_of(s), si.data, oi.data) == 0, "stub launch failed");
   return o;
 }
+// The library's launcher (dsa_cuda::launch_topk), its params filled as topk_launch fills them for a plain
+// fp32 call: the launcher's host logic over a bare launch.
+Tensor real_launcher(Tensor s, int64_t k, Opt, Opt, bool) {
+  const Info si = info(s);
+  Tensor o = alloc_out(s, k);
+  const Info oi = info(o);
+  dsa_cuda::TopkParams p = {};
+  p.scores = si.data;
+  p.dtype = dsa_cuda::TopkDtype::kFloat32;
+  p.rows = si.sizes[0];
+  p.width = si.sizes[1];
+  p.row_stride = si.strides[0];
+  p.k = k;
+  p.out = static_cast<int32_t*>(oi.data);
+  p.out_stride = k;
+  p.mode = dsa_cuda::TopkMode::kPlain;
+  p.page_size = 1;
+  STD_TORCH_CHECK(dsa_cuda::launch_topk(p, static_cast<cudaStream_t>(stream_of(s))) == cudaSuccess, "launch");
+  return o;
+}
+// The binding's core (dsa_cuda_binding::topk_launch: device guard, stream, params, launcher).
+Tensor real_binding(Tensor s, int64_t k, Opt, Opt, bool) {
+  const dsa_cuda_binding::TensorInfo si = dsa_cuda_binding::info_of(s);
+  Tensor o = alloc_out(s, k);
+  const dsa_cuda_binding::TensorInfo oi = dsa_cuda_binding::info_of(o);
+  using dsa_cuda_binding::TopkCall;
+  dsa_cuda_binding::topk_launch(
+      TopkCall{&si, k, nullptr, nullptr, false, nullptr, nullptr, nullptr, 64, nullptr, &oi, nullptr});
+  return o;
+}
 void out12(Tensor, int64_t, Opt, Opt, bool, Opt, Opt, Opt, int64_t, Opt, Tensor, Opt) {}
 }  // namespace
 
@@ -110,7 +145,7 @@ STABLE_TORCH_LIBRARY(dsa_hstub, m) {
   const std::string args = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
                            "bool deterministic=False) -> Tensor";
   for (const char* name : {"ret", "alloc", "alloc_drop", "alloc_stream", "alloc_guard", "launch_ex",
-                           "launch_ex_big", "launch_cu"}) {
+                           "launch_ex_big", "launch_cu", "real_launcher", "real_binding"}) {
     m.def((name + args).c_str());
   }
   m.def("out12(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
@@ -126,7 +161,14 @@ STABLE_TORCH_LIBRARY_IMPL(dsa_hstub, CUDA, m) {
   m.impl("launch_ex", TORCH_BOX(&launch<0>));
   m.impl("launch_ex_big", TORCH_BOX(&launch<1>));
   m.impl("launch_cu", TORCH_BOX(&launch<2>));
+  m.impl("real_launcher", TORCH_BOX(&real_launcher));
+  m.impl("real_binding", TORCH_BOX(&real_binding));
   m.impl("out12", TORCH_BOX(&out12));
+}
+// The same kernel for ops defined from Python (define_python_ops): what a Python definition adds.
+STABLE_TORCH_LIBRARY_IMPL(dsa_hstub_py, CUDA, m) {
+  m.impl("real_binding", TORCH_BOX(&real_binding));
+  m.impl("real_binding_faked", TORCH_BOX(&real_binding));
 }
 """
 
@@ -204,7 +246,8 @@ extern "C" int stub_launch(int how, void* stream, void* a, void* b) {
 """
 
 
-def build_stubs():
+def build_stubs(lib_path: str):
+    """The stub ops, linked to the loaded dsa_ops CUDA library (`lib_path`) for its launcher."""
     from torch.utils import cpp_extension
 
     root = os.path.join(os.path.expanduser("~"), ".cache", "dsa_ops", "probe_host")
@@ -217,9 +260,26 @@ def build_stubs():
     t = time.time()
     cpp_extension.load(name="dsa_probe_host_stubs", sources=srcs, build_directory=root, is_python_module=False,
                        with_cuda=True, extra_cflags=["-O2", "-DUSE_CUDA", "-DTORCH_TARGET_VERSION=0x020b000000000000"],
-                       extra_cuda_cflags=["-O2", "-gencode=arch=compute_90a,code=sm_90a"])
+                       extra_cuda_cflags=["-O2", "-gencode=arch=compute_90a,code=sm_90a"],
+                       extra_include_paths=[os.path.join(REPO, "backends_cuda", "include"),
+                                            os.path.join(REPO, "backends_cuda", "csrc")],
+                       extra_ldflags=[lib_path, f"-Wl,-rpath,{os.path.dirname(lib_path)}"])
     print(f"stub ops built in {time.time() - t:.1f} s", flush=True)
     return torch.ops.dsa_hstub
+
+
+def define_python_ops():
+    """dsa_hstub_py::real_binding (defined from Python) and real_binding_faked (also a fake and a CPU
+    kernel, as ops_core._define gives every dsa op), served on CUDA by the stub's real_binding."""
+    lib = torch.library.Library("dsa_hstub_py", "DEF")
+    schema = ("(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, bool deterministic=False)"
+              " -> Tensor")
+    lib.define("real_binding" + schema)
+    lib.define("real_binding_faked" + schema)
+    fake = lambda scores, k, **kw: scores.new_empty(scores.shape[0], k, dtype=torch.int32)  # noqa: E731
+    torch.library.register_fake("dsa_hstub_py::real_binding_faked", fake, lib=lib)
+    lib.impl("real_binding_faked", fake, "CPU")
+    return lib
 
 
 def timed_batch(fn, calls, setup=None, teardown=None) -> float:
@@ -239,13 +299,17 @@ def timed_batch(fn, calls, setup=None, teardown=None) -> float:
 
 
 def main(passes: int = 3, batches: int = 10, calls: int = 100):
-    stub = build_stubs()
     x1 = torch.randn(1, 131072, device="cuda")
+    torch.ops.dsa.topk(x1, 2048)  # (loads the library: torch.ops.dsa_cuda exists from here)
+    from dsa_ops.backends import cuda as cuda_backend
+
+    py_lib = define_python_ops()  # noqa: F841  (kept alive: its registrations go with it)
+    stub = build_stubs(cuda_backend.LIB.path)
+    pyd = torch.ops.dsa_hstub_py
     x64 = torch.randn(64, 8192, device="cuda")
     out1 = torch.empty(1, 2048, dtype=torch.int32, device="cuda")
     pt, lengths = page_table_args(1, 131072)
     a16, b16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
-    torch.ops.dsa.topk(x1, 2048)  # (loads the library: torch.ops.dsa_cuda exists from here)
     topk_out = torch.ops.dsa_cuda.topk_out
     fall = {}
 
@@ -273,6 +337,10 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
         ("stub: + allocation, stream, metadata, cudaLaunchKernelEx", lambda: stub.launch_ex(x1, 2048)),
         ("stub: as above, 512 threads, 90 KB shared memory", lambda: stub.launch_ex_big(x1, 2048)),
         ("stub: as above, cuLaunchKernelEx (function cached)", lambda: stub.launch_cu(x1, 2048)),
+        ("stub: alloc, stream, metadata, the library's launch_topk", lambda: stub.real_launcher(x1, 2048)),
+        ("stub: alloc, metadata, the library's topk_launch (+guard)", lambda: stub.real_binding(x1, 2048)),
+        ("as above, the op defined from Python", lambda: pyd.real_binding(x1, 2048)),
+        ("as above, the op defined from Python with a fake and CPU kernel", lambda: pyd.real_binding_faked(x1, 2048)),
         ("stub: topk_out's 12 arguments, no work", lambda: stub.out12(x1, 2048, None, None, False, None, None, None,
                                                                        64, None, out1, None)),
         ("dsa.topk 1x131072 (8-CTA clusters)", lambda: torch.ops.dsa.topk(x1, 2048)),

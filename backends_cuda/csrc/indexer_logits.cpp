@@ -1,7 +1,6 @@
 // Torch binding of dsa.indexer_logits for CUDA: torch.ops.dsa_cuda.indexer_logits_out.
 // Stable ABI only (build with -DUSE_CUDA and -DTORCH_TARGET_VERSION), so one binary loads under
 // torch 2.11 through 2.14.
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
@@ -83,7 +82,7 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
   const char* why = dsa_cuda::indexer_logits_unsupported(p);
   STD_TORCH_CHECK(why == nullptr, kOp, ": ", why);
 
-  torch::stable::accelerator::DeviceGuard guard(device);
+  dsa_binding::DeviceScope on_device(device);
   void* stream = current_stream(kOp, device);
   const cudaError_t err = dsa_cuda::launch_indexer_logits(p, static_cast<cudaStream_t>(stream));
   STD_TORCH_CHECK(err != cudaErrorNotSupported, kOp,

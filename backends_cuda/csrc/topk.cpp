@@ -5,7 +5,6 @@
 // Stable ABI only (build with -DUSE_CUDA for the stream shim and -DTORCH_TARGET_VERSION for the
 // oldest torch to load under), so one binary loads under torch 2.11 through 2.14.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
@@ -149,7 +148,7 @@ void dsa_cuda_binding::topk_launch(const TopkCall& c) {
 
   // The launcher queries the current device and torch's stream belongs to the tensors' device.
   const int32_t device = s.device_index;
-  torch::stable::accelerator::DeviceGuard guard(device);
+  dsa_binding::DeviceScope on_device(device);
   void* stream = current_stream(kOp, device);
   const cudaError_t err = dsa_cuda::launch_topk(p, static_cast<cudaStream_t>(stream));
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));

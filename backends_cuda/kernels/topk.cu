@@ -443,7 +443,7 @@ cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream) {
   int optin = 0;
   int per_sm = 0;
   int sms = 0;
-  DSA_CUDA_CHECK(current_arch_major(&major));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrComputeCapabilityMajor>(device, &major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, &optin));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device, &per_sm));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));

@@ -1921,7 +1921,7 @@ cudaError_t launch_topk_filter(const TopkParams& p, cudaStream_t stream) {
   int major = 0;
   int sms = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
-  DSA_CUDA_CHECK(current_arch_major(&major));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrComputeCapabilityMajor>(device, &major));
   DSA_CUDA_CHECK(device_attr<cudaDevAttrMultiProcessorCount>(device, &sms));
   int active[h::kMaxCluster + 1] = {};
   int cluster = major >= 9 ? h::cluster_size(p.rows, p.width, p.k, sms) : 1;

@@ -5,7 +5,6 @@
 // -DDSA_HIP_ON_CUDA (the kernels then come from nvcc through dsa_hip/hip_compat.h).
 // Stable ABI only (build with -DUSE_CUDA for the stream shim, which ROCm torch exports under the same
 // name, and -DTORCH_TARGET_VERSION for the oldest torch to load under).
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
@@ -120,7 +119,7 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
   }
 
   // The launcher queries the current device and torch's stream belongs to the tensors' device.
-  torch::stable::accelerator::DeviceGuard guard(device);
+  dsa_binding::DeviceScope on_device(device);
   void* stream = current_stream(kOp, device);
   const hipError_t err = dsa_hip::launch_topk(p, static_cast<hipStream_t>(stream));
   STD_TORCH_CHECK(err == hipSuccess, kOp, ": kernel launch failed: ", hipGetErrorString(err));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/Exception.h>
@@ -41,7 +42,25 @@ inline const int32_t* ptr_or_null(const std::optional<Tensor>& t) {
 
 inline int64_t stride_or_zero(const std::optional<Tensor>& t) { return t.has_value() ? t->stride(0) : 0; }
 
-// torch's current stream on `device` (a cudaStream_t or hipStream_t). Call under a DeviceGuard.
+// Makes `device` the current device for its scope, as torch::stable::accelerator::DeviceGuard does, but
+// creates that guard only when another device is current: the guard is a heap object and two calls into
+// torch even when it changes nothing (~0.5 us a call on the H200 host, benchmarks/probe_host.py).
+// (Unnamed namespace: the stable guard's type has hidden visibility, so must a class holding it.)
+namespace {
+class DeviceScope {
+ public:
+  explicit DeviceScope(int32_t device) {
+    if (torch::stable::accelerator::getCurrentDeviceIndex() != device) {
+      guard_.emplace(device);
+    }
+  }
+
+ private:
+  std::optional<torch::stable::accelerator::DeviceGuard> guard_;
+};
+}  // namespace
+
+// torch's current stream on `device` (a cudaStream_t or hipStream_t). Call under a DeviceScope.
 inline void* current_stream(const char* op, int32_t device) {
   void* stream = nullptr;
   STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(device, &stream) == AOTI_TORCH_SUCCESS, op,

@@ -3,7 +3,6 @@
 // current stream. Each backend's binding names its params type and wraps its launcher.
 #pragma once
 
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/Exception.h>
 
@@ -57,7 +56,7 @@ void page_table_transform_out(const char* op, const Tensor& indices, const Tenso
   p.page_size = page_size;
 
   // The launcher queries the current device and torch's stream belongs to the tensors' device.
-  torch::stable::accelerator::DeviceGuard guard(device);
+  dsa_binding::DeviceScope on_device(device);
   const char* error = launch(p, current_stream(op, device));
   STD_TORCH_CHECK(error == nullptr, op, ": kernel launch failed: ", error);
 }

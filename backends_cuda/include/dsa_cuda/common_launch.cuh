@@ -1,10 +1,14 @@
 // Launch plumbing shared by every dsa_ops CUDA kernel. Torch-free: kernels/*.cu build with plain nvcc.
 #pragma once
 
+#include <cuda.h>  // (types of the driver's launch only: the driver is reached through cudart)
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 // Return the error of a failing CUDA runtime call to the caller (launchers return cudaError_t;
@@ -74,14 +78,123 @@ inline cudaError_t current_sm_count(int* sms) {
 // Whether a pointer allows 16-byte vector accesses.
 inline bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+namespace launch_detail {
+
+// cudaLaunchKernelEx finds the kernel's function from its host stub on every launch. The driver's
+// cuLaunchKernelEx, given the function looked up once per kernel and device, takes ~0.3 us less host
+// time a launch on the H200 host (benchmarks/micro/smxx_launch_host_cost.cu). Both are reached through
+// cudart, so the library does not link the driver.
+using DriverLaunch = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+
+// cuLaunchKernelEx, or nullptr where the driver does not give it (then the runtime launches).
+inline DriverLaunch driver_launch() {
+  static const DriverLaunch fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &p, 12000, cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<DriverLaunch>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// The function of `kernel` in the current device's context, `device`: found once, then read without a
+// lock. nullptr when the lookup fails or the table is full (then the runtime launches).
+inline CUfunction function_of(const void* kernel, int device) {
+  struct Slot {
+    std::atomic<const void*> kernel{nullptr};  // set last: a reader that sees it sees the rest
+    int device = -1;
+    CUfunction fn = nullptr;
+  };
+  constexpr int kSlots = 64;  // (kernels launched x devices; this library launches 15 kernels)
+  static Slot slots[kSlots];
+  static std::mutex fill;
+  for (Slot& s : slots) {  // slots fill in order: the first empty one ends the search
+    const void* k = s.kernel.load(std::memory_order_acquire);
+    if (k == nullptr) {
+      break;
+    }
+    if (k == kernel && s.device == device) {
+      return s.fn;
+    }
+  }
+  std::lock_guard<std::mutex> lock(fill);
+  for (Slot& s : slots) {
+    const void* k = s.kernel.load(std::memory_order_relaxed);
+    if (k == kernel && s.device == device) {
+      return s.fn;
+    }
+    if (k == nullptr) {
+      cudaFunction_t fn = nullptr;
+      if (cudaGetFuncBySymbol(&fn, kernel) != cudaSuccess) {
+        cudaGetLastError();  // (not sticky: the runtime launch reports what is wrong)
+        return nullptr;
+      }
+      s.device = device;
+      s.fn = reinterpret_cast<CUfunction>(fn);
+      s.kernel.store(kernel, std::memory_order_release);
+      return s.fn;
+    }
+  }
+  return nullptr;
+}
+
+// Launch through the driver: true when the kernel was enqueued. `params` holds the kernel's parameters.
+template <typename Tuple, std::size_t... I>
+bool try_driver_launch(const void* kernel, int device, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                       bool pdl, int cluster, Tuple& params, std::index_sequence<I...>) {
+  const DriverLaunch launch = driver_launch();
+  const CUfunction fn = launch != nullptr ? function_of(kernel, device) : nullptr;
+  if (fn == nullptr) {
+    return false;
+  }
+  CUlaunchConfig config = {};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = unsigned(smem_bytes);
+  config.hStream = reinterpret_cast<CUstream>(stream);
+  CUlaunchAttribute attrs[2];
+  unsigned n_attrs = 0;
+  if (pdl) {
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
+  if (cluster > 1) {
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[n_attrs].value.clusterDim.x = unsigned(cluster);
+    attrs[n_attrs].value.clusterDim.y = 1;
+    attrs[n_attrs].value.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  config.attrs = n_attrs > 0 ? attrs : nullptr;
+  config.numAttrs = n_attrs;
+  void* args[] = {static_cast<void*>(&std::get<I>(params))..., nullptr};
+  return launch(&config, fn, args, nullptr) == CUDA_SUCCESS;
+}
+
+}  // namespace launch_detail
+
 // Launch `kernel` on `stream`, with programmatic stream serialization on SM90+ so it overlaps the
 // tail of the kernel before it (the kernel must call pdl_wait() before reading its inputs), in
 // thread-block clusters of `cluster` CTAs along x when cluster > 1. Works under CUDA graph capture.
+// Through the driver with the kernel's function cached (launch_detail); where that is not available or
+// fails, through cudaLaunchKernelEx, whose error is the one returned.
 template <typename... KernelArgs, typename... Args>
 cudaError_t launch_pdl_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
                                  cudaStream_t stream, int cluster, Args&&... args) {
+  int device = 0;
   int major = 0;
-  DSA_CUDA_CHECK(current_arch_major(&major));
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  DSA_CUDA_CHECK(device_attr<cudaDevAttrComputeCapabilityMajor>(device, &major));
+  std::tuple<std::decay_t<KernelArgs>...> params(std::forward<Args>(args)...);
+  if (launch_detail::try_driver_launch(reinterpret_cast<const void*>(kernel), device, grid, block, smem_bytes, stream,
+                                       major >= 9, cluster, params, std::index_sequence_for<KernelArgs...>{})) {
+    return cudaSuccess;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -103,7 +216,7 @@ cudaError_t launch_pdl_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 
   }
   config.attrs = n_attrs > 0 ? attrs : nullptr;
   config.numAttrs = n_attrs;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return std::apply([&](auto&... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, params);
 }
 
 // launch_pdl for a kernel with `smem_bytes` of dynamic shared memory, which may exceed the 48 KB
