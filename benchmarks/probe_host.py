@@ -304,7 +304,7 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
     from dsa_ops.backends import cuda as cuda_backend
 
     py_lib = define_python_ops()  # noqa: F841  (kept alive: its registrations go with it)
-    stub = build_stubs(cuda_backend.LIB.path)
+    stub = build_stubs(os.path.abspath(cuda_backend.LIB.path))
     pyd = torch.ops.dsa_hstub_py
     x64 = torch.randn(64, 8192, device="cuda")
     out1 = torch.empty(1, 2048, dtype=torch.int32, device="cuda")

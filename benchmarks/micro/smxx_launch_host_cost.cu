@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <unistd.h>  // environ
 #include <vector>
 
 struct Params {
@@ -120,6 +121,12 @@ int main(int argc, char** argv) {
          for (int i = 0; i < 4; ++i) CHECK(cudaGetDevice(&device));
          return cudaSuccess;
        }},
+      {"getenv x3, unset names (the top-k launcher's overrides)", [&] {
+         const char* a = std::getenv("DSA_OPS_TOPK_CLUSTER");
+         const char* b = std::getenv("DSA_OPS_TOPK_CLUSTER");
+         const char* c = std::getenv("DSA_OPS_TOPK_SAMPLE");
+         return a == nullptr && b == nullptr && c == nullptr ? cudaSuccess : cudaErrorUnknown;
+       }},
   };
   std::vector<std::vector<double>> got(variants.size());
   for (int b = -3; b < batches; ++b) {  // (3 warm-up rounds)
@@ -135,6 +142,11 @@ int main(int argc, char** argv) {
       }
     }
   }
+  int env_vars = 0;
+  for (char** e = environ; *e != nullptr; ++e) {
+    ++env_vars;
+  }
+  std::printf("%d environment variables\n", env_vars);
   std::printf("%-56s %9s %9s  (us per call, %d batches of %d)\n", "variant", "median", "min", batches, kCalls);
   for (size_t v = 0; v < variants.size(); ++v) {
     auto& g = got[v];
