@@ -167,7 +167,8 @@ def build_route():
              "-DDSA_TOPK_ROUTE_CONTROL_NS=dsa_hob_ctl"]
     cpp_extension.load(name="dsa_host_overhead_route", sources=[os.path.join(csrc, "topk_route.cpp"), stub],
                        build_directory=root, is_python_module=False, extra_cflags=flags,
-                       extra_include_paths=[os.path.abspath(csrc)], verbose=False)
+                       extra_include_paths=[os.path.abspath(p) for p in (csrc, os.path.join(csrc, "..", "include"))],
+                       verbose=False)
     _route.set_error_sink(torch.ops.dsa_hob_ctl.topk_route_error.default)
     return (defs, routes), torch.ops.dsa_hob_ctl.topk_route_set.default
 

@@ -320,9 +320,16 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
     def fallthrough_off():
         fall.pop("lib")._destroy()
 
-    def cluster(c):
-        return (lambda: os.environ.__setitem__("DSA_OPS_TOPK_CLUSTER", c),
-                lambda: os.environ.pop("DSA_OPS_TOPK_CLUSTER", None))
+    def cluster(c):  # (the launcher reads the variable at its first launch and when told)
+        def on():
+            os.environ["DSA_OPS_TOPK_CLUSTER"] = c
+            torch.ops.dsa_cuda.topk_read_env()
+
+        def off():
+            os.environ.pop("DSA_OPS_TOPK_CLUSTER", None)
+            torch.ops.dsa_cuda.topk_read_env()
+
+        return on, off
 
     rows = [
         ("torch.add(16, out=)", lambda: torch.add(a16, 1, out=b16)),

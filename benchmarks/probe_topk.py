@@ -10,7 +10,6 @@
     python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
     python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
     python benchmarks/probe_topk.py adversarial [ROWSxKEYS]  # 4096x32768 (or that shape) fp32 of each generator
-    python benchmarks/probe_topk.py host       # per-call host time of topk's launch paths beside torch ops
 """
 
 import os
@@ -21,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from dsa_ops.ops._common import window_topk  # noqa: E402
-from harness import Timer, host_overhead_us  # noqa: E402
+from harness import Timer  # noqa: E402
 from topk_cases import make_scores, page_table_args  # noqa: E402
 
 
@@ -102,6 +101,7 @@ def pairs():
 
 def clusters():
     timer = Timer()
+    torch.ops.dsa.topk(torch.randn(1, 4096, device="cuda"), 2048)  # (loads the library: topk_read_env)
     for rows, n in ((1, 131072), (20, 134868), (64, 131072), (256, 131072), (64, 1048576)):
         x = torch.randn(rows, n, device="cuda")
         line = f"{rows}x{n}:"
@@ -110,8 +110,10 @@ def clusters():
                 os.environ.pop("DSA_OPS_TOPK_CLUSTER", None)
             else:
                 os.environ["DSA_OPS_TOPK_CLUSTER"] = c
+            torch.ops.dsa_cuda.topk_read_env()  # (read at the first launch, then when told)
             line += f" | c={c} {timer.graph_median_us(lambda x=x: torch.ops.dsa.topk(x, 2048)):.1f}"
         os.environ.pop("DSA_OPS_TOPK_CLUSTER", None)
+        torch.ops.dsa_cuda.topk_read_env()
         print(line, flush=True)
 
 
@@ -180,53 +182,9 @@ def adversarial(shape="4096x32768"):
     print(line, flush=True)
 
 
-def host(passes=3):
-    """Per-call host time (us; median over 10 batches of 100 back-to-back calls, no sync inside) of topk's
-    launch paths beside torch ops of the same process, interleaved `passes` times: where the op's host
-    overhead over a trivial torch op goes (the allocation, the route, a cluster launch)."""
-    x1 = torch.randn(1, 131072, device="cuda")
-    x64 = torch.randn(64, 8192, device="cuda")
-    out1 = torch.empty(1, 2048, dtype=torch.int32, device="cuda")
-    pt, lengths = page_table_args(1, 131072)
-    a16, b16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
-    torch.ops.dsa.topk(x1, 2048)  # (loads the library: torch.ops.dsa_cuda exists from here)
-    topk_out = torch.ops.dsa_cuda.topk_out
-
-    def forced(cluster, fn):
-        def run():
-            os.environ["DSA_OPS_TOPK_CLUSTER"] = cluster
-            try:
-                return host_overhead_us(fn, calls=1000, batches=10)[0]
-            finally:
-                del os.environ["DSA_OPS_TOPK_CLUSTER"]
-        return run
-
-    def plain(fn):
-        return lambda: host_overhead_us(fn, calls=1000, batches=10)[0]
-
-    rows = {
-        "torch.add(16, out=)": plain(lambda: torch.add(a16, 1, out=b16)),
-        "torch.empty(1x2048 int32)": plain(lambda: torch.empty(1, 2048, dtype=torch.int32, device="cuda")),
-        "aten.zero_(out 1x2048)": plain(lambda: torch.ops.aten.zero_.default(out1)),
-        "dsa.topk 1x131072 (8-CTA clusters)": plain(lambda: torch.ops.dsa.topk(x1, 2048)),
-        "dsa.topk 1x131072, 1 CTA (no cluster)": forced("1", lambda: torch.ops.dsa.topk(x1, 2048)),
-        "dsa.topk 64x8192 (one-CTA rows)": plain(lambda: torch.ops.dsa.topk(x64, 2048)),
-        "dsa_cuda.topk_out 1x131072 (binding, no route, no alloc)": plain(
-            lambda: topk_out(x1, 2048, None, None, False, None, None, None, 64, None, out1, None)),
-        "dsa.topk_page_table_transform.out 1x131072": plain(
-            lambda: torch.ops.dsa.topk_page_table_transform.out(x1, pt, lengths, 2048, page_size=64, out=out1)),
-    }
-    got = {name: [] for name in rows}
-    for _ in range(passes):
-        for name, run in rows.items():
-            got[name].append(run())
-    for name, v in got.items():
-        print(f"{name:58s} " + " ".join(f"{t:6.2f}" for t in v), flush=True)
-
-
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     modes = {"clusters": clusters, "shapes": shapes, "ptt": lambda: shapes(ptt=True),
              "ptt_decode": lambda: shapes(ptt=True, decode_only=True), "pairs": pairs, "seeded": seeded, "parts": parts,
-             "widths": widths, "adversarial": lambda: adversarial(*sys.argv[2:3]), "host": host}
+             "widths": widths, "adversarial": lambda: adversarial(*sys.argv[2:3])}
     modes.get(mode, by_k)()

@@ -12,7 +12,9 @@ Few long rows are split over a thread-block cluster by default, and long rows tr
 first (sm90_topk_heuristics.cuh). DSA_OPS_TOPK_CLUSTER forces the CTAs per row and
 DSA_OPS_TOPK_SAMPLE=0 turns sampling off (the filter kernel then runs its exact fallback), so the
 `cluster` fixtures below reach every path of both kernels on the same inputs: the heuristics' choice,
-one CTA per row with and without sampling, 8-CTA clusters with and without sampling.
+one CTA per row with and without sampling, 8-CTA clusters with and without sampling. The launcher reads
+the two at its first launch and when told (torch.ops.dsa_cuda.topk_read_env): _mode tells it after
+setting them, and _overrides_follow_env after each test, once monkeypatch has put them back.
 """
 
 from __future__ import annotations
@@ -31,6 +33,19 @@ CLUSTER_ENV = "DSA_OPS_TOPK_CLUSTER"
 SAMPLE_ENV = "DSA_OPS_TOPK_SAMPLE"
 
 
+def _read_env():
+    """Have the loaded library re-read the two variables (one loaded later reads them at its first launch)."""
+    if hasattr(torch.ops.dsa_cuda, "topk_read_env"):
+        torch.ops.dsa_cuda.topk_read_env()
+
+
+@pytest.fixture(autouse=True)
+def _overrides_follow_env():
+    # (autouse: set up before monkeypatch, so torn down after it has restored the environment)
+    yield
+    _read_env()
+
+
 def _mode(monkeypatch, mode):
     """auto: the heuristics; "1": one CTA per row (long rows try the sampled threshold first);
     "1-nosample": one CTA per row, plain stream path; "8": rows split over 8-CTA clusters."""
@@ -40,6 +55,7 @@ def _mode(monkeypatch, mode):
         monkeypatch.setenv(CLUSTER_ENV, mode.split("-")[0])
     if mode.endswith("nosample"):
         monkeypatch.setenv(SAMPLE_ENV, "0")
+    _read_env()
     return mode
 
 

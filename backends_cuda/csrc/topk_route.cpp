@@ -27,6 +27,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dsa_cuda/sm90_topk_heuristics.cuh"
 #include "topk_out.h"
 
 #ifndef DSA_TOPK_ROUTE_CPU_TEST
@@ -57,6 +58,10 @@ thread_local std::string t_router_error;
 void topk_route_set(int64_t devices) { g_devices.store(static_cast<uint64_t>(devices), std::memory_order_relaxed); }
 
 void topk_route_error(std::string message) { t_router_error = std::move(message); }
+
+// Re-read the launcher's test overrides, DSA_OPS_TOPK_CLUSTER and DSA_OPS_TOPK_SAMPLE (read at the first
+// launch otherwise): for tests that change them in-process.
+void topk_read_env() { dsa_cuda::topk_heuristics::read_overrides(); }
 
 using dsa_cuda_binding::info_of;
 using dsa_cuda_binding::kInt32;
@@ -235,12 +240,14 @@ Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int6
 STABLE_TORCH_LIBRARY_FRAGMENT(DSA_TOPK_ROUTE_CONTROL_NS, m) {
   m.def("topk_route_set(int devices) -> ()");
   m.def("topk_route_error(str message) -> ()");
+  m.def("topk_read_env() -> ()");
 }
 
 // CompositeExplicitAutograd: no tensor argument, so no dispatch key to pick a kernel by.
 STABLE_TORCH_LIBRARY_IMPL(DSA_TOPK_ROUTE_CONTROL_NS, CompositeExplicitAutograd, m) {
   m.impl("topk_route_set", TORCH_BOX(&topk_route_set));
   m.impl("topk_route_error", TORCH_BOX(&topk_route_error));
+  m.impl("topk_read_env", TORCH_BOX(&topk_read_env));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(DSA_TOPK_ROUTE_NS, DSA_TOPK_ROUTE_KEY, m) {

@@ -1,6 +1,7 @@
 // Host-side launch choices of the top-k kernels (kernels/topk.cu), in one place. Torch-free.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
@@ -25,17 +26,42 @@ constexpr int64_t kMinPart = 8192;
 // rows get 3 CTAs at 33 to 44 rows, none of the benchmarked shapes).
 constexpr int kSpreadFinishMinCluster = 4;
 
-// DSA_OPS_TOPK_CLUSTER=1..8: the CTAs per row, forced (tests use it to reach every path on any
-// shape); 0 when unset or out of range.
-inline int forced_cluster() {
-  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
-    const int forced = std::atoi(env);
-    if (forced >= 1 && forced <= kMaxCluster) {
-      return forced;
-    }
-  }
-  return 0;
+// Test overrides, from the environment: DSA_OPS_TOPK_CLUSTER=1..8 forces the CTAs per row (tests use it
+// to reach every path on any shape; unset or out of range: none), DSA_OPS_TOPK_SAMPLE=0 turns the filter
+// kernel's sampled threshold off (to reach its exact fallback). Read at the first launch and again by
+// read_overrides() (torch.ops.dsa_cuda.topk_read_env, for tests that change them in-process), not on every
+// launch: three getenv calls took ~0.3 us a launch on the H200 host (86 variables;
+// benchmarks/micro/smxx_launch_host_cost.cu).
+struct Overrides {
+  std::atomic<int> cluster{0};  // 0: none
+  std::atomic<bool> sampling{true};
+};
+
+inline Overrides& overrides_unread() {
+  static Overrides o;
+  return o;
 }
+
+// Set the overrides from the environment now.
+inline void read_overrides() {
+  int forced = 0;
+  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
+    forced = std::atoi(env);
+    forced = forced >= 1 && forced <= kMaxCluster ? forced : 0;
+  }
+  const char* sample = std::getenv("DSA_OPS_TOPK_SAMPLE");
+  overrides_unread().cluster.store(forced, std::memory_order_relaxed);
+  overrides_unread().sampling.store(sample == nullptr || sample[0] != '0', std::memory_order_relaxed);
+}
+
+inline const Overrides& overrides() {
+  static const bool read = (read_overrides(), true);
+  (void)read;
+  return overrides_unread();
+}
+
+// The forced CTAs per row (DSA_OPS_TOPK_CLUSTER), 0 when none.
+inline int forced_cluster() { return overrides().cluster.load(std::memory_order_relaxed); }
 
 // CTAs per row. Few long rows (decode: 1 to 64 rows of 64K to 1M keys) would leave most SMs idle
 // with one CTA per row, so each row is split over a cluster whose CTAs merge their histograms
@@ -76,16 +102,8 @@ inline int filter_cluster_size(int64_t rows, int c, const int* active) {
 }
 
 // Whether the filter kernel samples a threshold for windows longer than its candidate buffer
-// (else it runs its exact fallback on them). DSA_OPS_TOPK_SAMPLE=0 turns it off (tests use it to
-// reach the fallback on any shape).
-inline bool filter_sampling() {
-  if (const char* env = std::getenv("DSA_OPS_TOPK_SAMPLE")) {
-    if (env[0] == '0') {
-      return false;
-    }
-  }
-  return true;
-}
+// (else it runs its exact fallback on them). DSA_OPS_TOPK_SAMPLE=0 turns it off (see Overrides).
+inline bool filter_sampling() { return overrides().sampling.load(std::memory_order_relaxed); }
 
 // Bytes of the head of its part a filter CTA asks L2 for during its sample select (shared-memory work,
 // while its row's DRAM traffic would pause): 64 KB, about what DRAM gives each of 264 CTAs in ~4 us, when
