@@ -1,4 +1,8 @@
-"""Where the top-k ops' per-call host time goes (H200 host). Dev tool: `python benchmarks/probe_host.py [passes]`.
+"""Where the top-k ops' per-call host time goes (H200 host). Dev tool:
+
+    python benchmarks/probe_host.py [passes]     # the rows below, interleaved
+    python benchmarks/probe_host.py conditions   # dsa.topk as bench_topk.py times it, under its conditions
+    python -m pytest -q -s benchmarks/probe_host.py   # the same under pytest
 
 Every row is timed as bench_topk.py's host overhead (back-to-back calls, no sync inside, batches of 100,
 synchronised between batches), and the rows' batches are taken in turn, so that the host's pace, which
@@ -377,5 +381,53 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
         print(f"{name:58s} " + " ".join(f"{t:6.2f}" for t in v), flush=True)
 
 
+def conditions():
+    """dsa.topk's per-call host time as bench_topk.py takes it (harness.host_overheads_us beside torch.add,
+    the bench's input), in this process: plain, inside registry.use_backend("cuda"), after a graph timing
+    of the call; with the times the Python router ran the cuda provider (0 when the C++ route serves).
+    test_conditions runs it under pytest, as the bench runs."""
+    from dsa_ops import registry
+    from harness import Timer, host_overheads_us
+    from topk_cases import make_scores
+
+    x = make_scores(1, 131072, "float32", "normal")
+    a16, b16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
+    fn = lambda: torch.ops.dsa.topk(x, 2048)  # noqa: E731
+    add = lambda: torch.add(a16, 1, out=b16)  # noqa: E731
+    fn()  # (loads the library)
+    entered = [0]
+    provider = registry.providers("topk")["cuda"]
+    provider_fn = provider.fn
+
+    def counting(*args):
+        entered[0] += 1
+        return provider_fn(*args)
+
+    object.__setattr__(provider, "fn", counting)  # (the same provider: the route still counts it as ours)
+
+    def show(tag):
+        before = entered[0]
+        (med, best), (add_med, _) = host_overheads_us([fn, add], calls=1000, batches=10)
+        print(f"{tag:40s} dsa.topk {med:6.2f} (min {best:6.2f}), torch.add {add_med:6.2f}, router ran "
+              f"{entered[0] - before} times", flush=True)
+
+    try:
+        show("plain")
+        with registry.use_backend("cuda"):
+            show("inside use_backend('cuda')")
+            Timer().graph_median_us(fn)
+            show("after a graph timing")
+        show("plain again")
+    finally:
+        object.__setattr__(provider, "fn", provider_fn)
+
+
+def test_conditions():
+    conditions()
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    if sys.argv[1:2] == ["conditions"]:
+        conditions()
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
