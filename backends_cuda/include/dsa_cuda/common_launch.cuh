@@ -138,6 +138,30 @@ inline CUfunction function_of(const void* kernel, int device) {
   return nullptr;
 }
 
+// An attribute's value: the runtime's and the driver's attributes name it differently, its members alike.
+inline cudaLaunchAttributeValue& value_of(cudaLaunchAttribute& a) { return a.val; }
+inline CUlaunchAttributeValue& value_of(CUlaunchAttribute& a) { return a.value; }
+
+// The launch attributes into `attrs` (the runtime's or the driver's): programmatic stream serialization
+// when `pdl`, a cluster of `cluster` CTAs along x when cluster > 1. Returns how many.
+template <typename Attr, typename Id>
+unsigned fill_attributes(Attr (&attrs)[2], bool pdl, int cluster, Id pdl_id, Id cluster_id) {
+  unsigned n = 0;
+  if (pdl) {
+    attrs[n].id = pdl_id;
+    value_of(attrs[n]).programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster > 1) {
+    attrs[n].id = cluster_id;
+    value_of(attrs[n]).clusterDim.x = unsigned(cluster);
+    value_of(attrs[n]).clusterDim.y = 1;
+    value_of(attrs[n]).clusterDim.z = 1;
+    ++n;
+  }
+  return n;
+}
+
 // Launch through the driver: true when the kernel was enqueued. `params` holds the kernel's parameters.
 template <typename Tuple, std::size_t... I>
 bool try_driver_launch(const void* kernel, int device, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
@@ -157,19 +181,8 @@ bool try_driver_launch(const void* kernel, int device, dim3 grid, dim3 block, si
   config.sharedMemBytes = unsigned(smem_bytes);
   config.hStream = reinterpret_cast<CUstream>(stream);
   CUlaunchAttribute attrs[2];
-  unsigned n_attrs = 0;
-  if (pdl) {
-    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
-    ++n_attrs;
-  }
-  if (cluster > 1) {
-    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n_attrs].value.clusterDim.x = unsigned(cluster);
-    attrs[n_attrs].value.clusterDim.y = 1;
-    attrs[n_attrs].value.clusterDim.z = 1;
-    ++n_attrs;
-  }
+  const unsigned n_attrs = fill_attributes(attrs, pdl, cluster, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                                           CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
   config.attrs = n_attrs > 0 ? attrs : nullptr;
   config.numAttrs = n_attrs;
   void* args[] = {static_cast<void*>(&std::get<I>(params))..., nullptr};
@@ -201,19 +214,9 @@ cudaError_t launch_pdl_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   cudaLaunchAttribute attrs[2];
-  unsigned n_attrs = 0;
-  if (major >= 9) {
-    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attrs;
-  }
-  if (cluster > 1) {
-    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[n_attrs].val.clusterDim.x = unsigned(cluster);
-    attrs[n_attrs].val.clusterDim.y = 1;
-    attrs[n_attrs].val.clusterDim.z = 1;
-    ++n_attrs;
-  }
+  const unsigned n_attrs = launch_detail::fill_attributes(attrs, major >= 9, cluster,
+                                                          cudaLaunchAttributeProgrammaticStreamSerialization,
+                                                          cudaLaunchAttributeClusterDimension);
   config.attrs = n_attrs > 0 ? attrs : nullptr;
   config.numAttrs = n_attrs;
   return std::apply([&](auto&... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, params);
