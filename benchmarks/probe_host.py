@@ -11,11 +11,12 @@ Prints each row's median per-call time (us) in each pass.
 
 Beside the ops, stub ops compiled here with the bindings' calling convention (stable ABI, CUDA key, topk's
 schema) peel the path apart: the dispatcher and the boxed stable call alone, then the output allocation,
-then the device guard and stream lookup; what is left of dsa.topk over the last stub is the route's checks,
-the launcher's host logic and the launch itself (benchmarks/micro/smxx_launch_host_cost.cu times the
-launch APIs without torch). A row may set something up around its batch (a forced cluster size; a
-fallthrough kernel for the AutogradCUDA key, which skips the autograd fallback the dispatcher runs for
-ops without an autograd formula).
+then the device guard and stream lookup, then a bare launch (cudart or the driver, the filter kernel's
+launch shape), then the library's own launcher and binding core (the stubs link the loaded library), and
+the same kernel under ops defined from Python. What is left of dsa.topk over those is the route's own
+(benchmarks/micro/smxx_launch_host_cost.cu times the launch APIs without torch). A row may set something
+up around its batch (a forced cluster size; a fallthrough kernel for the AutogradCUDA key, which skips the
+autograd fallback the dispatcher runs for ops without an autograd formula).
 """
 
 import os
