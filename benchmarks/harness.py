@@ -94,6 +94,16 @@ def host_overhead_us(fn: Callable, calls: int = 2000, batches: int = 1) -> tuple
     return host_overheads_us([fn], calls=calls, batches=batches)[0]
 
 
+def host_batch_us(fn: Callable, calls: int) -> float:
+    """Host time a call of `calls` back-to-back calls of fn() (us; no sync inside), synchronised after."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
 def host_overheads_us(fns: list, calls: int = 2000, batches: int = 1, warmup_s: float = 0.05) -> list:
     """Per-call host time of each of fns: wall time of back-to-back calls, no sync inside, in `batches`
     batches of calls / batches each (synchronised between batches), the fns' batches taken in turn so
@@ -103,18 +113,7 @@ def host_overheads_us(fns: list, calls: int = 2000, batches: int = 1, warmup_s: 
     Returns (median, min) for each fn over its batches' per-call means: the median is the figure, the
     min shows what a quiet host gives."""
     n = max(1, calls // batches)
-
-    def batch(fn) -> Callable[[], float]:
-        def one() -> float:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            return (t1 - t0) / n * 1e6
-        return one
-
-    samplers = [batch(fn) for fn in fns]
+    samplers = [lambda fn=fn: host_batch_us(fn, n) for fn in fns]
     end = time.perf_counter() + warmup_s
     while True:
         interleaved_samples(samplers, 1)

@@ -28,6 +28,7 @@ import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from harness import host_batch_us, interleaved_samples  # noqa: E402
 from topk_cases import page_table_args  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -288,19 +289,14 @@ def define_python_ops():
 
 
 def timed_batch(fn, calls, setup=None, teardown=None) -> float:
-    """us a call of `calls` back-to-back calls (no sync inside), synchronised after."""
+    """harness.host_batch_us of fn, with `setup` before the batch and `teardown` after it."""
     if setup:
         setup()
     try:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
+        return host_batch_us(fn, calls)
     finally:
         if teardown:
             teardown()
-    return (t1 - t0) / calls * 1e6
 
 
 def main(passes: int = 3, batches: int = 10, calls: int = 100):
@@ -369,14 +365,11 @@ def main(passes: int = 3, batches: int = 10, calls: int = 100):
     ]
     for row in rows:  # warm-up: every path once, then a batch each
         timed_batch(row[1], calls, *row[2:])
+    samplers = [lambda row=row: timed_batch(row[1], calls, *row[2:]) for row in rows]
     got = {row[0]: [] for row in rows}
     for _ in range(passes):
-        samples = {row[0]: [] for row in rows}
-        for _ in range(batches):
-            for row in rows:
-                samples[row[0]].append(timed_batch(row[1], calls, *row[2:]))
-        for name, s in samples.items():
-            got[name].append(statistics.median(s))
+        for row, samples in zip(rows, interleaved_samples(samplers, batches)):
+            got[row[0]].append(statistics.median(samples))
     print(f"us a call, median of {batches} batches of {calls}, {passes} passes (batches of all rows in turn)")
     for name, v in got.items():
         print(f"{name:58s} " + " ".join(f"{t:6.2f}" for t in v), flush=True)
