@@ -182,6 +182,10 @@ LAUNCH_SRC = r"""
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "dsa_cuda/common_launch.cuh"  // launch_detail: the library's attribute fill and driver entry point
+
+namespace launch_detail = dsa_cuda::launch_detail;
+
 struct Params {
   const void* a;
   void* b;
@@ -195,8 +199,6 @@ __global__ void stub_kernel(Params p) {
   }
 }
 
-using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
-
 extern "C" int stub_launch(int how, void* stream, void* a, void* b) {
   constexpr int kBigSmem = 90 * 1024;
   static bool once = [] {
@@ -208,13 +210,14 @@ extern "C" int stub_launch(int how, void* stream, void* a, void* b) {
   p.a = a;
   p.b = b;
   if (how == 2) {
-    static LaunchEx launch_ex = nullptr;
-    static cudaFunction_t fn = nullptr;
-    if (launch_ex == nullptr) {
-      cudaDriverEntryPointQueryResult q;
-      cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", reinterpret_cast<void**>(&launch_ex), 12000,
-                                       cudaEnableDefault, &q);
-      cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(stub_kernel));
+    static const launch_detail::DriverLaunch launch_ex = launch_detail::driver_launch();
+    static const cudaFunction_t fn = [] {
+      cudaFunction_t f = nullptr;
+      cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(stub_kernel));
+      return f;
+    }();
+    if (launch_ex == nullptr || fn == nullptr) {
+      return 1;
     }
     CUlaunchConfig cfg = {};
     cfg.gridDimX = 8;
@@ -224,13 +227,9 @@ extern "C" int stub_launch(int how, void* stream, void* a, void* b) {
     cfg.sharedMemBytes = kBigSmem;
     cfg.hStream = static_cast<CUstream>(stream);
     CUlaunchAttribute attrs[2];
-    attrs[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attrs[0].value.programmaticStreamSerializationAllowed = 1;
-    attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[1].value.clusterDim.x = 8;
-    attrs[1].value.clusterDim.y = attrs[1].value.clusterDim.z = 1;
     cfg.attrs = attrs;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = launch_detail::fill_attributes(attrs, true, 8, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                                                  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
     void* args[] = {&p};
     return launch_ex(&cfg, reinterpret_cast<CUfunction>(fn), args, nullptr) == CUDA_SUCCESS ? 0 : 1;
   }
@@ -240,13 +239,9 @@ extern "C" int stub_launch(int how, void* stream, void* a, void* b) {
   cfg.dynamicSmemBytes = how == 1 ? kBigSmem : 0;
   cfg.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = 8;
-  attrs[1].val.clusterDim.y = attrs[1].val.clusterDim.z = 1;
   cfg.attrs = attrs;
-  cfg.numAttrs = 2;
+  cfg.numAttrs = launch_detail::fill_attributes(attrs, true, 8, cudaLaunchAttributeProgrammaticStreamSerialization,
+                                                cudaLaunchAttributeClusterDimension);
   return cudaLaunchKernelEx(&cfg, stub_kernel, p) == cudaSuccess ? 0 : 1;
 }
 """

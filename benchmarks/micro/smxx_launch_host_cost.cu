@@ -1,6 +1,6 @@
 // Host time of one kernel launch through each launch API (no torch): what a dsa_ops binding pays for its
 // launch, apart from the dispatcher. Plain nvcc:
-//   nvcc -O2 -arch=sm_90a -o /tmp/launch_host_cost benchmarks/micro/smxx_launch_host_cost.cu
+//   nvcc -O2 -arch=sm_90a -Ibackends_cuda/include -o /tmp/launch_host_cost benchmarks/micro/smxx_launch_host_cost.cu
 //   /tmp/launch_host_cost [batches]
 // Each variant launches an empty kernel whose parameter block is the size of the top-k kernels'
 // (KernelArgs, ~220 bytes) 100 times back to back, then synchronises; the variants' batches are taken
@@ -16,6 +16,8 @@
 #include <string>
 #include <unistd.h>  // environ
 #include <vector>
+
+#include "dsa_cuda/common_launch.cuh"  // launch_detail: the library's attribute fill and driver entry point
 
 struct Params {
   char bytes[224];
@@ -36,9 +38,8 @@ __global__ void empty_kernel(Params p) {
     }                                                                                \
   } while (0)
 
-using PFN_launchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
-
 int main(int argc, char** argv) {
+  namespace launch_detail = dsa_cuda::launch_detail;
   const int batches = argc > 1 ? std::atoi(argv[1]) : 40;
   constexpr int kCalls = 100;
   cudaStream_t stream;
@@ -52,31 +53,22 @@ int main(int argc, char** argv) {
     cfg.blockDim = block;
     cfg.stream = stream;
     cudaLaunchAttribute attrs[2];
-    unsigned n = 0;
-    if (pdl) {
-      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attrs[n].val.programmaticStreamSerializationAllowed = 1;
-      ++n;
-    }
-    if (cluster > 1) {
-      attrs[n].id = cudaLaunchAttributeClusterDimension;
-      attrs[n].val.clusterDim.x = cluster;
-      attrs[n].val.clusterDim.y = 1;
-      attrs[n].val.clusterDim.z = 1;
-      ++n;
-    }
+    const unsigned n = launch_detail::fill_attributes(attrs, pdl, int(cluster),
+                                                      cudaLaunchAttributeProgrammaticStreamSerialization,
+                                                      cudaLaunchAttributeClusterDimension);
     cfg.attrs = n ? attrs : nullptr;
     cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, empty_kernel, p);
   };
 
   // The driver entry point, with the CUfunction looked up once (what cudart does on every launch).
-  PFN_launchEx cu_launch_ex = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", reinterpret_cast<void**>(&cu_launch_ex), 12000,
-                                         cudaEnableDefault, &q));
+  const launch_detail::DriverLaunch cu_launch_ex = launch_detail::driver_launch();
   cudaFunction_t fn;
   CHECK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(empty_kernel)));
+  if (cu_launch_ex == nullptr) {
+    std::printf("the driver gives no cuLaunchKernelEx\n");
+    return 1;
+  }
   auto launch_driver = [&](unsigned cluster, bool pdl) {
     CUlaunchConfig cfg = {};
     cfg.gridDimX = grid.x;
@@ -85,19 +77,9 @@ int main(int argc, char** argv) {
     cfg.blockDimY = cfg.blockDimZ = 1;
     cfg.hStream = stream;
     CUlaunchAttribute attrs[2];
-    unsigned n = 0;
-    if (pdl) {
-      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attrs[n].value.programmaticStreamSerializationAllowed = 1;
-      ++n;
-    }
-    if (cluster > 1) {
-      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attrs[n].value.clusterDim.x = cluster;
-      attrs[n].value.clusterDim.y = 1;
-      attrs[n].value.clusterDim.z = 1;
-      ++n;
-    }
+    const unsigned n = launch_detail::fill_attributes(attrs, pdl, int(cluster),
+                                                      CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                                                      CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
     cfg.attrs = n ? attrs : nullptr;
     cfg.numAttrs = n;
     void* args[] = {&p};
