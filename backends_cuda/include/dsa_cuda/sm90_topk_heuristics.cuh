@@ -35,30 +35,30 @@ constexpr int kSpreadFinishMinCluster = 4;
 struct Overrides {
   std::atomic<int> cluster{0};  // 0: none
   std::atomic<bool> sampling{true};
+
+  Overrides() { read(); }
+
+  // Set both from the environment now.
+  void read() {
+    int forced = 0;
+    if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
+      forced = std::atoi(env);
+      forced = forced >= 1 && forced <= kMaxCluster ? forced : 0;
+    }
+    const char* sample = std::getenv("DSA_OPS_TOPK_SAMPLE");
+    cluster.store(forced, std::memory_order_relaxed);
+    sampling.store(sample == nullptr || sample[0] != '0', std::memory_order_relaxed);
+  }
 };
 
-inline Overrides& overrides_unread() {
+// The overrides, read from the environment at the first call.
+inline Overrides& overrides() {
   static Overrides o;
   return o;
 }
 
-// Set the overrides from the environment now.
-inline void read_overrides() {
-  int forced = 0;
-  if (const char* env = std::getenv("DSA_OPS_TOPK_CLUSTER")) {
-    forced = std::atoi(env);
-    forced = forced >= 1 && forced <= kMaxCluster ? forced : 0;
-  }
-  const char* sample = std::getenv("DSA_OPS_TOPK_SAMPLE");
-  overrides_unread().cluster.store(forced, std::memory_order_relaxed);
-  overrides_unread().sampling.store(sample == nullptr || sample[0] != '0', std::memory_order_relaxed);
-}
-
-inline const Overrides& overrides() {
-  static const bool read = (read_overrides(), true);
-  (void)read;
-  return overrides_unread();
-}
+// Read the overrides from the environment again.
+inline void read_overrides() { overrides().read(); }
 
 // The forced CTAs per row (DSA_OPS_TOPK_CLUSTER), 0 when none.
 inline int forced_cluster() { return overrides().cluster.load(std::memory_order_relaxed); }
