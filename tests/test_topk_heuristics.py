@@ -89,3 +89,37 @@ def test_forced_size_is_taken_as_it_is(binary, forced):
 
 def test_out_of_range_override_is_ignored(binary):
     assert run(binary, "9") == run(binary) == run(binary, "0")
+
+
+REREAD = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "dsa_cuda/sm90_topk_heuristics.cuh"
+// The overrides as first read, then after the environment changes (before and after read_overrides).
+int main() {
+  using namespace dsa_cuda::topk_heuristics;
+  std::printf("%d %d\n", forced_cluster(), int(filter_sampling()));
+  setenv("DSA_OPS_TOPK_CLUSTER", "3", 1);
+  setenv("DSA_OPS_TOPK_SAMPLE", "0", 1);
+  std::printf("%d %d\n", forced_cluster(), int(filter_sampling()));
+  read_overrides();
+  std::printf("%d %d\n", forced_cluster(), int(filter_sampling()));
+  unsetenv("DSA_OPS_TOPK_CLUSTER");
+  unsetenv("DSA_OPS_TOPK_SAMPLE");
+  read_overrides();
+  std::printf("%d %d\n", forced_cluster(), int(filter_sampling()));
+  return 0;
+}
+"""
+
+
+def test_overrides_read_at_first_use_and_when_told(tmp_path):
+    # The launcher reads DSA_OPS_TOPK_CLUSTER / _SAMPLE once, not per launch; read_overrides (behind
+    # torch.ops.dsa_cuda.topk_read_env) takes a change made since.
+    (tmp_path / "main.cpp").write_text(REREAD)
+    subprocess.run([CXX, "-std=c++17", "-O1", f"-I{HEADER_DIR}", str(tmp_path / "main.cpp"), "-o",
+                    str(tmp_path / "main")], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("DSA_OPS_TOPK_CLUSTER", "DSA_OPS_TOPK_SAMPLE")}
+    env["DSA_OPS_TOPK_CLUSTER"] = "2"
+    out = subprocess.run([str(tmp_path / "main")], env=env, check=True, capture_output=True, text=True).stdout
+    assert out.split("\n")[:4] == ["2 1", "2 1", "3 0", "0 1"]
