@@ -1457,7 +1457,9 @@ __device__ __forceinline__ void exact_row(const GlobalSrc<T>& g, uint32_t n, uin
       break;
     }
     const uint32_t one = bin_or[sh.bin];
-    if (one == bin_and[sh.bin]) {  // every key of the bin is `one`: it is the k-th largest
+    const bool plateau = one == bin_and[sh.bin];
+    __syncthreads();  // everyone read bin_or / bin_and before the next level resets them
+    if (plateau) {  // every key of the bin is `one`: it is the k-th largest
       st.prefix = one;
       st.mask = 0xFFFFFFFFu;
       break;
