@@ -469,7 +469,9 @@ __device__ __forceinline__ void list_range(const List& list, int m, Counters& cn
 
 // The r-th largest of the m list entries (`valid` of them: r <= valid), whose range is in cnt.lo /
 // cnt.hi. Stops early once the entries at or above the bin number at most r + slack (slack 0: the
-// exact select), or once the bin holds at most `small` entries. Ends with a barrier.
+// exact select), or once the bin holds at most `small` entries. Ends with a barrier, except when
+// valid == r: every entry is taken, and it returns at once, having read and written nothing shared
+// (sample_threshold's calls never take that exit: k <= kCapacity / kFastRatio < n keeps their r below S).
 // csize > 1: the list is the union of the cluster's CTAs' lists (m: this CTA's entries; valid: the
 // cluster's; cnt.lo / cnt.hi: the cluster's range); `merged` holds the summed histograms.
 // one_value_shift: the largest shift at which a bin can hold only one value (see one_value_shift<T>).
@@ -965,7 +967,8 @@ __device__ __forceinline__ void load_samples(const T* first, uint32_t step, int 
 
 // A threshold E such that, with high probability, at least k and at most the buffer's keys of the
 // window are >= E: E is (close to) the j-th largest of S samples (evenly spaced runs of kSampleRun
-// consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier. Needs n > kCapacity.
+// consecutive keys). Uses `buf` (S words) and `hist`. Ends with a barrier, after which every thread may read
+// cnt.runs (written next by the next call, many barriers later). Needs n > kCapacity.
 // `promising` says whether the expected count of keys >= E fits the candidate buffer (a plateau at E,
 // e.g. relu zeros, puts most of the window at E: the filter pass would overflow), and `single`
 // whether E is the one value of its bin (the j-th largest sample exactly: a plateau's value).
