@@ -26,7 +26,6 @@ def test_each_goal_from_its_row():
         dict(_row(16384, 65536, 1000.0, 1000.0), exact=False),
         _row(1, 131072, 10.0, 0.1, host_overhead_us=9.9, host_overhead_torch_add_us=7.0),
         _row(20, 134868, 15.1, 2.0, host_overhead_us=10.1),
-
         {**_row(1, 131072, 1.0, 1.0), "op": "topk_hip"},  # (another op's row: not read)
     ]}
     got = {g: (fig, met) for g, fig, met in goals_topk.goals(doc)}
