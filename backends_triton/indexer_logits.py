@@ -47,7 +47,7 @@ _CONFIGS = {
 # 16-bit operands in memory (bf16, or fp8 widened once before the kernel): N 256 (e.g. 4 rows x 64 heads),
 # 64 keys, 2 warpgroups each 64 x 128 of it. On SM90 at H 32 and 64, 128 keys (each warpgroup 64 x 256:
 # 128 accumulator registers a thread, 251-255 in all; sm_100a needs a stack frame for it). H200 sweeps
-# (probe_indexer_triton.py), exact fp8 4096 x 32768, H 64: (4, 128, 8, 3) 4275 us, (4, 64, 8, 3) 4634,
+# (tools/probe_indexer_triton.py), exact fp8 4096 x 32768, H 64: (4, 128, 8, 3) 4275 us, (4, 64, 8, 3) 4634,
 # (2, 64, 4, 3) 4445, (2, 128, 8, 3) 5147; bf16: (4, 128, 8, 3) 3849 us, (2, 64, 4, 3) 4217; H 32:
 # (8, 128, 8, 3) 2126 us, (8, 64, 8, 3) 2325.
 _CONFIGS_16BIT = {

@@ -64,7 +64,7 @@ if has sanitize; then
     f="$OUT/sanitizer.log"
     echo "--- $tool ${mode:-default}" >> "$f"
     env $mode timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      python3 benchmarks/sanitize_small.py >> "$f" 2>&1
+      python3 tools/sanitize_small.py >> "$f" 2>&1
     echo "compute-sanitizer $tool [${mode:-default}] exit $?: $(tail -2 "$f" | tr '\n' ' ')"
   done
 fi

@@ -91,7 +91,7 @@ def filter_retry_rows(width: int = 70000, samples: int = 2048, seed: int = 11) -
     aim leaves about 100 candidates, fewer than k (1500 or 2048), and the wider second attempt reaches
     the low samples and takes the keys near 1.0 too. Row 1: every sampled key is high, so both attempts
     miss and the exact fallback finishes the row. (tests/test_topk_filter_model.py checks this on the
-    kernel's model; the GPU tests and benchmarks/sanitize_small.py run the kernel on them.)"""
+    kernel's model; the GPU tests and tools/sanitize_small.py run the kernel on them.)"""
     at = filter_sample_positions(width, samples)
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(2, width, generator=g) * 0.9

@@ -10,7 +10,7 @@
 // while a backend other than cuda is forced) and hands over the router's error message
 // (topk_route_error), which the stable ABI's dispatcher call does not pass back.
 //
-// benchmarks/host_overhead_cpu.py builds this file with the host compiler for the CPU key of its own
+// tools/host_overhead_cpu.py builds this file with the host compiler for the CPU key of its own
 // namespaces (DSA_TOPK_ROUTE_CPU_TEST, a stub topk_launch) to time the path without a GPU.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/c/shim.h>
@@ -114,7 +114,7 @@ bool page_ok(const TensorInfo& scores, const TensorInfo& page_table,
 // A new contiguous int32 [rows, k] tensor on the device of `scores` (what new_empty gave), and its
 // metadata in `info` (`size` and `stride` must outlive it). aoti_torch_empty_strided reaches
 // at::empty_strided directly; new_empty and stable::empty go through the boxed dispatcher by name
-// (about 2 us more a call: benchmarks/host_overhead_cpu.py).
+// (about 2 us more a call: tools/host_overhead_cpu.py).
 Tensor new_out(const TensorInfo& scores, int64_t k, int64_t (&size)[2], int64_t (&stride)[2], TensorInfo* info) {
   size[0] = scores.size(0);
   size[1] = k;

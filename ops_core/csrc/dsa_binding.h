@@ -44,7 +44,7 @@ inline int64_t stride_or_zero(const std::optional<Tensor>& t) { return t.has_val
 
 // Makes `device` the current device for its scope, as torch::stable::accelerator::DeviceGuard does, but
 // creates that guard only when another device is current: the guard is a heap object and two calls into
-// torch even when it changes nothing (~0.5 us a call on the H200 host, benchmarks/probe_host.py).
+// torch even when it changes nothing (~0.5 us a call on the H200 host, tools/probe_host.py).
 // (Unnamed namespace: the stable guard's type has hidden visibility, so must a class holding it.)
 namespace {
 class DeviceScope {

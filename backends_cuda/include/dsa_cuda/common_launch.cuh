@@ -82,7 +82,7 @@ namespace launch_detail {
 
 // cudaLaunchKernelEx finds the kernel's function from its host stub on every launch. The driver's
 // cuLaunchKernelEx, given the function looked up once per kernel and device, takes ~0.3 us less host
-// time a launch on the H200 host (benchmarks/micro/smxx_launch_host_cost.cu). Both are reached through
+// time a launch on the H200 host (tools/smxx_launch_host_cost.cu). Both are reached through
 // cudart, so the library does not link the driver.
 using DriverLaunch = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
 

@@ -31,7 +31,7 @@ constexpr int kSpreadFinishMinCluster = 4;
 // kernel's sampled threshold off (to reach its exact fallback). Read at the first launch and again by
 // read_overrides() (torch.ops.dsa_cuda.topk_read_env, for tests that change them in-process), not on every
 // launch: three getenv calls took ~0.3 us a launch on the H200 host (86 variables;
-// benchmarks/micro/smxx_launch_host_cost.cu).
+// tools/smxx_launch_host_cost.cu).
 struct Overrides {
   std::atomic<int> cluster{0};  // 0: none
   std::atomic<bool> sampling{true};

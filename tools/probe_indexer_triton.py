@@ -1,6 +1,6 @@
 """Probe the Triton indexer_logits kernel's exact fp8 path (H200). Dev tool.
 
-    python benchmarks/probe_indexer_triton.py
+    python tools/probe_indexer_triton.py
 
 The exact fp8 path (fp16 MMA) ran at 29% of the fp8 ceiling while bf16 operands, twice the bytes and the
 same MMA rate, ran 22% faster: each program widened every key tile it streamed, so a key was widened once
@@ -17,7 +17,8 @@ import sys
 import dsa_ops  # noqa: F401
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+# benchmarks/: harness, bench_indexer_logits
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
 from bench_indexer_logits import _inputs  # noqa: E402
 from dsa_ops.backends.triton import indexer_logits as il  # noqa: E402
 from harness import Timer, matmul_tflops  # noqa: E402

@@ -3,7 +3,7 @@
 # library and writes ncu source counters per SASS line (<shape>_sass.csv, with stall sampling and
 # executed instructions) and the details page (<shape>_details.txt) for each shape, all packed into
 # $OUT/profile.tgz (only a few files come back from the device).
-#   bash benchmarks/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
+#   bash tools/profile_topk.sh [shapes as ROWSxWIDTH...]   (default: 4096x32768 1x131072)
 # A shape ending in "pt" (4096x32768pt) profiles the page-table form (profile_topk.py runpt), one ending
 # in "wl" topk given the form's lengths (runpt ROWS WIDTH 2048 0).
 # With TRACE=1 it also builds a -DDSA_TOPK_TRACE variant and records, per phase, the SM clock cycles
@@ -16,13 +16,13 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "root' user" | tail -3
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 if [[ "${TRACE:-0}" != only ]]; then
-  python3 benchmarks/profile_topk.py build "-lineinfo" > "$P/build_line.log" 2>&1
+  python3 tools/profile_topk.py build "-lineinfo" > "$P/build_line.log" 2>&1
   LINE_SO=$(tail -1 "$P/build_line.log")
 fi
 if [[ "${TRACE:-0}" != 0 ]]; then
-  python3 benchmarks/profile_topk.py build "-DDSA_TOPK_TRACE" > "$P/build_trace.log" 2>&1
+  python3 tools/profile_topk.py build "-DDSA_TOPK_TRACE" > "$P/build_trace.log" 2>&1
   for _ in $(seq "${TRACE_PASSES:-1}"); do
-    DSA_OPS_CUDA_LIB=$(tail -1 "$P/build_trace.log") python3 benchmarks/profile_topk.py trace >> "$P/trace.log" 2>&1
+    DSA_OPS_CUDA_LIB=$(tail -1 "$P/build_trace.log") python3 tools/profile_topk.py trace >> "$P/trace.log" 2>&1
   done
   python3 - "$P/trace.log" <<'PY' | tee "$P/trace_summary.txt"
 import collections, sys
@@ -49,7 +49,7 @@ for shape in ${*:-4096x32768 1x131072}; do
   DSA_OPS_CUDA_LIB=$LINE_SO timeout 240 "$NCU" --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --import-source yes \
     -k regex:topk_filter --launch-skip 2 --launch-count 1 -f -o "$P/$shape" \
-    python3 benchmarks/profile_topk.py $what "$rows" "$width" "${more[@]}" > "$P/${shape}_ncu.log" 2>&1
+    python3 tools/profile_topk.py $what "$rows" "$width" "${more[@]}" > "$P/${shape}_ncu.log" 2>&1
   "$NCU" -i "$P/$shape.ncu-rep" --page details > "$P/${shape}_details.txt" 2>&1
   "$NCU" -i "$P/$shape.ncu-rep" --page source --csv --print-source sass > "$P/${shape}_sass.csv" 2>&1
   echo "$shape: $(wc -l < "$P/${shape}_sass.csv") sass lines"

@@ -1,13 +1,13 @@
 """Dev tool (CPU): where a kernel's executed instructions and stall samples go, by source line of
 kernels/topk_filter.cu, from an ncu SASS export (round 17 of benchmarks/notes_topk.md used it).
 
-    # on the GPU machine (a -lineinfo build; see benchmarks/profile_topk.sh):
+    # on the GPU machine (a -lineinfo build; see tools/profile_topk.sh):
     ncu --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \\
         --import-source yes -k regex:topk_filter_kernel --launch-skip 2 --launch-count 1 -o p \\
-        python3 benchmarks/profile_topk.py run 1 131072
+        python3 tools/profile_topk.py run 1 131072
     ncu -i p.ncu-rep --page source --csv --print-source sass > sass.csv
     # here, on the same source tree (SASS offsets are matched opcode by opcode; it stops on a mismatch):
-    python benchmarks/ncu_source_lines.py sass.csv [--kernel SUBSTRING] [--lines FIRST LAST] [--top N]
+    python tools/ncu_source_lines.py sass.csv [--kernel SUBSTRING] [--lines FIRST LAST] [--top N]
 
 Each SASS instruction is charged to the last line of topk_filter.cu seen before it in the line table
 (`nvdisasm --print-line-info` of a -lineinfo cubin built here with nvcc), so header code inlined into a

@@ -1,15 +1,18 @@
-"""Dev tool: where the filter top-k kernel's time goes (H200). Driven by benchmarks/profile_topk.sh.
+"""Dev tool: where the filter top-k kernel's time goes (H200). Driven by tools/profile_topk.sh.
 
-    python benchmarks/profile_topk.py build "-lineinfo"     # build a variant of the CUDA library, print its .so
-    DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py run ROWS WIDTH [K]    # 3 calls (ncu target)
-    DSA_OPS_CUDA_LIB=<so> python benchmarks/profile_topk.py runpt ROWS WIDTH       # the same, page-table form
-    DSA_OPS_CUDA_LIB=<trace so> python benchmarks/profile_topk.py trace           # phase stamps, a few shapes
+    python tools/profile_topk.py build "-lineinfo"     # build a variant of the CUDA library, print its .so
+    DSA_OPS_CUDA_LIB=<so> python tools/profile_topk.py run ROWS WIDTH [K]    # 3 calls (ncu target)
+    DSA_OPS_CUDA_LIB=<so> python tools/profile_topk.py runpt ROWS WIDTH       # the same, page-table form
+    DSA_OPS_CUDA_LIB=<trace so> python tools/profile_topk.py trace           # phase stamps, a few shapes
                                                   # (and the page-table form of 3, and topk with its lengths)
 """
 
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))  # topk_cases
 
 
 def build(flags: str) -> None:
@@ -39,7 +42,7 @@ def run_page_table(rows: int, width: int, k: int = 2048, lookups: bool = True) -
     """As run(), the page-table form (page size 64, full lengths, out=) as bench_topk.py times it; with
     lookups=False, topk given the same lengths (the form's extra apart from the lookups)."""
     import dsa_ops  # noqa: F401
-    from topk_cases import page_table_args  # (benchmarks/, the script's folder, is on sys.path)
+    from topk_cases import page_table_args
 
     x = torch.randn(rows, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     pt, lengths = page_table_args(rows, width)

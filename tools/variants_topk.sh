@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dev, on the GPU machine: time variants of the filter top-k kernel against each other in one call.
-#   bash benchmarks/variants_topk.sh A B ...
+#   bash tools/variants_topk.sh A B ...
 # A variant is either
 #   NAME                    .variants/NAME.cu, a whole kernels/topk_filter.cu, swapped in (headers: the tree's)
 #   NAME=P1[,P2...]         the tree with these patches applied (`git apply`, any files; none: the tree as is),
@@ -9,7 +9,7 @@
 #                           (made here by `overlay_patch.sh`, for a machine without git).
 #   NAME=@LIB.so            a library built before (e.g. brought back from an earlier call), not rebuilt
 # Each variant is built into its own library (the JIT cache is keyed by the sources), then
-# `python benchmarks/probe_topk.py ${PROBE:-shapes}` times it in a fresh process with DSA_OPS_CUDA_LIB
+# `python tools/probe_topk.py ${PROBE:-shapes}` times it in a fresh process with DSA_OPS_CUDA_LIB
 # pointing at it, ${PASSES:-2} passes interleaved. Build logs go to $OUT/build_<name>.log.
 # (.variants/ is a scratch folder ignored by git: name it in the device tool's `carry`.)
 cd "$(dirname "$0")/.."
@@ -55,6 +55,6 @@ done
 for rep in $(seq "${PASSES:-2}"); do
   for name in "${names[@]}"; do
     echo -n "$name: "
-    DSA_OPS_CUDA_LIB=/tmp/$name.so python3 benchmarks/probe_topk.py "${PROBE:-shapes}" 2>&1 | tail -1
+    DSA_OPS_CUDA_LIB=/tmp/$name.so python3 tools/probe_topk.py "${PROBE:-shapes}" 2>&1 | tail -1
   done
 done

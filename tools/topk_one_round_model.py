@@ -6,7 +6,7 @@ samples). The kernel bins each row's candidates from the sampled threshold E to 
 0) or "whole" (both finish in one round), or "top" / "big" (the kernel falls back to hist_select);
 "plateau" and "few/over" rows do not take the one-round path.
 
-    python benchmarks/topk_one_round_model.py
+    python tools/topk_one_round_model.py
 """
 
 from __future__ import annotations

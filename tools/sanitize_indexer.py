@@ -4,16 +4,19 @@ the loop and once before the kernel, with negative scales; bf16), and checks eac
 Plain: a quick smoke test that prints each mode's error (max |out - ref| / row norm). Under
 compute-sanitizer (memcheck, racecheck) it is the small shape the sanitizer walks:
 
-    compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_indexer.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python tools/sanitize_indexer.py
 """
 
+import os
 import sys
 
 import torch
 from dsa_ops.backends.cuda import providers_indexer as pi
 from dsa_ops.backends.triton import indexer_logits as il
 from dsa_ops.ops.indexer_logits import reference
-from harness import score_error
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+from harness import score_error  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)

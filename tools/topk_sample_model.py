@@ -1,6 +1,6 @@
 """Dev tool (CPU): how often the filter top-k kernel's sampled threshold misses, per distribution.
 
-    python benchmarks/topk_sample_model.py [--rows 200] [--run 16] [--widths 32768 65536 131072] [--retry]
+    python tools/topk_sample_model.py [--rows 200] [--run 16] [--widths 32768 65536 131072] [--retry]
 
 For random rows it runs the CPU model of the kernel's sampled threshold (`sample_threshold` in
 tests/test_topk_filter_model.py: sampling, the select with its slack, the 4-sigma aim, the run check,

@@ -2,15 +2,18 @@
 against the reference. The block table past each context is poisoned (-1, huge, INT32_MIN) and some
 visible pages point outside the cache, so a stray lookup or read shows under the sanitizer:
 
-    compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_paged.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python tools/sanitize_paged.py
 """
 
+import os
 import sys
 
 import torch
 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 from dsa_ops.ops.paged_indexer_logits import reference
-from harness import score_error
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+from harness import score_error  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)

@@ -1,4 +1,4 @@
-"""Per-call host overhead of the device router on CPU (no GPU): `python benchmarks/host_overhead_cpu.py [--calls N]`.
+"""Per-call host overhead of the device router on CPU (no GPU): `python tools/host_overhead_cpu.py [--calls N]`.
 
 What it runs: exactly the Python that torch.ops.dsa.<op> runs for CUDA tensors (the functions dsa_ops
 registers for the CUDA key, captured at import and registered for CPU in this process only), served by

@@ -1,8 +1,8 @@
 """Where the top-k ops' per-call host time goes (H200 host). Dev tool:
 
-    python benchmarks/probe_host.py [passes]     # the rows below, interleaved
-    python benchmarks/probe_host.py conditions   # dsa.topk as bench_topk.py times it, under its conditions
-    python -m pytest -q -s benchmarks/probe_host.py   # the same under pytest
+    python tools/probe_host.py [passes]     # the rows below, interleaved
+    python tools/probe_host.py conditions   # dsa.topk as bench_topk.py times it, under its conditions
+    python -m pytest -q -s tools/probe_host.py   # the same under pytest
 
 Every row is timed as bench_topk.py's host overhead (back-to-back calls, no sync inside, batches of 100,
 synchronised between batches), and the rows' batches are taken in turn, so that the host's pace, which
@@ -14,7 +14,7 @@ schema) peel the path apart: the dispatcher and the boxed stable call alone, the
 then the device guard and stream lookup, then a bare launch (cudart or the driver, the filter kernel's
 launch shape), then the library's own launcher and binding core (the stubs link the loaded library), and
 the same kernel under ops defined from Python. What is left of dsa.topk over those is the route's own
-(benchmarks/micro/smxx_launch_host_cost.cu times the launch APIs without torch). A row may set something
+(tools/smxx_launch_host_cost.cu times the launch APIs without torch). A row may set something
 up around its batch (a forced cluster size; a fallthrough kernel for the AutogradCUDA key, which skips the
 autograd fallback the dispatcher runs for ops without an autograd formula).
 """
@@ -27,7 +27,7 @@ import time
 import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))  # harness, topk_cases
 from harness import host_batch_us, interleaved_samples  # noqa: E402
 from topk_cases import page_table_args  # noqa: E402
 

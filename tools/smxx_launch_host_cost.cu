@@ -1,6 +1,6 @@
 // Host time of one kernel launch through each launch API (no torch): what a dsa_ops binding pays for its
 // launch, apart from the dispatcher. Plain nvcc:
-//   nvcc -O2 -arch=sm_90a -Ibackends_cuda/include -o /tmp/launch_host_cost benchmarks/micro/smxx_launch_host_cost.cu
+//   nvcc -O2 -arch=sm_90a -Ibackends_cuda/include -o /tmp/launch_host_cost tools/smxx_launch_host_cost.cu
 //   /tmp/launch_host_cost [batches]
 // Each variant launches an empty kernel whose parameter block is the size of the top-k kernels'
 // (KernelArgs, ~220 bytes) 100 times back to back, then synchronises; the variants' batches are taken

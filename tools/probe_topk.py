@@ -1,15 +1,15 @@
 """Probe where the filter top-k kernel's time goes (H200). Dev tool.
 
-    python benchmarks/probe_topk.py            # shapes x k, next to a plain read of the same bytes
-    python benchmarks/probe_topk.py clusters   # decode-like shapes under each forced cluster size
-    python benchmarks/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
-    python benchmarks/probe_topk.py ptt        # the same, each followed by its page-table form
-    python benchmarks/probe_topk.py ptt_decode # ptt's fp32 shapes of at most 64 rows only
-    python benchmarks/probe_topk.py pairs      # decode rows: topk, page-table form, topk with lengths, interleaved
-    python benchmarks/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
-    python benchmarks/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
-    python benchmarks/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
-    python benchmarks/probe_topk.py adversarial [ROWSxKEYS]  # 4096x32768 (or that shape) fp32 of each generator
+    python tools/probe_topk.py            # shapes x k, next to a plain read of the same bytes
+    python tools/probe_topk.py clusters   # decode-like shapes under each forced cluster size
+    python tools/probe_topk.py shapes     # the issue's shapes (fp32, and bf16 4096x32768), one line
+    python tools/probe_topk.py ptt        # the same, each followed by its page-table form
+    python tools/probe_topk.py ptt_decode # ptt's fp32 shapes of at most 64 rows only
+    python tools/probe_topk.py pairs      # decode rows: topk, page-table form, topk with lengths, interleaved
+    python tools/probe_topk.py seeded     # decode rows of bench_topk's generator, seeds 0-7 (input spread)
+    python tools/probe_topk.py parts      # topk, with lengths, ragged form, page-table form: the extras apart
+    python tools/probe_topk.py widths     # many rows of 12K to 64K keys, and fewer rows of 32K (one-CTA rows)
+    python tools/probe_topk.py adversarial [ROWSxKEYS]  # 4096x32768 (or that shape) fp32 of each generator
 """
 
 import os
@@ -18,7 +18,7 @@ import sys
 import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))  # harness, topk_cases
 from dsa_ops.ops._common import window_topk  # noqa: E402
 from harness import Timer  # noqa: E402
 from topk_cases import make_scores, page_table_args  # noqa: E402
