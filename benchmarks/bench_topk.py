@@ -40,7 +40,7 @@ def test_topk(bench, benchmark, case):
         if graph_timed(rows):
             # (median and min over 10 batches of 100 calls: the host's spread between runs is wide.) Beside
             # it, batches taken in turn with topk's, a trivial torch op: the host's own pace (a torch.add on
-            # 16 floats took 7.0 to 13.0 us a call in five runs of one session). Not torch.topk: at these
+            # 16 floats took 7.0 to 13.0 us a call over five runs on one H200 host). Not torch.topk: at these
             # widths its call waits on the device (135-442 us a call on the H200).
             x16, y16 = torch.zeros(16, device="cuda"), torch.empty(16, device="cuda")
             add = lambda: torch.add(x16, 1, out=y16)  # noqa: E731

@@ -1,6 +1,6 @@
 """Issue 3's goals, each with its figure from a results file: `python benchmarks/goals_topk.py [FILE.json]`
-(default benchmarks/results/h200.json), a markdown table for the closing note. Reads what
-bench_topk.py recorded (the main cases of topk_cases.py); judges nothing the file does not hold."""
+(default benchmarks/results/h200.json), a markdown table (device_run.sh's bench stage writes it beside the
+results). Reads what bench_topk.py recorded (the main cases of topk_cases.py); judges nothing the file does not hold."""
 
 from __future__ import annotations
 

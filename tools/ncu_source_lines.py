@@ -1,5 +1,5 @@
 """Dev tool (CPU): where a kernel's executed instructions and stall samples go, by source line of
-kernels/topk_filter.cu, from an ncu SASS export (round 17 of benchmarks/notes_topk.md used it).
+kernels/topk_filter.cu, from an ncu SASS export.
 
     # on the GPU machine (a -lineinfo build; see tools/profile_topk.sh):
     ncu --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \\

@@ -1,14 +1,14 @@
-"""Probe the Triton indexer_logits kernel's exact fp8 path (H200). Dev tool.
+"""The Triton indexer_logits kernel's exact fp8 path (fp16 MMA) on the GPU: its configs and its kv widening,
+for re-tuning `backends_triton/indexer_logits.py` (H200 figures are in that file's comments).
 
     python tools/probe_indexer_triton.py
 
-The exact fp8 path (fp16 MMA) ran at 29% of the fp8 ceiling while bf16 operands, twice the bytes and the
-same MMA rate, ran 22% faster: each program widened every key tile it streamed, so a key was widened once
-per row tile (2048 times at T = 4096). The launcher now widens kv to fp16 once when the call has enough
-rows, negating the rows of negative scale so that the kernel applies |scale| after the head sum. Timed
-here, per shape and head count: the launcher's default, widen_kv alone, the in-loop widening, the
-widened path under a few (BLOCK_T, BLOCK_N, num_warps, num_stages) configs, and bf16 operands under the
-16-bit config and the fp8 one. Each exact variant is compared with the default's output.
+The launcher widens kv to fp16 once when the call has enough rows (negating the rows of negative scale so
+that the kernel applies |scale| after the head sum), since widening inside the kernel widens every key
+once per row tile. Timed here, per shape and head count, as TFLOP/s against the fp8 ceiling measured in
+the same run: the launcher's default, widen_kv alone, the in-loop widening, the widened path under a few
+(BLOCK_T, BLOCK_N, num_warps, num_stages) configs, and bf16 operands under the 16-bit config and the fp8
+one. Each exact variant is compared with the default's output.
 """
 
 import os

@@ -1,4 +1,11 @@
-"""Runs every GPU provider once on small shapes, for compute-sanitizer (memcheck, racecheck)."""
+"""Runs every GPU provider once on small shapes and checks each result: the script compute-sanitizer
+(memcheck, racecheck) walks in the sanitize stage of benchmarks/device_run.sh.
+
+    compute-sanitizer --tool racecheck --error-exitcode 9 python tools/sanitize_small.py
+
+The top-k launcher's test overrides pick the paths: DSA_OPS_TOPK_CLUSTER=N (CTAs a row) and
+DSA_OPS_TOPK_SAMPLE=0 (no sampling: the exact fallback).
+"""
 
 import dsa_ops
 import torch
@@ -93,8 +100,8 @@ with registry.use_backend("cuda"):
     got_any = dsa_ops.topk(s, 2048)
 assert torch.equal(as_sets(got_any), as_sets(window_topk(s, 2048))), "spread select"
 ran.append("topk[cuda] 3x70000 spread select")
-# The page-table form of both top-k kernels, one CTA a row and split rows (a race in an unlanded change
-# once showed only here, under graph replay: keep the filter kernel's page-table path in this script).
+# The page-table form of both top-k kernels, one CTA a row and split rows (a race in the page-table
+# path can show only here, under graph replay: keep the filter kernel's page-table path in this script).
 s = torch.randn(6, 70000, device=dev, generator=g)
 lengths = torch.randint(-5, 70010, (6,), device=dev, dtype=torch.int32, generator=g)
 pt = torch.randint(-1, 5000, (6, 1100), device=dev, dtype=torch.int32, generator=g)

@@ -1,5 +1,5 @@
 """Dev tool (CPU): which way a spread split row's one-round select goes (one_round_select in
-backends_cuda/kernels/topk_filter.cu, landed in the sixteenth session), per distribution, dtype and width,
+backends_cuda/kernels/topk_filter.cu), per distribution, dtype and width,
 on the CPU model of the kernel's sampled threshold (tests/test_topk_filter_model.py, with a spread row's
 samples). The kernel bins each row's candidates from the sampled threshold E to the samples' largest key
 (256 bins, keys above it in the top bin); the threshold bin is then "rank" (<= 256 entries, ranked by rank

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Dev, on the GPU machine: time variants of the filter top-k kernel against each other in one call.
+# Times variants of the filter top-k kernel against each other in one device call (each variant in a
+# fresh process, passes interleaved): the way to judge a kernel change against the old kernel in one run.
 #   bash tools/variants_topk.sh A B ...
 # A variant is either
 #   NAME                    .variants/NAME.cu, a whole kernels/topk_filter.cu, swapped in (headers: the tree's)
 #   NAME=P1[,P2...]         the tree with these patches applied (`git apply`, any files; none: the tree as is),
-#                           e.g. main= ll=benchmarks/patches/topk_lean_lookups_ll.patch
+#                           e.g. main= ll=/tmp/lean_lookups.patch
 #                           A P that is a folder is an overlay: its files replace the tree's at the same paths
-#                           (made here by `overlay_patch.sh`, for a machine without git).
+#                           (for a machine without git).
 #   NAME=@LIB.so            a library built before (e.g. brought back from an earlier call), not rebuilt
 # Each variant is built into its own library (the JIT cache is keyed by the sources), then
 # `python tools/probe_topk.py ${PROBE:-shapes}` times it in a fresh process with DSA_OPS_CUDA_LIB
 # pointing at it, ${PASSES:-2} passes interleaved. Build logs go to $OUT/build_<name>.log.
-# (.variants/ is a scratch folder ignored by git: name it in the device tool's `carry`.)
+# (.variants/ is a scratch folder at the repository root, not committed.)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1
