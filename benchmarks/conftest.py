@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -45,6 +46,20 @@ class Session:
 _SESSION = None
 
 
+def tree_commit() -> str:
+    """The measured tree's commit: $DSA_OPS_COMMIT where the copy has no .git, else `git describe --dirty`."""
+    if os.environ.get("DSA_OPS_COMMIT"):
+        return os.environ["DSA_OPS_COMMIT"]
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
+                             text=True, timeout=30, cwd=os.path.dirname(os.path.abspath(__file__)))
+    except OSError:
+        out = None
+    if out is None or out.returncode != 0:
+        return "unknown (no git checkout; set DSA_OPS_COMMIT)"
+    return out.stdout.strip()
+
+
 @pytest.fixture(scope="session")
 def bench():
     global _SESSION
@@ -67,6 +82,7 @@ def pytest_sessionfinish(session, exitstatus):
         "triton": triton.__version__,
         "date": datetime.date.today().isoformat(),
         "command": "python -m pytest " + " ".join(session.config.invocation_params.args),
+        "commit": tree_commit(),
         "copy_bandwidth_gbps": round(_SESSION.copy_gbps, 1),
         "ceilings": _SESSION.ceilings,
         "results": _SESSION.rows,

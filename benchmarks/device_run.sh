@@ -5,7 +5,8 @@
 # compute-sanitizer runs (below), e.g.
 #   TESTS=tests/test_gpu_topk.py BENCH=benchmarks/bench_topk.py bash benchmarks/device_run.sh build test bench
 # With `keepso` the built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to
-# skip the build next time.
+# skip the build next time. The results and the test summary record the tree's commit: `git describe`, or
+# DSA_OPS_COMMIT where the copy on the GPU machine has no .git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -13,6 +14,8 @@ OUT=${OUT:-/tmp/dsa_out}; mkdir -p "$OUT"
 stages=${*:-build test bench sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 log() { echo "== $(date +%T) $*"; }
+DSA_OPS_COMMIT=${DSA_OPS_COMMIT:-$(git describe --always --dirty --abbrev=7 2>/dev/null || echo "unknown (no git checkout; set DSA_OPS_COMMIT)")}
+export DSA_OPS_COMMIT
 
 log "setup"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | cat
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "root' user" | tail -3
@@ -37,10 +40,11 @@ fi
 rc=0
 if has test; then
   log "GPU tests"
-  python3 -m pytest -m gpu ${TESTS:-tests} -q -ra -p no:cacheprovider --junitxml=/tmp/gpu_tests.xml 2>&1 \
-    | tee "$OUT/gpu_tests.log" | tail -60
+  test_cmd="python3 -m pytest -m gpu ${TESTS:-tests} -q -ra -p no:cacheprovider --junitxml=/tmp/gpu_tests.xml"
+  $test_cmd 2>&1 | tee "$OUT/gpu_tests.log" | tail -60
   rc=${PIPESTATUS[0]}
-  python3 benchmarks/gpu_test_summary.py /tmp/gpu_tests.xml "$OUT/gpu_tests_summary.md"
+  python3 benchmarks/gpu_test_summary.py /tmp/gpu_tests.xml "$OUT/gpu_tests_summary.md" \
+    --command "${TESTS:+TESTS=\"$TESTS\" }bash benchmarks/device_run.sh $stages (test stage: $test_cmd)" --commit "$DSA_OPS_COMMIT"
 fi
 
 if has bench; then

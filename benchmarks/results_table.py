@@ -2,10 +2,10 @@
 
     python benchmarks/results_table.py FILE.json
         writes FILE.md from FILE.json (what `pytest benchmarks/... --dsa-results FILE.json` wrote).
-    python benchmarks/results_table.py merge NEW.json INTO.json --ops topk [--ops ...] --command "..."
+    python benchmarks/results_table.py merge NEW.json INTO.json --ops topk [--ops ...] --command "..." [--note "..."]
         replaces INTO's rows of those ops with NEW's (in place, where INTO had them), takes NEW's run fields
-        (device, torch, triton, date, copy bandwidth), sets the command, which must say where the rows
-        of the other ops come from, and rewrites INTO.md.
+        (device, torch, triton, date, commit, copy bandwidth), sets the command, which must say where the
+        rows of the other ops come from (command, date and commit of their run), and rewrites INTO.md.
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ def write_markdown(json_path: str) -> str:
     lines = [
         f"# Benchmarks on {doc['device']}",
         "",
-        f"torch {doc['torch']}, triton {doc['triton']}, {doc['date']}. Device-copy bandwidth measured in the same "
-        f"run: {doc['copy_bandwidth_gbps']} GB/s (read + write). Generated from `{json_path.split('/')[-1]}` by "
-        "`benchmarks/results_table.py`.",
+        f"torch {doc['torch']}, triton {doc['triton']}, {doc['date']}"
+        + (f", commit {doc['commit']}" if doc.get("commit") else "")
+        + f". Device-copy bandwidth measured in the same run: {doc['copy_bandwidth_gbps']} GB/s (read + write). "
+        f"Generated from `{json_path.split('/')[-1]}` by `benchmarks/results_table.py`.",
         "",
         f"Command: `{doc['command']}`",
         "",
+        *([doc["note"], ""] if doc.get("note") else []),
         "| op | provider | case | median us | floor us (kind) | x floor | baselines (us, and speed-up vs them) "
         "| notes |",
         "|---|---|---|---|---|---|---|---|",
@@ -47,11 +49,13 @@ def write_markdown(json_path: str) -> str:
     return md
 
 
-RUN_FIELDS = ("device", "torch", "triton", "date", "copy_bandwidth_gbps")
+RUN_FIELDS = ("device", "torch", "triton", "date", "commit", "copy_bandwidth_gbps")
 
 
-def merge(new_path: str, into_path: str, ops: list, command: str) -> dict:
-    """Replace `into`'s rows of `ops` with `new`'s; every other row and the ceilings stay. Returns the merged doc."""
+def merge(new_path: str, into_path: str, ops: list, command: str, note: str | None = None) -> dict:
+    """Replace `into`'s rows of `ops` with `new`'s; every other row and the ceilings stay. The run fields and
+    the note are the new run's (a field the new run lacks is dropped, not kept from the old one). Returns the
+    merged doc."""
     new, into = json.load(open(new_path)), json.load(open(into_path))
     if not command.strip():
         raise ValueError("merge needs --command: the run the merged rows come from, and where the others do")
@@ -68,9 +72,9 @@ def merge(new_path: str, into_path: str, ops: list, command: str) -> dict:
             placed = True
     if not placed:
         rows.extend(fresh)
-    into.update({k: new[k] for k in RUN_FIELDS if k in new})
-    into["command"] = command
-    into["results"] = rows
+    kept = {k: v for k, v in into.items() if k not in RUN_FIELDS + ("command", "note", "results")}
+    into = {**{k: new[k] for k in RUN_FIELDS if k in new}, "command": command, **({"note": note} if note else {}),
+            **kept, "results": rows}
     with open(into_path, "w") as f:
         json.dump(into, f, indent=1)  # (as benchmarks/conftest.py writes it)
     write_markdown(into_path)
@@ -86,8 +90,9 @@ def main(argv: list) -> None:
     ap.add_argument("into")
     ap.add_argument("--ops", action="append", required=True)
     ap.add_argument("--command", required=True)
+    ap.add_argument("--note", default=None, help="a sentence the table prints under the command")
     a = ap.parse_args(argv[1:])
-    doc = merge(a.new, a.into, a.ops, a.command)
+    doc = merge(a.new, a.into, a.ops, a.command, a.note)
     print(f"{a.into}: {len(doc['results'])} rows ({', '.join(a.ops)} from {a.new})")
 
 

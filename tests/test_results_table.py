@@ -48,3 +48,18 @@ def test_merge_refuses_missing_rows_and_an_empty_command(tmp_path):
     with pytest.raises(ValueError, match="--command"):
         results_table.merge(str(new), str(into), ["ptt"], " ")
     assert json.loads(into.read_text())["results"] == [_row("topk", 1, 9.0)]
+
+
+def test_merge_takes_the_new_runs_commit_and_note(tmp_path):
+    into, new = tmp_path / "h200.json", tmp_path / "new.json"
+    old = dict(_doc("d1", 1.0, [_row("topk", 1, 9.0), _row("ptt", 1, 2.0)]), commit="aaaaaaa", note="old run's note")
+    into.write_text(json.dumps(old))
+    new.write_text(json.dumps(_doc("d2", 2.0, [_row("topk", 2, 8.0)])))
+    doc = results_table.merge(str(new), str(into), ["topk"], "topk: new run; ptt: old run (d1, aaaaaaa)")
+    assert "commit" not in doc and "note" not in doc  # the old run's fields do not describe the new rows
+    new.write_text(json.dumps(dict(_doc("d3", 3.0, [_row("topk", 3, 7.0)]), commit="bbbbbbb")))
+    doc = results_table.merge(str(new), str(into), ["topk"], "c", note="host pace varies")
+    assert doc["commit"] == "bbbbbbb" and doc["note"] == "host pace varies" and doc["date"] == "d3"
+    assert list(doc)[-1] == "results" and doc["ceilings"] == {"fp8_tflops": 1.0}
+    md = (tmp_path / "h200.md").read_text()
+    assert "d3, commit bbbbbbb." in md and "\nhost pace varies\n" in md
