@@ -63,7 +63,7 @@ def test_topk(bench, benchmark, case):
             extra["exact"] = exact = exact and same
             if graph_timed(rows):
                 # The forms' ratios from samples interleaved with topk's own: a decode row's time moves by up
-                # to ~0.5 us between timings of one call (1x131072: 9.4-10.0 us, notes_topk.md round 23),
+                # to ~0.5 us between timings in one run (1x131072 on the H200: 9.4-10.0 us),
                 # more than the 1.05 goal's margin.
                 paired, ptt_us, ragged_us, windowed_us = bench.timer.graph_medians_us([fn, ptt, ragged, windowed],
                                                                                       iters=100)

@@ -294,8 +294,8 @@ def main(argv=None) -> int:
          lambda: hob.topk_ragged_transform(scores, offsets, lengths, 2048), 1),
         ("route fallback: C++ kernel -> Python router, dsa_hob.topk(scores, 2048)",
          lambda: hob.topk(scores, 2048), 0),
-        ("old: Python router, torch.ops.dsa.topk(scores, 2048)", lambda: torch.ops.dsa.topk(scores, 2048), None),
-        ("old: Python router, torch.ops.dsa.topk_page_table_transform(.., out=)",
+        ("Python router alone, torch.ops.dsa.topk(scores, 2048)", lambda: torch.ops.dsa.topk(scores, 2048), None),
+        ("Python router alone, torch.ops.dsa.topk_page_table_transform(.., out=)",
          lambda: torch.ops.dsa.topk_page_table_transform.out(scores, pt1, lengths, 2048, out=out_k), None),
     ]
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {args.runs} runs x {args.calls} calls, "

@@ -6,7 +6,8 @@
 
 Every row is timed as bench_topk.py's host overhead (back-to-back calls, no sync inside, batches of 100,
 synchronised between batches), and the rows' batches are taken in turn, so that the host's pace, which
-swings by 3-4 us a call between and within processes (notes_topk.md round 26), meets all rows alike.
+swings by 3-4 us a call between and within processes (benchmarks/results/h200_host_overhead_spread.log),
+meets all rows alike.
 Prints each row's median per-call time (us) in each pass.
 
 Beside the ops, stub ops compiled here with the bindings' calling convention (stable ABI, CUDA key, topk's

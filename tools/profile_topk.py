@@ -70,12 +70,14 @@ def trace() -> None:
 
 
 if __name__ == "__main__":
-    what = sys.argv[1]
-    if what == "build":
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what == "build" and len(sys.argv) == 3:
         build(sys.argv[2])
     elif what == "run":
         run(*(int(a) for a in sys.argv[2:]))
     elif what == "runpt":
         run_page_table(*(int(a) for a in sys.argv[2:]))
-    else:
+    elif what == "trace":
         trace()
+    else:
+        sys.exit(f"mode {what!r}: expected build FLAGS, run ROWS WIDTH [K], runpt ROWS WIDTH or trace\n{__doc__}")
