@@ -7,7 +7,9 @@ accumulation) and `fp8-mma` (FP8_MMA = True in the provider module: 2x tensor ra
 inside the MMA); the row's provider is "triton" or "cuda" and case["mma"] says which. Whole file: about
 30-60 s on the H200.
 
-    python -m pytest benchmarks/bench_indexer_logits.py -m gpu -s --dsa-results benchmarks/results/h200.json
+    python -m pytest benchmarks/bench_indexer_logits.py -m gpu -s --dsa-results /tmp/indexer.json
+    python benchmarks/results_table.py merge /tmp/indexer.json benchmarks/results/h200.json \
+        --ops indexer_logits --ops paged_indexer_logits --command "..."
 """
 
 from __future__ import annotations
