@@ -59,7 +59,7 @@ def _check(out, ref, tol=1e-5, args=None):
     passes if within tol x its condition, sum_h |w[t,h]| |s[j]| sum_d |q[t,h,d] kv[j,d]|: the size
     of the terms whose summation order differs. An ill-conditioned row (a window of one key whose
     score is the cancelling sum of head terms hundreds of times larger) is beyond any fp32 kernel at
-    1e-5 of its norm (benchmarks/notes_indexer.md, "Correctness"); a wrong head, key or window still
+    1e-5 of its norm (docs/design_indexer.md, "Precision modes"); a wrong head, key or window still
     fails, as its error is of the size of the terms themselves.
     """
     assert out.shape == ref.shape

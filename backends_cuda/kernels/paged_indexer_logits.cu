@@ -94,7 +94,7 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
 
   const int rows = rows_per_item(p.heads, p.next_n);
   // 3 math warpgroups (three pages in flight per SM) by default where they apply: measured faster than
-  // 2 for next_n = 1 on the H200 (64 x 65536, H 64: 188 us against 212; notes_indexer.md).
+  // 2 for next_n = 1 on the H200 (64 x 65536, H 64: 188 us against 212; docs/design_indexer.md, Paged CUDA kernel).
   const int wgs = p.math_warpgroups != 2 && rows == 1 ? 3 : 2;
   const int64_t tile_keys = int64_t(k::kPage) * wgs;
   const int64_t max_chunk_tiles = k::kItemPages / wgs;
