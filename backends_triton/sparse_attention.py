@@ -1,0 +1,465 @@
+"""sparse_attention in Triton: grouped-query attention over each row's selected tokens, fp8 or bf16 cache.
+
+Contract: ``dsa_ops.ops.sparse_attention`` (the reference there is the spec). Two paths, one kernel:
+
+- Slot pass (``slots_kernel``): every (row, j) is mapped once through token_to_req and block_table to a
+  physical slot ``page * P + offset`` (int32 workspace [T, topk], -1 where the token is invalid), so the
+  attention loop does one dependent load (slot -> K/V) instead of two (index -> page -> K/V) and the
+  KV heads of a row share the lookups. Every metadata value is clamped before it addresses memory.
+- Single pass (``attention_kernel`` with SPLIT=False): one program per (row, KV head). The group's
+  Hq / Hkv query heads, padded to BLOCK_H >= 16, are the MMA M side; K and V tiles of BLOCK_N tokens
+  are gathered by slot, fp8 codes are loaded two at a time as int16 and widened exactly to bf16
+  (e4m3 is a subset of bf16), QK^T and PV run in bf16 with fp32 accumulation, and the softmax is an
+  fp32 online softmax in base 2 (log2(e) folded into the score scale).
+- Split-K (SPLIT=True plus ``merge_kernel``): when rows x KV heads are too few to fill the SMs, each
+  (row, KV head) is cut into splits of the top-k axis, each writes its unnormalised partial output,
+  running max and sum to an fp32 workspace sized from the shapes, and the merge combines them.
+  SPLIT_MAX_PROGRAMS chooses between the two paths.
+
+Masked logits take a finite sentinel (NEG) and the running max starts at the same value, so no
+exp2(-inf - -inf) appears: a tile with no valid token adds p = 1 for each masked token against values
+loaded as 0 (the sum grows, the output stays 0), and the first valid logit later scales that away
+(alpha = exp2(NEG - m) = 0). A row with no valid token, or none processed, writes 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+log = logging.getLogger("dsa_ops")
+
+NEG = -1.0e30  # masked-logit sentinel (log2 domain); finite, far below any real score
+LOG2E = 1.4426950408889634
+SLOT_BLOCK = 1024  # slot pass: elements per program (4 warps x 32 lanes x 8 int32)
+INT32_MAX = 2**31 - 1
+
+# Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it.
+SPLIT_MAX_PROGRAMS = 64
+# Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head).
+SPLIT_TARGET_PROGRAMS = 264
+MAX_SPLITS = 64  # a power of two: the merge kernel's split axis
+
+# (BLOCK_N, num_warps, num_stages) per path.
+SINGLE_CONFIG = (64, 4, 3)
+SPLIT_CONFIG = (32, 4, 3)
+# Sweeps only: replace the configs / split count / fp8 load form when set.
+CONFIG_OVERRIDE: Optional[dict] = None
+
+
+@triton.jit(do_not_specialize=["numel", "topk", "num_blocks", "num_reqs", "max_pages", "stride_bt"])
+def slots_kernel(
+    idx_ptr,  # int32 [T, topk] request-relative positions, unit last stride
+    bt_ptr,  # int32 [num_reqs, max_pages], unit last stride
+    t2r_ptr,  # int32 [T]
+    slots_ptr,  # int32 [T * topk] out: page * PAGE + offset, or -1
+    numel,
+    topk,
+    num_blocks,
+    num_reqs,
+    max_pages,
+    stride_it,
+    stride_bt,
+    stride_tr,
+    PAGE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """slots[r, j] = block_table[req(r), idx[r, j] // PAGE] * PAGE + idx[r, j] % PAGE, -1 where invalid."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < numel
+    row = offs // topk
+    col = offs - row * topk
+    req = tl.load(t2r_ptr + row * stride_tr, mask=live, other=-1)
+    pos = tl.load(idx_ptr + row * stride_it + col, mask=live, other=-1)
+    ok = live & (req >= 0) & (req < num_reqs) & (pos >= 0)
+    pos = tl.maximum(pos, 0)
+    pslot = pos // PAGE
+    ok = ok & (pslot < max_pages)
+    page = tl.load(bt_ptr + req.to(tl.int64) * stride_bt + pslot, mask=ok, other=-1)
+    ok = ok & (page >= 0) & (page < num_blocks)  # the launcher requires num_blocks * PAGE <= 2**31 - 1
+    tl.store(slots_ptr + offs, tl.where(ok, page * PAGE + (pos - pslot * PAGE), -1), mask=live)
+
+
+@triton.jit
+def _tile(ptr, base, d, ok, FP8_PAIRS: tl.constexpr, BLOCK_N: tl.constexpr, DIM: tl.constexpr):
+    """One [BLOCK_N, DIM] K or V tile as bf16, rows gathered at element offsets `base` (masked rows 0).
+
+    FP8_PAIRS: ptr is the cache viewed as int16 (two e4m3 codes each, little-endian: the even element in
+    the low byte); `base` and `d` count int16 pairs. The bytes are split with shifts and widened by a cast
+    (exact: every e4m3 value, NaN included, is a bf16 value)."""
+    if FP8_PAIRS:
+        x = tl.load(ptr + base[:, None] + d[None, :], mask=ok[:, None], other=0)
+        lo = (x & 0xFF).to(tl.int8).to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+        hi = (x >> 8).to(tl.int8).to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+        return tl.reshape(tl.join(lo, hi), (BLOCK_N, DIM))
+    else:
+        x = tl.load(ptr + base[:, None] + d[None, :], mask=ok[:, None], other=0.0)
+        return x.to(tl.bfloat16)
+
+
+@triton.jit(do_not_specialize=["T", "num_blocks", "num_reqs", "max_pages", "stride_bt", "tiles_per_split",
+                               "qk_scale", "out_scale"])
+def attention_kernel(
+    q_ptr,  # bf16 [T, Hq, D], unit last stride
+    k_ptr,  # [num_blocks, PAGE, HKV, D] fp8 e4m3 or bf16 (int16 pairs when FP8_PAIRS), unit last stride
+    v_ptr,  # [num_blocks, PAGE, HKV, DV] likewise
+    slots_ptr,  # int32 [T, topk] from slots_kernel (unused when SLOTS_INLINE)
+    idx_ptr,  # int32 [T, topk] (used only when SLOTS_INLINE)
+    bt_ptr,  # int32 [num_reqs, max_pages] (used only when SLOTS_INLINE)
+    t2r_ptr,  # int32 [T]
+    out_ptr,  # bf16 [T, Hq, DV] (SPLIT=False)
+    part_ptr,  # fp32 [T * HKV * splits, BLOCK_H, DV] unnormalised partial outputs (SPLIT=True)
+    ml_ptr,  # fp32 [T * HKV * splits, 2, BLOCK_H] running max (log2 domain) and sum (SPLIT=True)
+    T,
+    topk,
+    num_blocks,
+    num_reqs,
+    max_pages,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_kp,
+    stride_kh,
+    stride_vb,
+    stride_vp,
+    stride_vh,
+    stride_st,
+    stride_it,
+    stride_bt,
+    stride_tr,
+    stride_ot,
+    stride_oh,
+    tiles_per_split,
+    qk_scale,  # softmax_scale * k_scale * log2(e)
+    out_scale,  # v_scale
+    G: tl.constexpr,  # query heads per KV head
+    HKV: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # G padded to a power of two >= 16 (the MMA M side)
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    SLOTS_INLINE: tl.constexpr,  # resolve pages here (split-K: saves the slot pass's launch)
+    FP8_PAIRS: tl.constexpr,
+):
+    pid = tl.program_id(0)  # (row, kv head), kv head fastest: a row's heads share its slots in L2
+    row = pid // HKV
+    h = pid - row * HKV
+    split = tl.program_id(1)
+    row64 = row.to(tl.int64)
+
+    req = tl.load(t2r_ptr + row64 * stride_tr)
+    req_ok = (req >= 0) & (req < num_reqs)
+    n_tiles = tl.cdiv(topk, BLOCK_N)
+    t0 = split * tiles_per_split
+    t1 = tl.minimum(t0 + tiles_per_split, n_tiles)
+    t1 = tl.where(req_ok, t1, t0)  # a padding row reads nothing
+    req64 = tl.minimum(tl.maximum(req, 0), tl.maximum(num_reqs - 1, 0)).to(tl.int64)
+
+    hh = tl.arange(0, BLOCK_H)
+    h_ok = hh < G
+    dq = tl.arange(0, D)
+    q = tl.load(q_ptr + row64 * stride_qt + (h * G + hh)[:, None] * stride_qh + dq[None, :],
+                mask=h_ok[:, None], other=0.0)  # [BLOCK_H, D] bf16
+
+    if FP8_PAIRS:
+        dk = tl.arange(0, D // 2)
+        dv = tl.arange(0, DV // 2)
+    else:
+        dk = tl.arange(0, D)
+        dv = tl.arange(0, DV)
+    nn = tl.arange(0, BLOCK_N)
+    m_i = tl.full((BLOCK_H,), NEG, tl.float32)
+    l_i = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, DV), tl.float32)
+
+    for t in tl.range(t0, t1):
+        n = t * BLOCK_N + nn
+        n_ok = n < topk
+        if SLOTS_INLINE:
+            pos = tl.load(idx_ptr + row64 * stride_it + n, mask=n_ok, other=-1)
+            ok = n_ok & (pos >= 0)
+            pos = tl.maximum(pos, 0)
+            pslot = pos // PAGE
+            ok = ok & (pslot < max_pages)
+            page = tl.load(bt_ptr + req64 * stride_bt + pslot, mask=ok, other=-1)
+            ok = ok & (page >= 0) & (page < num_blocks)
+            off = pos - pslot * PAGE
+        else:
+            slot = tl.load(slots_ptr + row64 * stride_st + n, mask=n_ok, other=-1)
+            ok = slot >= 0
+            page = slot // PAGE
+            off = slot - page * PAGE
+        page = page.to(tl.int64)
+        kb = _tile(k_ptr, page * stride_kb + off * stride_kp + h * stride_kh, dk, ok, FP8_PAIRS, BLOCK_N, D)
+        s = tl.dot(q, tl.trans(kb), out_dtype=tl.float32)  # [BLOCK_H, BLOCK_N]
+        s = tl.where(ok[None, :], s * qk_scale, NEG)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vb = _tile(v_ptr, page * stride_vb + off * stride_vp + h * stride_vh, dv, ok, FP8_PAIRS, BLOCK_N, DV)
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), vb, out_dtype=tl.float32)
+        m_i = m_new
+
+    do = tl.arange(0, DV)
+    if SPLIT:
+        p_idx = pid.to(tl.int64) * tl.num_programs(1) + split
+        tl.store(part_ptr + p_idx * (BLOCK_H * DV) + hh[:, None] * DV + do[None, :], acc)
+        tl.store(ml_ptr + p_idx * (2 * BLOCK_H) + hh, m_i)
+        tl.store(ml_ptr + p_idx * (2 * BLOCK_H) + BLOCK_H + hh, l_i)
+    else:
+        o = acc * (out_scale / tl.where(l_i > 0, l_i, 1.0))[:, None]
+        tl.store(out_ptr + row64 * stride_ot + (h * G + hh)[:, None] * stride_oh + do[None, :],
+                 o.to(tl.bfloat16), mask=h_ok[:, None])
+
+
+@triton.jit(do_not_specialize=["splits", "out_scale"])
+def merge_kernel(
+    part_ptr,  # fp32 [T * HKV * splits, BLOCK_H, DV]
+    ml_ptr,  # fp32 [T * HKV * splits, 2, BLOCK_H]
+    out_ptr,  # bf16 [T, Hq, DV]
+    splits,
+    stride_ot,
+    stride_oh,
+    out_scale,
+    G: tl.constexpr,
+    HKV: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    DV: tl.constexpr,
+    S_PAD: tl.constexpr,  # MAX_SPLITS: one compile serves every split count
+):
+    """One program per (row, query head): out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s."""
+    pid = tl.program_id(0)
+    row = pid // (HKV * G)
+    hq = pid - row * (HKV * G)
+    h = hq // G
+    j = hq - h * G
+    s = tl.arange(0, S_PAD)
+    s_ok = s < splits
+    p_idx = (row.to(tl.int64) * HKV + h) * splits + s  # [S_PAD]
+    m = tl.load(ml_ptr + p_idx * (2 * BLOCK_H) + j, mask=s_ok, other=NEG)
+    l_s = tl.load(ml_ptr + p_idx * (2 * BLOCK_H) + BLOCK_H + j, mask=s_ok, other=0.0)
+    w = tl.math.exp2(m - tl.max(m, axis=0))
+    w = tl.where(s_ok, w, 0.0)
+    denom = tl.sum(w * l_s, axis=0)
+    do = tl.arange(0, DV)
+    a = tl.load(part_ptr + p_idx[:, None] * (BLOCK_H * DV) + j * DV + do[None, :], mask=s_ok[:, None], other=0.0)
+    o = tl.sum(a * w[:, None], axis=0) * (out_scale / tl.where(denom > 0, denom, 1.0))
+    tl.store(out_ptr + row.to(tl.int64) * stride_ot + hq * stride_oh + do, o.to(tl.bfloat16))
+
+
+# ------------------------------------------------------------------------------------------------
+# host side
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: Optional[int]) -> int:
+    """SMs of CUDA device `index`; 132 when no device answers (it then only sizes the split count)."""
+    try:
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(index if index is not None else 0).multi_processor_count
+    except Exception:  # noqa: BLE001  (no device: only the split count is affected)
+        pass
+    return 132
+
+
+def block_h(q_heads: int, kv_heads: int) -> int:
+    """The MMA M width for a KV head's query group: the group size padded to a power of two, >= 16."""
+    return max(16, triton.next_power_of_2(q_heads // kv_heads))
+
+
+def use_split(rows: int, kv_heads: int) -> bool:
+    """True when the split-K path serves rows x kv_heads programs (the single pass would leave SMs idle)."""
+    override = (CONFIG_OVERRIDE or {}).get("split")
+    if override is not None:
+        return bool(override)
+    return rows * kv_heads <= SPLIT_MAX_PROGRAMS
+
+
+def split_count(rows: int, kv_heads: int, topk: int, block_n: int, sms: int) -> int:
+    """Splits of each (row, KV head)'s top-k axis on the split-K path (a function of shapes only)."""
+    override = (CONFIG_OVERRIDE or {}).get("splits")
+    tiles = max(1, triton.cdiv(topk, block_n))
+    want = override if override is not None else triton.cdiv(max(SPLIT_TARGET_PROGRAMS, 2 * sms),
+                                                               max(1, rows * kv_heads))
+    return max(1, min(tiles, want, MAX_SPLITS))
+
+
+def workspace_bytes(rows: int, q_heads: int, kv_heads: int, v_head_dim: int, topk: int, split: bool,
+                    sms: int = 132) -> int:
+    """Device workspace one call allocates: the slot table, plus the split-K partials on that path."""
+    n = rows * topk * 4 if not (split and _slots_inline()) else 0
+    if split:
+        bn = _config(True)[0]
+        s = split_count(rows, kv_heads, topk, bn, sms)
+        n += rows * kv_heads * s * block_h(q_heads, kv_heads) * (v_head_dim + 2) * 4
+    return n
+
+
+def _config(split: bool) -> tuple:
+    o = CONFIG_OVERRIDE or {}
+    return o.get("split_config", SPLIT_CONFIG) if split else o.get("single_config", SINGLE_CONFIG)
+
+
+def _slots_inline() -> bool:
+    return bool((CONFIG_OVERRIDE or {}).get("slots_inline", SPLIT_SLOTS_INLINE))
+
+
+# Split-K resolves pages inside its loop (no slot-pass launch) when True.
+SPLIT_SLOTS_INLINE = True
+
+
+def _pairs_view(cache: torch.Tensor) -> Optional[torch.Tensor]:
+    """The fp8 cache as int16 pairs (strides halved), or None where its strides or offset are odd."""
+    if cache.dtype != torch.float8_e4m3fn or cache.shape[-1] % 2:
+        return None
+    if any(s % 2 for s in cache.stride()[:-1]) or cache.storage_offset() % 2:
+        return None
+    return cache.view(torch.int16)
+
+
+_COMPILED: set = set()
+
+
+def _run(kernel, grid, key, args, kwargs):
+    """Launch; the first launch of each specialisation in the process is timed and logged (JIT compile)."""
+    if key in _COMPILED:
+        kernel[grid](*args, **kwargs)
+        return
+    t = time.perf_counter()
+    kernel[grid](*args, **kwargs)
+    _COMPILED.add(key)
+    log.info("dsa_ops triton sparse_attention: first launch of %s took %.1f ms (JIT compile or cache load)",
+             key, (time.perf_counter() - t) * 1e3)
+
+
+def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out,
+           *, wrap=None, split: Optional[bool] = None):
+    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `split` forces a path."""
+    t, hq, d = q.shape
+    nb, page_size, hkv, dv = v_cache.shape
+    topk = indices.shape[1]
+    nreq, max_pages = block_table.shape
+    if t == 0:
+        return
+    if split is None:
+        split = use_split(t, hkv)
+    g = hq // hkv
+    bh = block_h(hq, hkv)
+    bn, nw, ns = _config(split)
+    pairs = (CONFIG_OVERRIDE or {}).get("fp8_pairs", True)
+    kc, vc = k_cache, v_cache
+    if pairs and k_cache.dtype == torch.float8_e4m3fn:
+        kp, vp = _pairs_view(k_cache), _pairs_view(v_cache)
+        pairs = kp is not None and vp is not None
+        if pairs:
+            kc, vc = kp, vp
+    else:
+        pairs = False
+    inline = split and _slots_inline()
+    wrap = wrap or (lambda f: f)
+    if topk > 0 and not inline:
+        slots = torch.empty((t, topk), dtype=torch.int32, device=q.device)
+        numel = t * topk
+        _run(wrap(slots_kernel), (triton.cdiv(numel, SLOT_BLOCK),), ("slots", page_size),
+             (indices, block_table, token_to_req, slots, numel, topk, nb, nreq, max_pages,
+              indices.stride(0), block_table.stride(0), token_to_req.stride(0)),
+             dict(PAGE=page_size, BLOCK=SLOT_BLOCK))
+    else:
+        slots = indices  # never read
+    if split:
+        sms = _sm_count(q.device.index) if q.device.type == "cuda" else 132
+        s = split_count(t, hkv, topk, bn, sms)
+        tiles = max(1, triton.cdiv(topk, bn))
+        per = triton.cdiv(tiles, s)
+        s = triton.cdiv(tiles, per)
+        part = torch.empty((t * hkv * s, bh, dv), dtype=torch.float32, device=q.device)
+        ml = torch.empty((t * hkv * s, 2, bh), dtype=torch.float32, device=q.device)
+    else:
+        s, per = 1, max(1, triton.cdiv(topk, bn))
+        part = ml = out  # never written
+    cache_kind = "fp8x2" if pairs else str(k_cache.dtype).removeprefix("torch.")
+    key = ("attention", split, inline, cache_kind, g, hkv, d, dv, page_size, bn, nw, ns)
+    _run(wrap(attention_kernel), (t * hkv, s), key,
+         (q, kc, vc, slots, indices, block_table, token_to_req, out, part, ml,
+          t, topk, nb, nreq, max_pages,
+          q.stride(0), q.stride(1),
+          kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2),
+          slots.stride(0), indices.stride(0), block_table.stride(0), token_to_req.stride(0),
+          out.stride(0), out.stride(1), per, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale)),
+         dict(G=g, HKV=hkv, BLOCK_H=bh, D=d, DV=dv, PAGE=page_size, BLOCK_N=bn, SPLIT=split,
+              SLOTS_INLINE=inline, FP8_PAIRS=pairs, num_warps=nw, num_stages=ns))
+    if split:
+        _run(wrap(merge_kernel), (t * hq,), ("merge", g, hkv, dv),
+             (part, ml, out, s, out.stride(0), out.stride(1), float(v_scale)),
+             dict(G=g, HKV=hkv, BLOCK_H=bh, DV=dv, S_PAD=MAX_SPLITS, num_warps=4))
+
+
+@torch.library.triton_op("dsa_triton::sparse_attention_out", mutates_args={"out"})
+def sparse_attention_out(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    indices: torch.Tensor,
+    block_table: torch.Tensor,
+    token_to_req: torch.Tensor,
+    softmax_scale: float,
+    k_scale: float,
+    v_scale: float,
+    out: torch.Tensor,
+) -> None:
+    launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out,
+           wrap=torch.library.wrap_triton)
+
+
+def supports(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale,
+             out) -> Optional[str]:
+    t, hq, d = q.shape
+    nb, p, hkv, dv = v_cache.shape
+    for name, x in (("head dim", d), ("value head dim", dv)):
+        if x < 16 or x > 256 or x & (x - 1):
+            return f"{name} {x} (the Triton kernel takes a power of two from 16 to 256)"
+    if hq // hkv > 128:
+        return f"{hq // hkv} query heads per KV head (the Triton kernel takes at most 128)"
+    if nb * p > INT32_MAX:
+        return f"{nb} pages of {p} tokens: more than 2**31 - 1 slots (the slot table is int32)"
+    if t * hkv >= 2**31:
+        return f"{t} rows x {hkv} KV heads: 2**31 programs or more"
+    return None
+
+
+def warmup(q_heads: int, kv_heads: int, head_dim: int, *, page_size: int, topk: int, v_head_dim: Optional[int] = None,
+           kv_dtypes=(torch.float8_e4m3fn, torch.bfloat16), device="cuda") -> list:
+    """Compile every kernel specialisation a serving engine hits for these head counts and dims, both paths.
+
+    Call before capturing CUDA graphs, so no JIT compile stalls inside a capture. The launcher specialises
+    on dtypes, head counts, dims, page size, the path and the divisibility by 16 of the cache and q strides
+    (row counts and metadata sizes are not specialised): contiguous caches here cover engines whose strides
+    are multiples of 16 elements, as [num_blocks, P, Hkv, D] caches and their [.., 2 * D] K/V views are.
+    Returns the keys it compiled (each first compile is logged with its time).
+    """
+    dv = v_head_dim or head_dim
+    dev = torch.device(device)
+    before = set(_COMPILED)
+    q = torch.zeros((1, q_heads, head_dim), dtype=torch.bfloat16, device=dev)
+    idx = torch.full((1, topk), -1, dtype=torch.int32, device=dev)
+    bt = torch.zeros((1, 1), dtype=torch.int32, device=dev)
+    t2r = torch.zeros((1,), dtype=torch.int32, device=dev)
+    out = torch.empty((1, q_heads, dv), dtype=torch.bfloat16, device=dev)
+    for dt in kv_dtypes:
+        kc = torch.zeros((1, page_size, kv_heads, head_dim), dtype=dt, device=dev)
+        vc = torch.zeros((1, page_size, kv_heads, dv), dtype=dt, device=dev)
+        for split in (False, True):
+            launch(q, kc, vc, idx, bt, t2r, 1.0, 1.0, 1.0, out, split=split)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return sorted(_COMPILED - before, key=str)
+
