@@ -20,14 +20,14 @@ ROWS, WIDTH = 48, 12000
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    # torch's config modules change only through their own patch() (monkeypatch's undo deletes the key).
     monkeypatch.setattr(di.config, "enabled", True)
     monkeypatch.setattr(di.config, "rewrite_torch_topk", True)  # the scores below hold no NaN
-    torch._dynamo.reset()
-    di.counters.clear()
-    yield
-    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        torch._dynamo.reset()
+        di.counters.clear()
+        yield
+        torch._dynamo.reset()
 
 
 def as_sets(x: torch.Tensor) -> torch.Tensor:

@@ -25,15 +25,17 @@ ROWS, WIDTH, PAGES = 6, 300, 10
 
 @pytest.fixture(autouse=True)
 def fresh_compile(monkeypatch):
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    # torch's config modules change only through their own patch(): pytest's monkeypatch undoes a
+    # setattr on them by deleting the key (it is not in the module's __dict__), which breaks every
+    # later reader of the key.
     monkeypatch.setattr(di.config, "enabled", True)
     monkeypatch.setattr(di.config, "rewrite_torch_topk", False)
     assert di.installed() is not None, "import dsa_ops must install the pass"
-    torch._dynamo.reset()
-    di.counters.clear()
-    yield
-    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        torch._dynamo.reset()
+        di.counters.clear()
+        yield
+        torch._dynamo.reset()
 
 
 class _Capture(CustomGraphPass):
