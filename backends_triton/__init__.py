@@ -16,15 +16,18 @@ try:
     from . import indexer_logits as _indexer_logits
     from . import page_table_transform as _page_table_transform
     from . import paged_indexer_logits as _paged_indexer_logits
+    from . import sparse_attention as _sparse_attention
 except ImportError as e:  # triton missing or broken
     IMPORT_ERROR = f"triton not importable: {e}"
     _page_table_transform = _indexer_logits = _paged_indexer_logits = None
+    _sparse_attention = None
 
 # op name -> its kernel module (each has launch, supports and GATE_KERNELS)
 _MODULES = {
     "page_table_transform": _page_table_transform,
     "indexer_logits": _indexer_logits,
     "paged_indexer_logits": _paged_indexer_logits,
+    "sparse_attention": _sparse_attention,
 }
 
 # (name, jit_fn, signature, constexprs[, divisible ints]) of every kernel the compile gates build.

@@ -35,7 +35,7 @@ import triton.language as tl
 
 log = logging.getLogger("dsa_ops")
 
-NEG = -1.0e30  # masked-logit sentinel (log2 domain); finite, far below any real score
+NEG = tl.constexpr(-1.0e30)  # masked-logit sentinel (log2 domain); finite, far below any real score
 LOG2E = 1.4426950408889634
 SLOT_BLOCK = 1024  # slot pass: elements per program (4 warps x 32 lanes x 8 int32)
 INT32_MAX = 2**31 - 1
@@ -310,10 +310,11 @@ def _config(split: bool) -> tuple:
 
 
 def _slots_inline() -> bool:
-    return bool((CONFIG_OVERRIDE or {}).get("slots_inline", SPLIT_SLOTS_INLINE))
+    """Split-K resolves pages inside its loop (no slot-pass launch): on CUDA, not on ROCm, where the
+    page lookups' scalar registers spill on gfx950 (7 SGPR spills at BLOCK_N 32, 65 at 64)."""
+    return bool((CONFIG_OVERRIDE or {}).get("slots_inline", SPLIT_SLOTS_INLINE and torch.version.hip is None))
 
 
-# Split-K resolves pages inside its loop (no slot-pass launch) when True.
 SPLIT_SLOTS_INLINE = True
 
 
@@ -463,3 +464,60 @@ def warmup(q_heads: int, kv_heads: int, head_dim: int, *, page_size: int, topk: 
         torch.cuda.synchronize(dev)
     return sorted(_COMPILED - before, key=str)
 
+
+
+# ------------------------------------------------------------------------------------------------
+# compile gates: what the launcher launches for 24 query / 2 KV heads, D 128, pages of 64
+
+_ATT_SIG = {
+    "q_ptr": "*bf16", "k_ptr": "*i16", "v_ptr": "*i16", "slots_ptr": "*i32", "idx_ptr": "*i32", "bt_ptr": "*i32",
+    "t2r_ptr": "*i32", "out_ptr": "*bf16", "part_ptr": "*bf16", "ml_ptr": "*bf16",
+    "T": "i32", "topk": "i32", "num_blocks": "i32", "num_reqs": "i32", "max_pages": "i32",
+    "stride_qt": "i32", "stride_qh": "i32", "stride_kb": "i32", "stride_kp": "i32", "stride_kh": "i32",
+    "stride_vb": "i32", "stride_vp": "i32", "stride_vh": "i32", "stride_st": "i32", "stride_it": "i32",
+    "stride_bt": "i32", "stride_tr": "i32", "stride_ot": "i32", "stride_oh": "i32", "tiles_per_split": "i32",
+    "qk_scale": "fp32", "out_scale": "fp32",
+    "G": "constexpr", "HKV": "constexpr", "BLOCK_H": "constexpr", "D": "constexpr", "DV": "constexpr",
+    "PAGE": "constexpr", "BLOCK_N": "constexpr", "SPLIT": "constexpr", "SLOTS_INLINE": "constexpr",
+    "FP8_PAIRS": "constexpr",
+}
+# Ints Triton sees as multiples of 16 at launch for these shapes (cache and q strides, top-k 2048).
+_ATT_DIV = ["topk", "stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_vb", "stride_vp",
+            "stride_vh", "stride_st", "stride_it", "stride_ot", "stride_oh"]
+
+
+def _gate_attention(name, cache, split, hip=False):
+    bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG
+    sig = dict(_ATT_SIG)
+    if cache == "bf16":
+        sig["k_ptr"] = sig["v_ptr"] = "*bf16"
+    if split:
+        sig["part_ptr"] = sig["ml_ptr"] = "*fp32"
+    inline = split and SPLIT_SLOTS_INLINE and not hip
+    constexprs = {"G": 12, "HKV": 2, "BLOCK_H": 16, "D": 128, "DV": 128, "PAGE": 64, "BLOCK_N": bn, "SPLIT": split,
+                  "SLOTS_INLINE": inline, "FP8_PAIRS": cache == "fp8"}
+    options = {"num_warps": nw, "num_stages": ns}
+    if split:  # the CUDA and ROCm launches differ in SLOTS_INLINE (see _slots_inline)
+        options["targets"] = ("gfx950",) if hip else ("sm_90a", "sm_100a")
+    return name, attention_kernel, sig, constexprs, _ATT_DIV, options
+
+
+GATE_KERNELS = [
+    _gate_attention("sparse_attention_fp8", "fp8", False),
+    _gate_attention("sparse_attention_bf16", "bf16", False),
+    _gate_attention("sparse_attention_split_fp8", "fp8", True),
+    _gate_attention("sparse_attention_split_bf16", "bf16", True),
+    _gate_attention("sparse_attention_split_fp8_hip", "fp8", True, hip=True),
+    _gate_attention("sparse_attention_split_bf16_hip", "bf16", True, hip=True),
+    ("sparse_attention_slots", slots_kernel,
+     {"idx_ptr": "*i32", "bt_ptr": "*i32", "t2r_ptr": "*i32", "slots_ptr": "*i32", "numel": "i32", "topk": "i32",
+      "num_blocks": "i32", "num_reqs": "i32", "max_pages": "i32", "stride_it": "i32", "stride_bt": "i32",
+      "stride_tr": "i32", "PAGE": "constexpr", "BLOCK": "constexpr"},
+     {"PAGE": 64, "BLOCK": SLOT_BLOCK}, ["stride_it"]),
+    ("sparse_attention_merge", merge_kernel,
+     {"part_ptr": "*fp32", "ml_ptr": "*fp32", "out_ptr": "*bf16", "splits": "i32", "stride_ot": "i32",
+      "stride_oh": "i32", "out_scale": "fp32", "G": "constexpr", "HKV": "constexpr", "BLOCK_H": "constexpr",
+      "DV": "constexpr", "S_PAD": "constexpr"},
+     {"G": 12, "HKV": 2, "BLOCK_H": 16, "DV": 128, "S_PAD": MAX_SPLITS}, ["stride_ot", "stride_oh"],
+     {"num_warps": 4}),
+]
