@@ -3,7 +3,7 @@
 The hot ops' validators first try a fast path (the ``*_ok`` predicates at the end): a short conjunction
 that is True only when every check of the full path would pass, for plain tensors (``type(t) is
 torch.Tensor``: fakes, functional tensors and other subclasses always take the full path, so tracing
-sees the same checks as before). When it says False, the full checks run and raise the usual error.
+sees every check). When it says False, the full checks run and raise the usual error.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Compiled kernels for the CUDA key of some dsa ops, with the Python router kept behind them.
 
-Today's CUDA-key function of an op (the router: validate, pick a provider, call it) costs 20-30 us of
-Python per call. A backend library may instead register C++ kernels for the CUDA key of the ops
+The Python CUDA-key function of an op (the router: validate, pick a provider, call it) costs 20-30 us
+of Python per call. A backend library may instead register C++ kernels for the CUDA key of the ops
 defined with ``define_op(..., compiled_cuda=True)``. Such a kernel serves the calls it can check
 cheaply and hands every other call to the Python router, which is also the CUDA kernel of
-``dsa_route::<op>`` (the same schema in another namespace), so those calls behave exactly as before.
+``dsa_route::<op>`` (the same schema in another namespace), so those calls behave exactly as the router
+alone makes them.
 
 Registration: torch must never see two kernels for one key, so these ops' routers are registered for
 ``dsa::<op>`` on a ``torch.library.Library`` of their own, which :func:`handed_over` destroys right
@@ -13,8 +14,9 @@ to register no kernel for the key.
 
 Errors: the stable ABI's dispatcher call turns the router's exception into an error code, so
 ``dsa_route``'s router first hands the message to the library (:func:`set_error_sink`): a raw
-``torch.ops.dsa.<op>`` call raises a RuntimeError with today's message. It also keeps the exception,
-which the documented API functions re-raise (:func:`original`): they raise exactly today's exception.
+``torch.ops.dsa.<op>`` call raises a RuntimeError with the router's message. It also keeps the
+exception, which the documented API functions re-raise (:func:`original`): they raise exactly the
+router's exception.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def handed_over(ops: Iterable[str]):
         raise
     for op in ops:
         if not all(torch._C._dispatch_has_kernel_for_dispatch_key(f"dsa::{o}", "CUDA") for o, _ in _routers[op]):
-            _register(op)  # e.g. a prebuilt library from older sources: the router serves, as before
+            _register(op)  # e.g. a prebuilt library from older sources: the router keeps serving
 
 
 def original(e: BaseException) -> BaseException:

@@ -361,7 +361,7 @@ def test_filter_retry_rows_take_the_paths_they_name(k):
     """dsa_ops.testing.filter_retry_rows, on the kernel's own sizes (8192-pair buffer, 16384 samples at
     most): row 0's first attempt leaves fewer than k candidates and the wider one between k and the
     buffer; row 1's attempts both leave fewer than k (the exact fallback). If the kernel's sampling
-    changes and this fails, the GPU tests and the sanitizer script no longer reach the retry."""
+    changes and this fails, the GPU tests and the sanitizer script do not reach the retry."""
     x = filter_retry_rows()
     n = x.shape[1]
     for row, retry_finishes in ((0, True), (1, False)):

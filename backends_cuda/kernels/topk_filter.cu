@@ -56,12 +56,11 @@
 //  - wide: 512 threads, two CTAs an SM; every row, split rows (clusters) included;
 //  - narrow: 256 threads, four CTAs an SM (sm_100: three), its histogram in its stage buffer, one CTA a
 //    row, for many rows of up to ~48K keys (chosen by topk_heuristics::narrow_rows): more rows in flight
-//    an SM, so one row's selects and finish overlap others' streams (three CTAs an SM, nineteenth
-//    session: 4096x32768 240.8 -> 223.1 us, 19% fewer warp instructions; 4096x131072 3.8% and
-//    256x131072 8.7% slower, fewer bytes in flight; H200). Four (twenty-first session, same run against
-//    three): 4096x32768 214.8 -> 198.0 us, walk rows 245.8 -> 197.2, 4096x49152 270.9 -> 258.9; ties
-//    314.6 -> 353.6 (4096 keys at the k-th value no longer count as fitting 4608 candidates: the
-//    plateau path's second read).
+//    an SM, so one row's selects and finish overlap others' streams (wide -> narrow at three CTAs an
+//    SM: 4096x32768 240.8 -> 223.1 us, 19% fewer warp instructions; 4096x131072 3.8% and 256x131072
+//    8.7% slower, fewer bytes in flight; H200). Three -> four CTAs an SM, one run: 4096x32768 214.8 ->
+//    198.0 us, walk rows 245.8 -> 197.2, 4096x49152 270.9 -> 258.9; ties 314.6 -> 353.6 (4096 keys at
+//    the k-th value do not count as fitting 4608 candidates: the plateau path's second read).
 #ifdef DSA_TOPK_FILTER_NARROW
 #define DSA_TOPK_FILTER_DETAIL topk_filter_narrow_detail
 #else
@@ -93,7 +92,7 @@ constexpr bool kHistInStage = kNarrow;
 // Candidate (key, column) pairs in shared memory: with the histogram and the cp.async stages, kCtasPerSm
 // CTAs fit on an SM (narrow: 52 KB of dynamic shared memory each, 222 KB an SM with the static and
 // reserved bytes). 0.75 of it holds the ~3200 candidates the sampled threshold aims at for k = 2048 with
-// its slack (narrow: normal rows of 8K-48K keys, CPU model, twentieth session); narrow, the 4096 keys at
+// its slack (narrow: normal rows of 8K-48K keys, CPU model); narrow, the 4096 keys at
 // the k-th value of integer rows 0..7 at 32K keys take the plateau path's second read (5120 did so:
 // 318.8 -> 381.8 us at 4096x32768; 6144 kept them on one read at three CTAs an SM).
 constexpr int kCapacity = kNarrow ? 4608 : 8192;
@@ -174,7 +173,7 @@ __host__ __device__ constexpr int one_value_shift() {
 }
 
 // (Its size, with SelectShared's, sets where the dynamic shared memory starts: 304 more bytes, unused,
-// cost 2-10% on every streaming shape, H200, eleventh session. Measure any change to either struct.)
+// cost 2-10% on every streaming shape, H200. Measure any change to either struct.)
 struct Counters {
   uint32_t cand;  // candidates appended (stored while < kCapacity)
   uint32_t out;   // outputs written
@@ -198,8 +197,7 @@ struct Counters {
 // phase each. gbar, a gathered row's (finish): on rank 0, phase 0 the gather of the candidates, phase
 // 1 the other CTAs' entries of a small threshold bin; on the others, phase 0 rank 0's select, which
 // lands in their histogram (dead there from the gather on). (With two more barriers and the select
-// here the 2-CTA rows ran as fast: 64x131072 walk 21.1 us both, H200, fourteenth session; this form has
-// fewer registers.)
+// here the 2-CTA rows run as fast: 64x131072 walk 21.1 us both, H200; this form has fewer registers.)
 // hbar (a spread row's histogram select): phase 0 of hbar[0] the other CTAs' bins of this CTA's slice,
 // of hbar[1] the other slices' sums (two barriers: a fast CTA's sums may land before a slow one's bins).
 struct Exchange {
@@ -540,7 +538,7 @@ struct TieColumnList {
 
 // hist_select's bins: 512. Every bin crosses the cluster twice (a CTA's slices out, the slices' sums
 // back). With 2048 bins its two rounds took 1x131072 1.7 and 1.1 us, with 512 1.5 and 1.0 (H200
-// globaltimer stamps, fifteenth session: a round costs about a microsecond whatever its size), and the
+// globaltimer stamps: a round costs about a microsecond whatever its size), and the
 // whole row 0.3-0.8 us less than with 2048 (the smaller refine); a normal row's threshold bin stays well
 // under kRankBin entries.
 constexpr int kHistSelectBits = 9;
@@ -560,9 +558,9 @@ __device__ __forceinline__ uint32_t slice_bins(uint32_t s, uint32_t len) { retur
 // threshold bin is taken whole or holds at most kRankBin entries (ranked by rank 0); false when it needs
 // more (the caller runs the cluster-wide finish). Every CTA of the cluster calls it once a row (the
 // barriers' phase 0). r: the entries to take (1 <= r <= total, the cluster's candidates). Ends with a
-// barrier. (It replaces the gather of every candidate into rank 0, ~40 KB into one SM, and rank 0's lone
-// select: the select reached every CTA of a 1x131072 row 0.3 us sooner, 9.06 against 9.38 us after the
-// samples landed, H200 globaltimer stamps, fifteenth session.)
+// barrier. (Against a gather of every candidate into rank 0, ~40 KB into one SM, and rank 0's lone
+// select, the select reaches every CTA of a 1x131072 row 0.3 us sooner, 9.06 against 9.38 us after the
+// samples landed, H200 globaltimer stamps.)
 __device__ __forceinline__ bool hist_select(const uint32_t* keys, int m, uint32_t r, uint32_t total, uint32_t* hist,
                                             uint32_t* inbox, Counters& cnt, SelectShared& sh, Exchange* ex,
                                             uint32_t csize, uint32_t rank, ListSelect& sel, BinMode& mode) {
@@ -619,7 +617,7 @@ __device__ __forceinline__ bool hist_select(const uint32_t* keys, int m, uint32_
 // its candidates while it converts them (raw_to_keys) on a range every CTA knows before the filter pass,
 // from the sampled threshold E to the samples' largest key (keys above it in the top bin), and sends its
 // 256 bins with its count: every CTA sums the same histograms and refines, with no exchange after the
-// count exchange (hist_select's two rounds took 2.5 us of 1x131072, H200 stamps, fifteenth session).
+// count exchange (hist_select's two rounds take 2.5 us of 1x131072, H200 stamps).
 // Bin slots: CTA c's bins at hist[c * 256] of every CTA (8 x 256 words: the whole histogram buffer,
 // which the other CTAs may write once this CTA has passed the cluster barrier after its sample select).
 // A one-CTA row (first attempt, sampled, not at a plateau) bins its candidates the same way, into its
@@ -848,7 +846,7 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
   __syncwarp();  // the staged columns are visible to the whole warp
   if (kLookupsInFlight && o.mode == int32_t(TopkMode::kPageTable)) {  // (block-uniform)
     // A split row's warp takes ~16-32 entries (k / (CTAs * 16 warps)): one step, not four of which three
-    // run idle (1x131072's form -0.14 us, ratio to topk 1.054 -> 1.042, H200, twenty-fifth session).
+    // run idle (1x131072's form -0.14 us, ratio to topk 1.054 -> 1.042, H200).
     if (kGathered && n_taken <= 32u) {  // (warp-uniform)
       write_staged<1, true>(staged, n_taken, pos, o, k);
     } else {
@@ -879,9 +877,9 @@ __device__ __forceinline__ void finish(uint32_t* keys, const int32_t* cols, int 
       const uint32_t t = threadIdx.x;
       const uint32_t key = t < nb ? cnt.bin_key[t] : 0u;
       const int32_t col = t < nb ? cnt.bin_col[t] : 0;
-      // A split row's page-table lookup, in flight while the entry is ranked (after the rank it was the
-      // row's last wait: the form's ratio to topk 1.074 -> 1.048 on 1x131072, 1.054 -> 1.045 on
-      // 20x134868; H200, twenty-second session).
+      // A split row's page-table lookup, in flight while the entry is ranked (issued after the rank, it is
+      // the row's last wait: the form's ratio to topk 1.074 -> 1.048 on 1x131072, 1.054 -> 1.045 on
+      // 20x134868; H200).
       const int32_t rel = int32_t(int64_t(col) - o.start);
       constexpr bool kEarlyLookup = kLookupsInFlight && kGathered;  // (a split row's rank 0: the row's end)
       const bool lookup = kEarlyLookup && o.mode == int32_t(TopkMode::kPageTable);  // (block-uniform)
@@ -934,7 +932,7 @@ __device__ __forceinline__ int sample_count(int64_t n) {
 // Keys per sampled run: single keys spread over the row cost one DRAM access each (random
 // accesses, the slowest pattern there is); runs of 16 consecutive keys read two 32-byte sectors. Runs of
 // 32 made smooth rows (random walks) miss k often enough that a launch of 64 x 131072 such rows waited on
-// one row's exact fallback (127 us against 22 us with runs of 16; H200, seventh session).
+// one row's exact fallback (127 us against 22 us with runs of 16; H200).
 constexpr int kSampleRun = 16;
 
 // Sample i (of S, a multiple of kLoads * kThreads) to buf[i], in runs of kSampleRun keys starting
@@ -979,13 +977,13 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
                                                      uint32_t pf_bytes, bool spread, uint32_t csize, uint32_t rank) {
   // A spread row takes the samples of a window half as long: every CTA of it loads and selects the
   // same ones, and its candidates have 4 buffers or more (1x131072 10.6 -> 10.2 us, 20x134868 13.6 ->
-  // 12.95; H200, sixteenth session; tests/test_topk_filter_model.py checks that they still fit).
+  // 12.95; H200; tests/test_topk_filter_model.py checks that they fit).
   const int S = sample_count(spread ? n / 2 : n);
   const int log2_runs = 31 - __clz(S / kSampleRun);
   // j0 samples are expected among the top k. Aim 4 standard deviations above it (fewer than k
   // candidates costs the row the exact fallback; each candidate past k costs the finish, about a third
   // of the row's instructions at 32K keys). Aiming at the middle of j0 and j_hi, the most the buffer
-  // should take, cost 5% at 32K keys, 2.5% at 64K (H200, seventh session). (Approximate division and
+  // should take, cost 5% at 32K keys, 2.5% at 64K (H200). (Approximate division and
   // root: an aim, not a bound; IEEE ones are ~10 instructions each in every warp.)
   const float j0 = __fdividef(float(S) * float(k), float(n));
   const float j_hi = __fdividef(float(S) * (0.75f * float(kCapacity)), float(n));
@@ -1157,7 +1155,7 @@ __device__ __forceinline__ uint32_t raw_item(const uint4& x, int j) {
 
 
 // 16-byte vectors per thread per round: 16 keys for fp32 (four vectors), 16 for 16-bit types (two
-// vectors: bf16 4096x32768 400 -> 375 us against one vector, H200 device run 3 of the fourth session).
+// vectors: bf16 4096x32768 400 -> 375 us against one vector, H200).
 // The round's candidates are stored unconverted (raw bits: only the few that pass pay for the key),
 // and `raw_to_keys` converts the buffer after.
 template <typename T>
@@ -1171,7 +1169,7 @@ __host__ __device__ constexpr int round_vecs() {
 // (kInterleaved, a split row) chunks of kChunkVecs, one a warp, dealt to the cluster's CTAs in turn:
 // warp w's vector of stage s is in chunk (s * kThreads / 32 + w) * csize + rank. Contiguous parts put
 // a smooth row's top keys in one CTA (random walks of 131072 keys, 8 CTAs: the busiest CTA held
-// 2027-4188 candidates, 481-948 with chunks of 128 fp32 keys; CPU model, sixteenth session).
+// 2027-4188 candidates, 481-948 with chunks of 128 fp32 keys; CPU model).
 template <typename T, bool kInterleaved>
 struct FilterStages {
   const uint4* src;
@@ -1578,7 +1576,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
                                            pf_bytes, spread, csize, rank);
       // A spread row's first sampled attempt off a plateau bins its candidates as it converts them and
       // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
-      // A one-CTA row does so too (fp32 4096x32768 -3.1%, bf16 -3.4%; H200, twentieth session) unless the
+      // A one-CTA row does so too (fp32 4096x32768 -3.1%, bf16 -3.4%; H200) unless the
       // samples reach +inf (its finite candidates would crowd the lowest bins, every atomic on a few
       // words) or E is a plateau's value (`single`: ties 4096x32768 +5.1%, thousands of atomics on one).
       const uint32_t smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
@@ -1671,8 +1669,8 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           radix::xbar_wait(&ex->xbar[attempt], 0u);
           __syncthreads();  // (this CTA's own entry)
           trace("c_counts");
-          // One warp reads the counts, a lane a CTA: the loop over the CTAs that every thread ran before
-          // cost 1x131072 0.7-0.9 us, 20x134868 0.5 (H200, sixteenth session).
+          // One warp reads the counts, a lane a CTA: a loop over the CTAs in every thread costs 1x131072
+          // 0.7-0.9 us, 20x134868 0.5 (H200).
           if (threadIdx.x < 32u) {
             const uint32_t c = threadIdx.x;
             const uint4 x = c < csize ? ex->xs[attempt][c] : make_uint4(0u, 0xFFFFFFFFu, 0u, 0u);
