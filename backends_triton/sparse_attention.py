@@ -24,7 +24,6 @@ loaded as 0 (the sum grows, the output stays 0), and the first valid logit later
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Optional
@@ -41,15 +40,22 @@ SLOT_BLOCK = 1024  # slot pass: elements per program (4 warps x 32 lanes x 8 int
 INT32_MAX = 2**31 - 1
 
 # Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it.
-SPLIT_MAX_PROGRAMS = 64
+SPLIT_MAX_PROGRAMS = 128
 # Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head).
 SPLIT_TARGET_PROGRAMS = 264
 MAX_SPLITS = 64  # a power of two: the merge kernel's split axis
 
-# (BLOCK_N, num_warps, num_stages) per path.
-SINGLE_CONFIG = (64, 4, 3)
-SPLIT_CONFIG = (32, 4, 3)
-# Sweeps only: replace the configs / split count / fp8 load form when set.
+# (BLOCK_N, num_warps, num_stages): the single pass per cache dtype, and the split-K path.
+SINGLE_CONFIG = {"fp8": (128, 2, 2), "bf16": (128, 4, 2)}
+SPLIT_CONFIG = (32, 4, 2)
+# ROCm (gfx950, compiled, not run): fp8 single pass at BLOCK_N 64 x 4 warps, where (128, 2, 2) spills 8-9 SGPRs.
+SINGLE_CONFIG_HIP_FP8 = (64, 4, 2)
+# fp8 caches: fp16 MMAs (see attention_kernel, F16), and which of K / V load their codes as int16 pairs.
+FP8_F16 = True
+FP8_K_PAIRS = False
+FP8_V_PAIRS = True
+# Sweeps only: a dict replacing the above (keys single_config, split_config, split_target, splits,
+# slots_inline, split, f16, k_pairs, v_pairs) when set.
 CONFIG_OVERRIDE: Optional[dict] = None
 
 
@@ -87,28 +93,37 @@ def slots_kernel(
 
 
 @triton.jit
-def _tile(ptr, base, d, ok, FP8_PAIRS: tl.constexpr, BLOCK_N: tl.constexpr, DIM: tl.constexpr):
-    """One [BLOCK_N, DIM] K or V tile as bf16, rows gathered at element offsets `base` (masked rows 0).
+def _tile(ptr, base, ok, PAIRS: tl.constexpr, F16: tl.constexpr, BLOCK_N: tl.constexpr, DIM: tl.constexpr):
+    """One [BLOCK_N, DIM] K or V tile, rows gathered at element offsets `base` (masked rows 0), as fp16
+    when F16 (fp8 cache) else bf16. Both widenings of e4m3 are exact, NaN included.
 
-    FP8_PAIRS: ptr is the cache viewed as int16 (two e4m3 codes each, little-endian: the even element in
-    the low byte); `base` and `d` count int16 pairs. The bytes are split with shifts and widened by a cast
-    (exact: every e4m3 value, NaN included, is a bf16 value)."""
-    if FP8_PAIRS:
+    PAIRS: ptr is the fp8 cache viewed as int16 (two e4m3 codes each, little-endian: the even element in
+    the low byte) and `base` counts int16 pairs; the bytes are split with shifts, widened, and
+    interleaved back. Else the codes are loaded as they are and widened by one cast."""
+    if PAIRS:
+        d = tl.arange(0, DIM // 2)
         x = tl.load(ptr + base[:, None] + d[None, :], mask=ok[:, None], other=0)
-        lo = (x & 0xFF).to(tl.int8).to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
-        hi = (x >> 8).to(tl.int8).to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
-        return tl.reshape(tl.join(lo, hi), (BLOCK_N, DIM))
+        lo = (x & 0xFF).to(tl.int8).to(tl.float8e4nv, bitcast=True)
+        hi = (x >> 8).to(tl.int8).to(tl.float8e4nv, bitcast=True)
+        if F16:
+            return tl.reshape(tl.join(lo.to(tl.float16), hi.to(tl.float16)), (BLOCK_N, DIM))
+        else:
+            return tl.reshape(tl.join(lo.to(tl.bfloat16), hi.to(tl.bfloat16)), (BLOCK_N, DIM))
     else:
+        d = tl.arange(0, DIM)
         x = tl.load(ptr + base[:, None] + d[None, :], mask=ok[:, None], other=0.0)
-        return x.to(tl.bfloat16)
+        if F16:
+            return x.to(tl.float16)
+        else:
+            return x.to(tl.bfloat16)
 
 
 @triton.jit(do_not_specialize=["T", "num_blocks", "num_reqs", "max_pages", "stride_bt", "tiles_per_split",
                                "qk_scale", "out_scale"])
 def attention_kernel(
     q_ptr,  # bf16 [T, Hq, D], unit last stride
-    k_ptr,  # [num_blocks, PAGE, HKV, D] fp8 e4m3 or bf16 (int16 pairs when FP8_PAIRS), unit last stride
-    v_ptr,  # [num_blocks, PAGE, HKV, DV] likewise
+    k_ptr,  # [num_blocks, PAGE, HKV, D] fp8 e4m3 or bf16 (int16 pairs when K_PAIRS), unit last stride
+    v_ptr,  # [num_blocks, PAGE, HKV, DV] likewise (V_PAIRS)
     slots_ptr,  # int32 [T, topk] from slots_kernel (unused when SLOTS_INLINE)
     idx_ptr,  # int32 [T, topk] (used only when SLOTS_INLINE)
     bt_ptr,  # int32 [num_reqs, max_pages] (used only when SLOTS_INLINE)
@@ -147,7 +162,9 @@ def attention_kernel(
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
     SLOTS_INLINE: tl.constexpr,  # resolve pages here (split-K: saves the slot pass's launch)
-    FP8_PAIRS: tl.constexpr,
+    K_PAIRS: tl.constexpr,  # K codes loaded as int16 pairs (see _tile)
+    V_PAIRS: tl.constexpr,
+    F16: tl.constexpr,  # fp8 cache: K and V widened to fp16, q scaled by a power of two into fp16
 ):
     pid = tl.program_id(0)  # (row, kv head), kv head fastest: a row's heads share its slots in L2
     row = pid // HKV
@@ -169,12 +186,16 @@ def attention_kernel(
     q = tl.load(q_ptr + row64 * stride_qt + (h * G + hh)[:, None] * stride_qh + dq[None, :],
                 mask=h_ok[:, None], other=0.0)  # [BLOCK_H, D] bf16
 
-    if FP8_PAIRS:
-        dk = tl.arange(0, D // 2)
-        dv = tl.arange(0, DV // 2)
-    else:
-        dk = tl.arange(0, D)
-        dv = tl.arange(0, DV)
+    if F16:
+        # e4m3 -> fp16 is one cvt per pair (-> bf16 takes four). q is scaled by 2^sh so its largest element
+        # lies in [2^14, 2^15) and rounded to fp16: exact for every element above 2^-28 of that maximum
+        # (bf16's 8 bits fit in fp16's 11); the scores are scaled back by 2^-sh in fp32.
+        qf = q.to(tl.float32)
+        qmax = tl.max(tl.max(tl.abs(qf), axis=1), axis=0)
+        e = ((qmax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+        sh = tl.minimum(tl.maximum(14 - e, -126), 126)
+        q = (qf * ((sh + 127) << 23).to(tl.float32, bitcast=True)).to(tl.float16)
+        qk_scale = qk_scale * ((127 - sh) << 23).to(tl.float32, bitcast=True)
     nn = tl.arange(0, BLOCK_N)
     m_i = tl.full((BLOCK_H,), NEG, tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
@@ -198,15 +219,15 @@ def attention_kernel(
             page = slot // PAGE
             off = slot - page * PAGE
         page = page.to(tl.int64)
-        kb = _tile(k_ptr, page * stride_kb + off * stride_kp + h * stride_kh, dk, ok, FP8_PAIRS, BLOCK_N, D)
+        kb = _tile(k_ptr, page * stride_kb + off * stride_kp + h * stride_kh, ok, K_PAIRS, F16, BLOCK_N, D)
         s = tl.dot(q, tl.trans(kb), out_dtype=tl.float32)  # [BLOCK_H, BLOCK_N]
         s = tl.where(ok[None, :], s * qk_scale, NEG)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        vb = _tile(v_ptr, page * stride_vb + off * stride_vp + h * stride_vh, dv, ok, FP8_PAIRS, BLOCK_N, DV)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), vb, out_dtype=tl.float32)
+        vb = _tile(v_ptr, page * stride_vb + off * stride_vp + h * stride_vh, ok, V_PAIRS, F16, BLOCK_N, DV)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb, out_dtype=tl.float32)
         m_i = m_new
 
     do = tl.arange(0, DV)
@@ -260,17 +281,6 @@ def merge_kernel(
 # host side
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: Optional[int]) -> int:
-    """SMs of CUDA device `index`; 132 when no device answers (it then only sizes the split count)."""
-    try:
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(index if index is not None else 0).multi_processor_count
-    except Exception:  # noqa: BLE001  (no device: only the split count is affected)
-        pass
-    return 132
-
-
 def block_h(q_heads: int, kv_heads: int) -> int:
     """The MMA M width for a KV head's query group: the group size padded to a power of two, >= 16."""
     return max(16, triton.next_power_of_2(q_heads // kv_heads))
@@ -278,35 +288,38 @@ def block_h(q_heads: int, kv_heads: int) -> int:
 
 def use_split(rows: int, kv_heads: int) -> bool:
     """True when the split-K path serves rows x kv_heads programs (the single pass would leave SMs idle)."""
-    override = (CONFIG_OVERRIDE or {}).get("split")
-    if override is not None:
-        return bool(override)
+    o = CONFIG_OVERRIDE or {}
+    if o.get("split") is not None:
+        return bool(o["split"])
     return rows * kv_heads <= SPLIT_MAX_PROGRAMS
 
 
-def split_count(rows: int, kv_heads: int, topk: int, block_n: int, sms: int) -> int:
+def split_count(rows: int, kv_heads: int, topk: int, block_n: int) -> int:
     """Splits of each (row, KV head)'s top-k axis on the split-K path (a function of shapes only)."""
-    override = (CONFIG_OVERRIDE or {}).get("splits")
+    o = CONFIG_OVERRIDE or {}
     tiles = max(1, triton.cdiv(topk, block_n))
-    want = override if override is not None else triton.cdiv(max(SPLIT_TARGET_PROGRAMS, 2 * sms),
-                                                               max(1, rows * kv_heads))
+    target = o.get("split_target", SPLIT_TARGET_PROGRAMS)
+    want = o["splits"] if o.get("splits") is not None else triton.cdiv(target, max(1, rows * kv_heads))
     return max(1, min(tiles, want, MAX_SPLITS))
 
 
-def workspace_bytes(rows: int, q_heads: int, kv_heads: int, v_head_dim: int, topk: int, split: bool,
-                    sms: int = 132) -> int:
+def workspace_bytes(rows: int, q_heads: int, kv_heads: int, v_head_dim: int, topk: int, split: bool) -> int:
     """Device workspace one call allocates: the slot table, plus the split-K partials on that path."""
     n = rows * topk * 4 if not (split and _slots_inline()) else 0
     if split:
-        bn = _config(True)[0]
-        s = split_count(rows, kv_heads, topk, bn, sms)
+        bn = _config(True, True)[0]
+        s = split_count(rows, kv_heads, topk, bn)
         n += rows * kv_heads * s * block_h(q_heads, kv_heads) * (v_head_dim + 2) * 4
     return n
 
 
-def _config(split: bool) -> tuple:
+def _config(split: bool, fp8: bool) -> tuple:
     o = CONFIG_OVERRIDE or {}
-    return o.get("split_config", SPLIT_CONFIG) if split else o.get("single_config", SINGLE_CONFIG)
+    if split:
+        return o.get("split_config", SPLIT_CONFIG)
+    if fp8 and torch.version.hip is not None:
+        return o.get("single_config", SINGLE_CONFIG_HIP_FP8)
+    return o.get("single_config", SINGLE_CONFIG["fp8" if fp8 else "bf16"])
 
 
 def _slots_inline() -> bool:
@@ -355,16 +368,15 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
         split = use_split(t, hkv)
     g = hq // hkv
     bh = block_h(hq, hkv)
-    bn, nw, ns = _config(split)
-    pairs = (CONFIG_OVERRIDE or {}).get("fp8_pairs", True)
-    kc, vc = k_cache, v_cache
-    if pairs and k_cache.dtype == torch.float8_e4m3fn:
-        kp, vp = _pairs_view(k_cache), _pairs_view(v_cache)
-        pairs = kp is not None and vp is not None
-        if pairs:
-            kc, vc = kp, vp
-    else:
-        pairs = False
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    bn, nw, ns = _config(split, fp8)
+    o = CONFIG_OVERRIDE or {}
+    f16 = fp8 and o.get("f16", FP8_F16)
+    kc = _pairs_view(k_cache) if fp8 and o.get("k_pairs", FP8_K_PAIRS) else None
+    vc = _pairs_view(v_cache) if fp8 and o.get("v_pairs", FP8_V_PAIRS) else None
+    k_pairs, v_pairs = kc is not None, vc is not None  # odd strides: the codes are loaded one by one
+    kc = k_cache if kc is None else kc
+    vc = v_cache if vc is None else vc
     inline = split and _slots_inline()
     wrap = wrap or (lambda f: f)
     if topk > 0 and not inline:
@@ -377,8 +389,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     else:
         slots = indices  # never read
     if split:
-        sms = _sm_count(q.device.index) if q.device.type == "cuda" else 132
-        s = split_count(t, hkv, topk, bn, sms)
+        s = split_count(t, hkv, topk, bn)
         tiles = max(1, triton.cdiv(topk, bn))
         per = triton.cdiv(tiles, s)
         s = triton.cdiv(tiles, per)
@@ -387,8 +398,8 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     else:
         s, per = 1, max(1, triton.cdiv(topk, bn))
         part = ml = out  # never written
-    cache_kind = "fp8x2" if pairs else str(k_cache.dtype).removeprefix("torch.")
-    key = ("attention", split, inline, cache_kind, g, hkv, d, dv, page_size, bn, nw, ns)
+    key = ("attention", split, inline, str(k_cache.dtype).removeprefix("torch."), k_pairs, v_pairs, f16,
+           g, hkv, d, dv, page_size, bn, nw, ns)
     _run(wrap(attention_kernel), (t * hkv, s), key,
          (q, kc, vc, slots, indices, block_table, token_to_req, out, part, ml,
           t, topk, nb, nreq, max_pages,
@@ -397,7 +408,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
           slots.stride(0), indices.stride(0), block_table.stride(0), token_to_req.stride(0),
           out.stride(0), out.stride(1), per, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale)),
          dict(G=g, HKV=hkv, BLOCK_H=bh, D=d, DV=dv, PAGE=page_size, BLOCK_N=bn, SPLIT=split,
-              SLOTS_INLINE=inline, FP8_PAIRS=pairs, num_warps=nw, num_stages=ns))
+              SLOTS_INLINE=inline, K_PAIRS=k_pairs, V_PAIRS=v_pairs, F16=f16, num_warps=nw, num_stages=ns))
     if split:
         _run(wrap(merge_kernel), (t * hq,), ("merge", g, hkv, dv),
              (part, ml, out, s, out.stride(0), out.stride(1), float(v_scale)),
@@ -479,7 +490,7 @@ _ATT_SIG = {
     "qk_scale": "fp32", "out_scale": "fp32",
     "G": "constexpr", "HKV": "constexpr", "BLOCK_H": "constexpr", "D": "constexpr", "DV": "constexpr",
     "PAGE": "constexpr", "BLOCK_N": "constexpr", "SPLIT": "constexpr", "SLOTS_INLINE": "constexpr",
-    "FP8_PAIRS": "constexpr",
+    "K_PAIRS": "constexpr", "V_PAIRS": "constexpr", "F16": "constexpr",
 }
 # Ints Triton sees as multiples of 16 at launch for these shapes (cache and q strides, top-k 2048).
 _ATT_DIV = ["topk", "stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_vb", "stride_vp",
@@ -487,23 +498,26 @@ _ATT_DIV = ["topk", "stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_
 
 
 def _gate_attention(name, cache, split, hip=False):
-    bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG
+    bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG_HIP_FP8 if hip and cache == "fp8" else SINGLE_CONFIG[cache]
     sig = dict(_ATT_SIG)
-    if cache == "bf16":
-        sig["k_ptr"] = sig["v_ptr"] = "*bf16"
+    fp8 = cache == "fp8"
+    sig["k_ptr"] = "*i16" if fp8 and FP8_K_PAIRS else "*fp8e4nv" if fp8 else "*bf16"
+    sig["v_ptr"] = "*i16" if fp8 and FP8_V_PAIRS else "*fp8e4nv" if fp8 else "*bf16"
     if split:
         sig["part_ptr"] = sig["ml_ptr"] = "*fp32"
     inline = split and SPLIT_SLOTS_INLINE and not hip
     constexprs = {"G": 12, "HKV": 2, "BLOCK_H": 16, "D": 128, "DV": 128, "PAGE": 64, "BLOCK_N": bn, "SPLIT": split,
-                  "SLOTS_INLINE": inline, "FP8_PAIRS": cache == "fp8"}
+                  "SLOTS_INLINE": inline, "K_PAIRS": fp8 and FP8_K_PAIRS, "V_PAIRS": fp8 and FP8_V_PAIRS,
+                  "F16": fp8 and FP8_F16}
     options = {"num_warps": nw, "num_stages": ns}
-    if split:  # the CUDA and ROCm launches differ in SLOTS_INLINE (see _slots_inline)
+    if split or cache == "fp8":  # CUDA and ROCm launch these differently (_slots_inline, _config)
         options["targets"] = ("gfx950",) if hip else ("sm_90a", "sm_100a")
     return name, attention_kernel, sig, constexprs, _ATT_DIV, options
 
 
 GATE_KERNELS = [
     _gate_attention("sparse_attention_fp8", "fp8", False),
+    _gate_attention("sparse_attention_fp8_hip", "fp8", False, hip=True),
     _gate_attention("sparse_attention_bf16", "bf16", False),
     _gate_attention("sparse_attention_split_fp8", "fp8", True),
     _gate_attention("sparse_attention_split_bf16", "bf16", True),

@@ -48,13 +48,31 @@ def _poisoned(q, vc):
     return torch.full((q.shape[0], q.shape[1], vc.shape[3]), float("nan"), dtype=torch.bfloat16, device=q.device)
 
 
-def _check(case, split, scales=SCALES):
+def _check(case, split, scales=SCALES, override=None):
     q, kc, vc, idx, bt, t2r = case
     out = _poisoned(q, vc)
-    sa.launch(q, kc, vc, idx, bt, t2r, *scales, out, split=split)
+    sa.CONFIG_OVERRIDE = override
+    try:
+        sa.launch(q, kc, vc, idx, bt, t2r, *scales, out, split=split)
+    finally:
+        sa.CONFIG_OVERRIDE = None
     ref = reference(q, kc, vc, idx, bt, t2r, *scales)
     err = compare(out, ref)
     assert err is None, err
+
+
+# fp8 load forms and tile configs the benchmark's sweep chooses among (each must be right to be chosen).
+FP8_FORMS = {"bytes": dict(k_pairs=False, v_pairs=False), "vpairs": dict(k_pairs=False, v_pairs=True),
+             "kvpairs": dict(k_pairs=True, v_pairs=True), "bf16mma": dict(f16=False, k_pairs=True, v_pairs=True)}
+SWEPT = [("single", c) for c in ((128, 4, 2), (128, 2, 2), (64, 1, 2), (32, 1, 2), (64, 2, 3))] + \
+        [("split", c) for c in ((32, 4, 2), (32, 1, 2), (64, 2, 2))]
+
+
+@pytest.mark.parametrize("form", list(FP8_FORMS))
+@pytest.mark.parametrize("path,config", SWEPT)
+def test_fp8_forms_and_configs(form, path, config):
+    override = dict(FP8_FORMS[form], **{f"{path}_config": config})
+    _check(_case("rows37", "fp8", seed=11), split=path == "split", override=override)
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

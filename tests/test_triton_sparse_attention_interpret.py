@@ -49,6 +49,8 @@ SCRIPT = textwrap.dedent(
         results[name] = compare(out, ref) or "ok"
 
     small = dict(split_config=(16, 4, 1), single_config=(16, 4, 1))
+    FP8_FORMS = {"bf16mma": dict(f16=False, k_pairs=True, v_pairs=True),
+                 "bytes": dict(k_pairs=False, v_pairs=False), "kpairs": dict(k_pairs=True, v_pairs=False)}
     for dtype, dname in ((FP8, "fp8"), (torch.bfloat16, "bf16")):
         for hq, hkv in ((4, 2), (6, 2), (2, 1)):
             case = make_case(7, hq, hkv, 16, 32, page=4, num_blocks=40, num_reqs=3, max_pages=5, topk=37,
@@ -58,7 +60,9 @@ SCRIPT = textwrap.dedent(
             check(f"split-inline-{tag}", case, override=dict(small, splits=3, slots_inline=True), split=True)
             check(f"split-slots-{tag}", case, override=dict(small, splits=2, slots_inline=False), split=True)
             if dtype == FP8:
-                check(f"single-bytes-{tag}", case, override=dict(small, fp8_pairs=False), split=False)
+                for name, form in FP8_FORMS.items():
+                    check(f"single-{name}-{tag}", case, override=dict(small, **form), split=False)
+                    check(f"split-{name}-{tag}", case, override=dict(small, splits=2, **form), split=True)
         case = make_case(5, 4, 2, 32, 16, page=8, num_blocks=30, num_reqs=2, max_pages=3, topk=20, dtype=dtype,
                          seed=7, cache_layout="vllm")
         check(f"vllm-layout-single-{dname}", case, split=False)
@@ -69,6 +73,15 @@ SCRIPT = textwrap.dedent(
     case = make_case(4, 4, 2, 16, 16, page=4, num_blocks=12, num_reqs=2, max_pages=4, topk=16, dtype=FP8,
                      seed=3, hostile=False)
     check("benign-negative-kscale", case, scales=(0.7, -1.5, 0.25))
+    # q far from 1 (the fp16 path scales q by a power of two per program): rows x 2^20, x 2^-60, mixed
+    q = case[0].clone()
+    q[0] *= 2.0**20
+    q[1] *= 2.0**-60
+    q[2, :, ::2] *= 2.0**-30
+    for dtype, dname in ((FP8, "fp8"), (torch.bfloat16, "bf16")):
+        c = (q,) + tuple(x.to(dtype) if x.is_floating_point() else x for x in case[1:3]) + case[3:]
+        check(f"q-range-{dname}", c, scales=(0.1, 1.0, 1.0), split=False)
+        check(f"q-range-split-{dname}", c, scales=(0.1, 1.0, 1.0), split=True)
     # degenerate metadata: nothing valid anywhere, empty block table, topk 0
     q, kc, vc, idx, bt, t2r = make_case(3, 4, 2, 16, 16, page=4, num_blocks=8, num_reqs=2, max_pages=2, topk=8,
                                         dtype=FP8, seed=5)
@@ -85,10 +98,12 @@ SCRIPT = textwrap.dedent(
 _TAGS = [f"{d}-hq{hq}-hkv{hkv}" for d in ("fp8", "bf16") for hq, hkv in ((4, 2), (6, 2), (2, 1))]
 CASES = (
     [f"{p}-{t}" for t in _TAGS for p in ("single", "split-inline", "split-slots")]
-    + [f"single-bytes-{t}" for t in _TAGS if t.startswith("fp8")]
+    + [f"{p}-{f}-{t}" for t in _TAGS if t.startswith("fp8") for f in ("bf16mma", "bytes", "kpairs")
+       for p in ("single", "split")]
     + [f"{p}-{d}" for d in ("fp8", "bf16")
        for p in ("vllm-layout-single", "vllm-layout-split", "default-config", "triton_op")]
     + ["benign-negative-kscale", "all-invalid", "all-invalid-split"]
+    + [f"q-range{s}-{d}" for d in ("fp8", "bf16") for s in ("", "-split")]
     + [f"{p}-{s}" for s in (False, True) for p in ("empty-table", "empty-table-cols", "topk0")]
 )
 
