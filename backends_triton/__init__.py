@@ -17,10 +17,12 @@ try:
     from . import page_table_transform as _page_table_transform
     from . import paged_indexer_logits as _paged_indexer_logits
     from . import sparse_attention as _sparse_attention
+    from . import sparse_mla_decode as _sparse_mla_decode
 except ImportError as e:  # triton missing or broken
     IMPORT_ERROR = f"triton not importable: {e}"
     _page_table_transform = _indexer_logits = _paged_indexer_logits = None
     _sparse_attention = None
+    _sparse_mla_decode = None
 
 # op name -> its kernel module (each has launch, supports and GATE_KERNELS)
 _MODULES = {
@@ -28,6 +30,7 @@ _MODULES = {
     "indexer_logits": _indexer_logits,
     "paged_indexer_logits": _paged_indexer_logits,
     "sparse_attention": _sparse_attention,
+    "sparse_mla_decode": _sparse_mla_decode,
 }
 
 # (name, jit_fn, signature, constexprs[, divisible ints]) of every kernel the compile gates build.

@@ -1,4 +1,4 @@
-"""Test-only fixes for two Triton 3.6 interpreter (TRITON_INTERPRET=1) bugs; GPU code is unaffected.
+"""Test-only fixes for three Triton 3.6 interpreter (TRITON_INTERPRET=1) bugs; GPU code is unaffected.
 
 1. Under numpy >= 2.3 a runtime scalar used as a loop bound (``tl.range(a, b)`` with a, b computed in
    the kernel) fails: the interpreter keeps scalars as 1-element arrays and its ``__index__`` calls
@@ -6,6 +6,8 @@
 2. ``tl.dot`` on bfloat16 operands multiplies the raw uint16 bit patterns (the interpreter stores bf16
    as uint16 and only converts 8-bit floats before the matmul). Fixed by widening bf16 to fp32 first
    (exact), which is what the hardware's fp32-accumulating bf16 MMA computes.
+3. ``x.to(tl.bfloat16)`` of an fp32 tensor truncates the mantissa; the GPU's conversion rounds to
+   nearest even (as torch's does). Fixed by rounding to nearest even (NaN stays NaN).
 
 Import this module after setting TRITON_INTERPRET=1 and before launching kernels.
 """
@@ -40,3 +42,18 @@ def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
 
 
 _ti.InterpreterBuilder.create_dot = _create_dot
+
+
+_orig_cast = _ti.InterpreterBuilder.cast_impl
+
+
+def _cast_impl(self, src, dst_type):
+    if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+        u = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32)
+        r = ((u.astype(np.uint64) + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        r = np.where(np.isnan(src.data), ((u >> 16) | 0x40).astype(np.uint16), r)
+        return _ti.TensorHandle(r, tl.bfloat16)
+    return _orig_cast(self, src, dst_type)
+
+
+_ti.InterpreterBuilder.cast_impl = _cast_impl
