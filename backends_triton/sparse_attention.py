@@ -8,9 +8,12 @@ Contract: ``dsa_ops.ops.sparse_attention`` (the reference there is the spec). Tw
   KV heads of a row share the lookups. Every metadata value is clamped before it addresses memory.
 - Single pass (``attention_kernel`` with SPLIT=False): one program per (row, KV head). The group's
   Hq / Hkv query heads, padded to BLOCK_H >= 16, are the MMA M side; K and V tiles of BLOCK_N tokens
-  are gathered by slot, fp8 codes are loaded two at a time as int16 and widened exactly to bf16
-  (e4m3 is a subset of bf16), QK^T and PV run in bf16 with fp32 accumulation, and the softmax is an
-  fp32 online softmax in base 2 (log2(e) folded into the score scale).
+  are gathered by slot (cp.async-pipelined, num_stages), QK^T and PV run on the tensor cores with fp32
+  accumulation, and the softmax is an fp32 online softmax in base 2 (log2(e) folded into the score
+  scale). A bf16 cache feeds bf16 MMAs. An fp8 cache is widened exactly to fp16 (one cvt per pair of
+  e4m3 codes; widening to bf16 takes four) with q scaled by a power of two into fp16 (FP8_F16), V's
+  codes loaded two at a time as int16 (FP8_V_PAIRS), K's as they are (their MMA layout reads them as
+  vectors already).
 - Split-K (SPLIT=True plus ``merge_kernel``): when rows x KV heads are too few to fill the SMs, each
   (row, KV head) is cut into splits of the top-k axis, each writes its unnormalised partial output,
   running max and sum to an fp32 workspace sized from the shapes, and the merge combines them.
@@ -39,18 +42,29 @@ LOG2E = 1.4426950408889634
 SLOT_BLOCK = 1024  # slot pass: elements per program (4 warps x 32 lanes x 8 int32)
 INT32_MAX = 2**31 - 1
 
-# Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it.
+# Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it. H200 (fp8,
+# 2 KV heads, bf16 widening): 64 rows split-K 60.7 us against single pass 71.0; 128 rows 103.4 against 88.6.
 SPLIT_MAX_PROGRAMS = 128
-# Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head).
-SPLIT_TARGET_PROGRAMS = 264
+# Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head). H200, (32, 4, 2),
+# splits of 32 tokens: 1 row 64 splits 10.8 us, 32 splits 12.5; 16 rows 32 splits 24.3, 8 splits 27.9-29.2;
+# 32 rows 8 splits 35.9, 32 splits 40.4, 5 splits 43.7; 64 rows 8 splits 62.5, 3 splits 68.8.
+SPLIT_TARGET_PROGRAMS = 1024
 MAX_SPLITS = 64  # a power of two: the merge kernel's split axis
 
-# (BLOCK_N, num_warps, num_stages): the single pass per cache dtype, and the split-K path.
-SINGLE_CONFIG = {"fp8": (128, 2, 2), "bf16": (128, 4, 2)}
+# (BLOCK_N, num_warps, num_stages): the single pass per cache dtype, and the split-K path. H200 sweep
+# (fp8 KV, 24 q / 2 kv heads, D 128, top-k 2048 of 65536 tokens, cold-L2 graph replay), fp8 widened to
+# bf16 with K and V as int16 pairs: single pass (128, 4, 2) 249.9 / 801.0 / 1972.9 us at 400 / 1600 / 4096
+# rows, (64, 4, 3) 270.9 / 898.7 / 2185.5, (32, 4, 3) 321.9 / 974.9 / 2388.5, 8 warps 13-30% slower;
+# bf16 cache at 1600 rows (128, 4, 2) 792.6 us (4.2 TB/s, the memory rate), (64, 4, 3) 839.8. Split-K
+# at 1 / 16 / 32 rows: (32, 4, 2) 10.8 / 24.3 (32 splits) / 35.9 us (8 splits), (64, 4, 3) 12.2 / 25.1 / 34.9.
+# The fp16 form of an fp8 cache (below) was not timed yet; its configs are the bf16 form's best.
+SINGLE_CONFIG = {"fp8": (128, 4, 2), "bf16": (128, 4, 2)}
 SPLIT_CONFIG = (32, 4, 2)
-# ROCm (gfx950, compiled, not run): fp8 single pass at BLOCK_N 64 x 4 warps, where (128, 2, 2) spills 8-9 SGPRs.
-SINGLE_CONFIG_HIP_FP8 = (64, 4, 2)
 # fp8 caches: fp16 MMAs (see attention_kernel, F16), and which of K / V load their codes as int16 pairs.
+# Widening to bf16 made the fp8 loop instruction-bound: at (128, 4, 2) its sm_90a SASS issues 1567 thread
+# instructions per token (1600 rows: 801.0 us, 2.1 TB/s) against 609 for a bf16 cache (792.6 us for twice
+# the bytes); fp16 with V as pairs issues 1057, with K and V loaded directly 1018. Pairs against direct loads with
+# bf16 widening, (64, 4, 3): 270.9 / 898.7 / 2185.5 us against 280.9 / 882.6 / 2168.5 at 400 / 1600 / 4096.
 FP8_F16 = True
 FP8_K_PAIRS = False
 FP8_V_PAIRS = True
@@ -317,8 +331,6 @@ def _config(split: bool, fp8: bool) -> tuple:
     o = CONFIG_OVERRIDE or {}
     if split:
         return o.get("split_config", SPLIT_CONFIG)
-    if fp8 and torch.version.hip is not None:
-        return o.get("single_config", SINGLE_CONFIG_HIP_FP8)
     return o.get("single_config", SINGLE_CONFIG["fp8" if fp8 else "bf16"])
 
 
@@ -498,7 +510,7 @@ _ATT_DIV = ["topk", "stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_
 
 
 def _gate_attention(name, cache, split, hip=False):
-    bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG_HIP_FP8 if hip and cache == "fp8" else SINGLE_CONFIG[cache]
+    bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG[cache]
     sig = dict(_ATT_SIG)
     fp8 = cache == "fp8"
     sig["k_ptr"] = "*i16" if fp8 and FP8_K_PAIRS else "*fp8e4nv" if fp8 else "*bf16"
@@ -510,14 +522,13 @@ def _gate_attention(name, cache, split, hip=False):
                   "SLOTS_INLINE": inline, "K_PAIRS": fp8 and FP8_K_PAIRS, "V_PAIRS": fp8 and FP8_V_PAIRS,
                   "F16": fp8 and FP8_F16}
     options = {"num_warps": nw, "num_stages": ns}
-    if split or cache == "fp8":  # CUDA and ROCm launch these differently (_slots_inline, _config)
+    if split:  # CUDA and ROCm launch split-K differently (_slots_inline)
         options["targets"] = ("gfx950",) if hip else ("sm_90a", "sm_100a")
     return name, attention_kernel, sig, constexprs, _ATT_DIV, options
 
 
 GATE_KERNELS = [
     _gate_attention("sparse_attention_fp8", "fp8", False),
-    _gate_attention("sparse_attention_fp8_hip", "fp8", False, hip=True),
     _gate_attention("sparse_attention_bf16", "bf16", False),
     _gate_attention("sparse_attention_split_fp8", "fp8", True),
     _gate_attention("sparse_attention_split_bf16", "bf16", True),
