@@ -43,7 +43,8 @@ SLOT_BLOCK = 1024  # slot pass: elements per program (4 warps x 32 lanes x 8 int
 INT32_MAX = 2**31 - 1
 
 # Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it. H200 (fp8,
-# 2 KV heads, bf16 widening): 64 rows split-K 60.7 us against single pass 71.0; 128 rows 103.4 against 88.6.
+# 2 KV heads, bf16 widening, the configs below): 64 rows split-K 62.5 us against single pass 71.0; 128 rows
+# split-K 113.8-116.1 against 88.6.
 SPLIT_MAX_PROGRAMS = 128
 # Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head). H200, (32, 4, 2),
 # splits of 32 tokens: 1 row 64 splits 10.8 us, 32 splits 12.5; 16 rows 32 splits 24.3, 8 splits 27.9-29.2;
