@@ -87,7 +87,7 @@ def _kv_half(cache_ptr, tok, sc, ok, c0, V4: tl.constexpr):
         e0 = _ue8m0(cache_ptr, g, ok)
         e1 = _ue8m0(cache_ptr, g + 1, ok)
         e2 = _ue8m0(cache_ptr, g + 2, ok)
-        e3 = _ue8m0(cache_ptr, g + 3, ok)  # the pad byte for the last quarter of the upper half: unused
+        e3 = _ue8m0(cache_ptr, sc + tl.minimum(c0 // 64 + 3, 6), ok)  # upper half: rope columns, never the pad
         q4 = (j // 64)[None, :]
         scale = tl.where(q4 < 2, tl.where(q4 == 0, e0[:, None], e1[:, None]),
                          tl.where(q4 == 2, e2[:, None], e3[:, None]))
@@ -354,16 +354,24 @@ def _run(kernel, grid, key, args, kwargs):
 
 
 def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None, *, wrap=None,
-           split: Optional[bool] = None):
+           split: Optional[bool] = None, out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None):
     """Kernel form of dsa::sparse_mla_decode (arguments validated by the op): returns (out, lse).
 
     `split` forces a path (None: the heuristic of split_count); `wrap` is torch.library.wrap_triton
-    inside the triton_op."""
+    inside the triton_op. `out` (bf16 [B, s_q, H, 512], unit last stride) and `lse` (fp32 [B, H, s_q],
+    contiguous) are written in place when given (tests poison them first); fresh tensors otherwise."""
     b, s_q, h, _ = q.shape
     topk = indices.shape[2]
     nb, page = kv_cache.shape[0], kv_cache.shape[1]
-    out = torch.empty((b, s_q, h, DV), dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    if out is None:
+        out = torch.empty((b, s_q, h, DV), dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    if out.shape != (b, s_q, h, DV) or out.dtype != torch.bfloat16 or out.stride(3) != 1:
+        raise ValueError(f"`out` must be bf16 [{b}, {s_q}, {h}, {DV}] with unit last stride, got "
+                         f"{out.dtype} {list(out.shape)} strides {out.stride()}")
+    if lse.shape != (b, h, s_q) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError(f"`lse` must be contiguous fp32 [{b}, {h}, {s_q}], got {lse.dtype} {list(lse.shape)}")
     if b * s_q * h == 0:
         return out, lse
     bh = _block_h()
