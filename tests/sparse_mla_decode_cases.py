@@ -36,9 +36,7 @@ def make_cache(layout: str, num_blocks: int, page: int, used: torch.Tensor, g: t
         scales = grp.abs().amax(-1).clamp_min(1e-4) / 448.0
         codes = (grp / scales[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).view(n, 512)
         tok = torch.cat([codes, scales.view(torch.uint8), rope], dim=1)  # [n, 656]
-        for t in range(n):
-            o = int(off[t]) * bpt
-            raw[int(page_of[t]), o:o + bpt] = tok[t]
+        raw[:, :page * bpt].view(num_blocks, page, bpt)[page_of, off] = tok
     else:
         grp = x[:, :448].reshape(n, 7, 64)
         e = torch.ceil(torch.log2(grp.abs().amax(-1).clamp_min(1e-4) / 448.0)).int() + 127  # ue8m0 bytes
@@ -48,10 +46,8 @@ def make_cache(layout: str, num_blocks: int, page: int, used: torch.Tensor, g: t
         sc[:, :7] = e.to(torch.uint8)
         if subnormal_scale:
             sc[0, :7] = 0  # 2^-127: the subnormal scale
-        for t in range(n):
-            p, o = int(page_of[t]), int(off[t])
-            raw[p, o * 576:(o + 1) * 576] = data[t]
-            raw[p, page * 576 + o * 8:page * 576 + o * 8 + 8] = sc[t]
+        raw[:, :page * 576].view(num_blocks, page, 576)[page_of, off] = data
+        raw[:, page * 576:page * 584].view(num_blocks, page, 8)[page_of, off] = sc
     return raw[:, :page * bpt].view(num_blocks, page, 1, bpt)
 
 
