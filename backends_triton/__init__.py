@@ -13,6 +13,7 @@ import torch
 
 IMPORT_ERROR: Optional[str] = None
 try:
+    from . import dequant_k_cache_paged as _dequant_k_cache_paged
     from . import indexer_logits as _indexer_logits
     from . import page_table_transform as _page_table_transform
     from . import paged_indexer_logits as _paged_indexer_logits
@@ -23,6 +24,7 @@ except ImportError as e:  # triton missing or broken
     _page_table_transform = _indexer_logits = _paged_indexer_logits = None
     _sparse_attention = None
     _sparse_mla_decode = None
+    _dequant_k_cache_paged = None
 
 # op name -> its kernel module (each has launch, supports and GATE_KERNELS)
 _MODULES = {
@@ -31,6 +33,7 @@ _MODULES = {
     "paged_indexer_logits": _paged_indexer_logits,
     "sparse_attention": _sparse_attention,
     "sparse_mla_decode": _sparse_mla_decode,
+    "dequant_k_cache_paged": _dequant_k_cache_paged,
 }
 
 # (name, jit_fn, signature, constexprs[, divisible ints]) of every kernel the compile gates build.
