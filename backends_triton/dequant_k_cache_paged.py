@@ -37,7 +37,9 @@ import triton.language as tl
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, output width
 # (TOKENS, num_warps) per layout. TOKENS = 1 is the one-token-per-program baseline of the benchmark.
 CONFIGS = {"v32": (4, 4), "v4": (4, 4)}
-# Sweeps and tests only: {"tokens": int, "num_warps": int} replaces CONFIGS when set.
+# Streaming cache hints: loads of the cache evict_first, row stores .cs (neither is re-read by this kernel).
+STREAM = False
+# Sweeps and tests only: {"tokens": int, "num_warps": int, "stream": bool} replaces the above when set.
 CONFIG_OVERRIDE: Optional[dict] = None
 
 
@@ -79,6 +81,8 @@ def dequant_k_cache_paged_kernel(
     TOKENS: tl.constexpr,
     ALIGNED: tl.constexpr,  # cache base and page stride are multiples of 16 bytes
     NAN_BITS: tl.constexpr,
+    EVICT: tl.constexpr,  # eviction policy of the cache loads ("" or "evict_first")
+    STORE_CM: tl.constexpr,  # cache modifier of the row stores ("" or ".cs": streaming)
 ):
     t = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
     live = t < n
@@ -104,13 +108,13 @@ def dequant_k_cache_paged_kernel(
         e = tl.load(cache_ptr + sc[:, None] + tl.arange(0, G)[None, :], mask=ok[:, None], other=127)
         e = e.to(tl.int32)
         scale = tl.where(e == 0, 1 << 22, e << 23).to(tl.float32, bitcast=True)
-        x = tl.load(cache_ptr + tok[:, None, None] + g * W + j, mask=ok3 & (g < 7), other=0)
+        x = tl.load(cache_ptr + tok[:, None, None] + g * W + j, mask=ok3 & (g < 7), other=0, eviction_policy=EVICT)
         y = x.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
         bits = _finish(y, NAN_BITS)
         rope = _rope_bits(cache_ptr, tok[:, None, None] + 448, ok3 & (g == 7), j, ALIGNED)
         bits = tl.where(g == 7, rope, bits)
         row = out_ptr + t[:, None, None] * 512
-        tl.store(row + g * W + j, bits.to(tl.bfloat16, bitcast=True), mask=live[:, None, None])
+        tl.store(row + g * W + j, bits.to(tl.bfloat16, bitcast=True), mask=live[:, None, None], cache_modifier=STORE_CM)
     else:
         G: tl.constexpr = 4
         W: tl.constexpr = 128
@@ -119,7 +123,7 @@ def dequant_k_cache_paged_kernel(
             tok = tl.multiple_of(tok, 16)
         g = tl.arange(0, G)[None, :, None]
         j = tl.arange(0, W)[None, None, :]
-        x = tl.load(cache_ptr + tok[:, None, None] + g * W + j, mask=ok3, other=0)
+        x = tl.load(cache_ptr + tok[:, None, None] + g * W + j, mask=ok3, other=0, eviction_policy=EVICT)
         gs = tl.arange(0, G)[None, :]
         if ALIGNED:
             sp = (cache_ptr + tok + 512).to(tl.pointer_type(tl.float32))
@@ -134,17 +138,18 @@ def dequant_k_cache_paged_kernel(
         y = x.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
         bits = _finish(y, NAN_BITS)
         row = out_ptr + t[:, None, None] * 576
-        tl.store(row + g * W + j, bits.to(tl.bfloat16, bitcast=True), mask=live[:, None, None])
+        tl.store(row + g * W + j, bits.to(tl.bfloat16, bitcast=True), mask=live[:, None, None], cache_modifier=STORE_CM)
         jr = tl.arange(0, 64)[None, :]
         rope = _rope_bits(cache_ptr, tok[:, None] + 528, ok[:, None], jr, ALIGNED)
-        tl.store(out_ptr + t[:, None] * 576 + 512 + jr, rope.to(tl.bfloat16, bitcast=True), mask=live[:, None])
+        tl.store(out_ptr + t[:, None] * 576 + 512 + jr, rope.to(tl.bfloat16, bitcast=True), mask=live[:, None],
+                 cache_modifier=STORE_CM)
 
 
 def config(layout: str) -> tuple:
-    """(TOKENS, num_warps) the launcher uses for `layout`."""
+    """(TOKENS, num_warps, stream) the launcher uses for `layout`."""
     o = CONFIG_OVERRIDE or {}
     tokens, warps = CONFIGS[layout]
-    return int(o.get("tokens", tokens)), int(o.get("num_warps", warps))
+    return int(o.get("tokens", tokens)), int(o.get("num_warps", warps)), bool(o.get("stream", STREAM))
 
 
 def launch(kv_cache, slots, layout, *, out: Optional[torch.Tensor] = None, wrap=None) -> torch.Tensor:
@@ -168,11 +173,12 @@ def launch(kv_cache, slots, layout, *, out: Optional[torch.Tensor] = None, wrap=
     # One page: page * stride is 0 whatever stride(0) says.
     page_stride = kv_cache.stride(0) if nb > 1 else 0
     aligned = kv_cache.data_ptr() % 16 == 0 and page_stride % 16 == 0
-    tokens, warps = config(layout)
+    tokens, warps, stream = config(layout)
     kernel = dequant_k_cache_paged_kernel if wrap is None else wrap(dequant_k_cache_paged_kernel)
     kernel[(triton.cdiv(n, tokens),)](
         kv_cache, slots, out, n, nb * p, page_stride,
         P=p, V4=layout == "v4", TOKENS=tokens, ALIGNED=aligned, NAN_BITS=nan_bits(kv_cache.device),
+        EVICT="evict_first" if stream else "", STORE_CM=".cs" if stream else "",
         num_warps=warps, num_stages=1,
     )
     return out
@@ -195,7 +201,7 @@ def supports(kv_cache, slots, layout) -> Optional[str]:
 _SIG = {
     "cache_ptr": "*u8", "slots_ptr": "*i32", "out_ptr": "*bf16", "n": "i32", "nslots": "i32",
     "page_stride": "i32", "P": "constexpr", "V4": "constexpr", "TOKENS": "constexpr", "ALIGNED": "constexpr",
-    "NAN_BITS": "constexpr",
+    "NAN_BITS": "constexpr", "EVICT": "constexpr", "STORE_CM": "constexpr",
 }
 
 
@@ -203,7 +209,8 @@ def _gate(layout, aligned, nan):
     tokens, warps = CONFIGS[layout]
     name = f"dequant_k_cache_paged_{layout}" + ("" if aligned else "_unaligned")
     return (name, dequant_k_cache_paged_kernel, _SIG,
-            {"P": 64, "V4": layout == "v4", "TOKENS": tokens, "ALIGNED": aligned, "NAN_BITS": nan},
+            {"P": 64, "V4": layout == "v4", "TOKENS": tokens, "ALIGNED": aligned, "NAN_BITS": nan,
+             "EVICT": "evict_first" if STREAM else "", "STORE_CM": ".cs" if STREAM else ""},
             ["page_stride"] if aligned else [], {"num_warps": warps, "num_stages": 1})
 
 
