@@ -35,9 +35,15 @@ import triton
 import triton.language as tl
 
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, output width
-# (TOKENS, num_warps) per layout. TOKENS = 1 is the one-token-per-program baseline of the benchmark.
-CONFIGS = {"v32": (4, 4), "v4": (4, 4)}
-# Streaming cache hints: loads of the cache evict_first, row stores .cs (neither is re-read by this kernel).
+# (TOKENS, num_warps) per layout, from the H200 sweep (benchmarks/results/h200_dequant_k_cache_paged.json:
+# 262144 distinct random slots over 8192 pages of 64, cold L2, device copy 4254 GB/s in the same run):
+# v32 8 x 4 warps 128.6 us = 86.7% of the copy rate (4 x 4: 135.6; 1 x 4: 227.2; 1 x 2: 164.8);
+# v4 2 x 2 warps 114.4 us = 86.6% (4 x 2: 115.1; 4 x 4: 115.8; 1 x 2: 162.7), vLLM's slot kernel 592.0.
+# A token's fp8 bytes are 32 (v32) or 28 (v4) 16-byte vectors: 8 warps at 1-4 tokens leave most threads
+# without one (v32 4 x 8: 168.0 us).
+CONFIGS = {"v32": (8, 4), "v4": (2, 2)}
+# Streaming cache hints: loads of the cache evict_first, row stores .cs (neither is re-read by this
+# kernel). Off: within the sweep's noise (v4 4 x 4: 115.6 us with, 115.8 without; v32 8 x 4: 132.5, 128.6).
 STREAM = False
 # Sweeps and tests only: {"tokens": int, "num_warps": int, "stream": bool} replaces the above when set.
 CONFIG_OVERRIDE: Optional[dict] = None
