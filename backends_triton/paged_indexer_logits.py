@@ -19,7 +19,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import indexer_logits as _dense
 from .indexer_logits import _sm_count, config, split_count
 
 BLOCK = 64  # positions per cache block (fixed by the layout)
@@ -53,7 +52,7 @@ def paged_indexer_logits_kernel(
     D: tl.constexpr,
     BLOCK_T: tl.constexpr,
     CLEAN: tl.constexpr,
-    F16_MMA: tl.constexpr,  # widen fp8 to fp16 before the MMA (see indexer_logits.FP8_MMA)
+    F16_MMA: tl.constexpr,  # widen fp8 to fp16 before the MMA: the op's precise=True (else fp8 MMAs)
 ):
     KB: tl.constexpr = 64
     TH: tl.constexpr = BLOCK_T * H
@@ -120,8 +119,8 @@ def paged_indexer_logits_kernel(
             tl.store(out_rows[None, :] + n[:, None], ninf, mask=(n < L)[:, None] & tok_ok[None, :])
 
 
-def launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, *, out=None, wrap=None,
-           fp8_mma=None):
+def launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *, out=None,
+           wrap=None):
     """Functional kernel form of dsa::paged_indexer_logits (arguments already validated by the op)."""
     bsz, next_n, h, d = q.shape
     L = int(max_context_len)
@@ -150,7 +149,7 @@ def launch(q, kv_cache, weights, context_lens, block_table, max_context_len, cle
         block_table.stride(0), block_table.stride(1), out.stride(0),
         per_split,
         H=h, D=d, BLOCK_T=bt, CLEAN=bool(clean),
-        F16_MMA=not (_dense.FP8_MMA if fp8_mma is None else fp8_mma),
+        F16_MMA=bool(precise),
         num_warps=nw, num_stages=ns,
     )
     return out
@@ -165,12 +164,13 @@ def paged_indexer_logits(
     block_table: torch.Tensor,
     max_context_len: int,
     clean: bool,
+    precise: bool,
 ) -> torch.Tensor:
-    return launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean,
+    return launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise,
                   wrap=torch.library.wrap_triton)
 
 
-def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, clean) -> Optional[str]:
+def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise) -> Optional[str]:
     h, d = q.shape[2], q.shape[3]
     if d not in (64, 128):
         return f"head dim {d} (the Triton kernel takes D 64 or 128)"
@@ -183,7 +183,8 @@ def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, c
     return None
 
 
-# For the compile gates: next_n = 1 (BLOCK_T 1) and next_n = 2 at H = 64, D = 128; fp16 and fp8 MMAs.
+# For the compile gates: next_n = 1 (BLOCK_T 1) and next_n = 2 at H = 64, D = 128; fp16 MMAs (precise) and
+# fp8 MMAs (the default).
 _SIG = {
     "q_ptr": "*fp8e4nv", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32",
     "out_ptr": "*fp32", "next_n": "i32", "L": "i32", "num_blocks": "i32", "max_blocks": "i32",
@@ -200,4 +201,6 @@ GATE_KERNELS = [
      {"H": 64, "D": 128, "BLOCK_T": 2, "CLEAN": True, "F16_MMA": True}, _DIV),
     ("paged_indexer_logits_fp8mma_n1", paged_indexer_logits_kernel, _SIG,
      {"H": 64, "D": 128, "BLOCK_T": 1, "CLEAN": True, "F16_MMA": False}, _DIV),
+    ("paged_indexer_logits_fp8mma_n2", paged_indexer_logits_kernel, _SIG,
+     {"H": 64, "D": 128, "BLOCK_T": 2, "CLEAN": True, "F16_MMA": False}, _DIV),
 ]

@@ -356,7 +356,8 @@ def _logits_topk():
     of the top-k is exactly the window the logits were computed on, and order is unspecified."""
     logits = CallFunction(dsa.indexer_logits.default, KeywordArg("q"), KeywordArg("kv"),
                           KeywordArg("kv_scale"), KeywordArg("weights"), KeywordArg("ks"), KeywordArg("ke"),
-                          clean=KeywordArg("clean"))  # one user: no scores tensor may remain
+                          clean=KeywordArg("clean"), precise=KeywordArg("precise"))  # one user: no scores
+    # tensor may remain; `precise` passes on to indexer_topk, which scores in the same mode
     lengths = CallFunction(aten.sub.Tensor, KeywordArg("ke"), KeywordArg("ks"), _users=MULTIPLE)
     return CallFunction(dsa.topk.default, logits, KeywordArg("k"), lengths=lengths,
                         row_starts=KeywordArg("ks"), deterministic=False)
@@ -375,9 +376,11 @@ def _topk_node(match: Match) -> Node:
 
 
 def _plain_lengths(match: Match) -> bool:
-    # The pattern matcher ignores keywords a pattern does not list: refuse sub(.., alpha=2).
+    # The pattern matcher ignores keywords a pattern does not list: refuse sub(.., alpha=2). The
+    # precision mode must be a constant to pass on to indexer_topk.
     sub = _topk_node(match).kwargs["lengths"]
-    return len(sub.args) == 2 and sub.kwargs.get("alpha", 1) == 1
+    return (len(sub.args) == 2 and sub.kwargs.get("alpha", 1) == 1
+            and isinstance(match.kwargs["precise"], bool))
 
 
 def _rewrite_indexer(match: Match, paged: bool) -> None:
@@ -386,9 +389,10 @@ def _rewrite_indexer(match: Match, paged: bool) -> None:
                 page_table_row_starts=kw["page_table_row_starts"]) if paged else {}
     page_size = kw["page_size"] if paged else 64
     k = _static_int(kw["k"])
+    precise = kw["precise"]  # a Python bool (_plain_lengths checked it)
 
     def fn(q, kv, kv_scale, weights, ks, ke, page_table=None, row_to_batch=None, page_table_row_starts=None):
-        return dsa.indexer_topk(q, kv, kv_scale, weights, ks, ke, k, page_table=page_table,
+        return dsa.indexer_topk(q, kv, kv_scale, weights, ks, ke, k, precise=precise, page_table=page_table,
                                 page_size=page_size, row_to_batch=row_to_batch,
                                 page_table_row_starts=page_table_row_starts)[0]
 

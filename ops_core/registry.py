@@ -8,6 +8,10 @@ the exact reference. ``DSA_OPS_BACKEND=cuda|hip|triton|reference`` (read once, a
 falls back silently. Compiled kernels that serve an op's CUDA key themselves (see ``_route``) follow
 these choices through :func:`on_change`.
 
+Where providers of one op differ in speed by shape or mode, the op registers one measured rule with
+:func:`set_preference`: in the automatic order the backend it names for a call is tried first (when
+available and its `supports` accepts the call); forcing a backend ignores it.
+
 Per call, ``select`` only asks ``supports`` of the providers that can run on the device: which
 providers those are (availability, and the forced backend) is worked out once per (op, device, forced
 backend) and kept until a provider is registered again. ``supports`` itself is never cached, so a
@@ -51,6 +55,8 @@ _available_cache: dict[tuple[str, str, torch.device], Optional[str]] = {}
 # (op, device, forced backend) -> the providers that may serve it, in order (available ones only).
 _candidates_cache: dict[tuple[str, torch.device, Optional[str]], tuple[Provider, ...]] = {}
 _forced: Optional[str] = None
+# op -> (prefer(*args) -> the backend measured fastest for this call or None, a one-line summary).
+_preferences: dict[str, tuple[Callable[..., Optional[str]], str]] = {}
 # Called after the forced backend or a provider changes: compiled kernels that serve an op's CUDA key
 # without asking Python per call mirror those choices (backends_cuda/providers_topk.py).
 _listeners: list[Callable[[], None]] = []
@@ -105,6 +111,22 @@ def _notify() -> None:
 
 def providers(op: str) -> dict[str, Provider]:
     return _providers.get(op, {})
+
+
+def set_preference(op: str, prefer: Optional[Callable[..., Optional[str]]], summary: str = "") -> None:
+    """Make `prefer(*args)` (the op's arguments in schema order) pick the backend tried first for a call
+    in the automatic order; its None keeps the order. `summary` is what `python -m dsa_ops info` shows.
+    prefer=None removes the op's rule."""
+    if prefer is None:
+        _preferences.pop(op, None)
+    else:
+        _preferences[op] = (prefer, summary)
+
+
+def preferred_backend(op: str, args: tuple) -> Optional[str]:
+    """The backend the op's measured rule names for these arguments (None: no rule, or the order)."""
+    rule = _preferences.get(op)
+    return rule[0](*args) if rule is not None else None
 
 
 def forced_backend() -> Optional[str]:
@@ -162,6 +184,11 @@ def select_on(op: str, device: torch.device, args: tuple) -> Provider:
     cands = _candidates_cache.get(key)
     if cands is None:
         cands = _candidates_cache[key] = _candidates(op, device)
+    if _forced is None and op in _preferences:
+        first = _preferences[op][0](*args)
+        for p in cands:
+            if p.backend == first and p.supports(*args) is None:
+                return p
     for p in cands:
         if p.supports(*args) is None:
             return p
@@ -206,5 +233,7 @@ def describe(device: Optional[torch.device] = None) -> list[tuple[str, str, str]
             if why is None and chosen == "-" and backend in order:
                 chosen = backend
             reasons.append(f"{backend}: {'ok' if why is None else why}")
+        if op in _preferences and not _forced:
+            reasons.append(f"by shape: {_preferences[op][1]}")
         rows.append((op, chosen, "; ".join(reasons)))
     return rows

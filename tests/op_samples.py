@@ -1,4 +1,6 @@
-"""One small valid call per op (and per out overload), for opcheck and the compile tests."""
+"""One small valid call per op (and per out overload), for opcheck and the compile tests.
+
+A name `op[variant]` is a further call of `op` (e.g. each precision mode of the indexer scoring ops)."""
 
 import torch
 
@@ -29,12 +31,16 @@ def samples():
     qa = torch.randn(2, 2, D, generator=g).to(torch.bfloat16)
     qm = torch.randn(1, 1, 2, 576, generator=g).to(torch.bfloat16)
     qb, kvb = q.to(torch.bfloat16), kv.to(torch.bfloat16)
+    s = torch.rand(N, generator=g) + 0.5
+    paged_args = (q[:2].view(2, 1, H, D), paged, w[:2], i32(70, 5), i32(0, 2)[None].repeat(2, 1))
     ops = torch.ops.dsa
     return {
         "indexer_logits": (ops.indexer_logits.default, (qb, kvb, None, w, ks, ke), {}),
-        "paged_indexer_logits": (ops.paged_indexer_logits.default,
-                                 (q[:2].view(2, 1, H, D), paged, w[:2], i32(70, 5), i32(0, 2)[None].repeat(2, 1)),
-                                 {"max_context_len": 80}),
+        "indexer_logits[fp8]": (ops.indexer_logits.default, (q, kv, s, w, ks, ke), {}),
+        "indexer_logits[fp8,precise]": (ops.indexer_logits.default, (q, kv, s, w, ks, ke), {"precise": True}),
+        "paged_indexer_logits": (ops.paged_indexer_logits.default, paged_args, {"max_context_len": 80}),
+        "paged_indexer_logits[precise]": (ops.paged_indexer_logits.default, paged_args,
+                                          {"max_context_len": 80, "precise": True}),
         "topk": (ops.topk.default, (scores, 5), {"lengths": lengths, "row_starts": starts}),
         "topk_page_table_transform": (ops.topk_page_table_transform.default, (scores, pt, lengths, 5),
                                       {"row_starts": starts, "row_to_batch": rtb, "page_size": 16}),
@@ -47,6 +53,8 @@ def samples():
         "page_table_transform.out": (ops.page_table_transform.out, (idx, pt),
                                      {"row_to_batch": rtb, "page_size": 64, "out": torch.empty_like(idx)}),
         "indexer_topk": (ops.indexer_topk.default, (qb, kvb, None, w, ks, ke, 4), {"return_scores": True}),
+        "indexer_topk[fp8,precise]": (ops.indexer_topk.default, (q, kv, s, w, ks, ke, 4),
+                                      {"precise": True, "return_scores": True}),
         "dequant_k_cache_paged": (ops.dequant_k_cache_paged.default, (cache_v32, slots), {"layout": "v32"}),
         "sparse_attention": (ops.sparse_attention.default, (qa, kc, vc, i32(0, 5, -1, 3).view(2, 2), i32(0, 2)[None],
                                                             i32(0, -1)), {"softmax_scale": 0.25}),

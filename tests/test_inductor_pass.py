@@ -321,6 +321,40 @@ def test_indexer_becomes_indexer_topk(model):
     assert_same(out, model(*args))
 
 
+def indexer_fp8_default(q, kv, s, w, ks, ke):
+    return dsa_ops.topk(dsa_ops.indexer_logits(q, kv, s, w, ks, ke), K, row_starts=ks, lengths=ke - ks)
+
+
+def indexer_fp8_precise(q, kv, s, w, ks, ke):
+    return dsa_ops.topk(dsa_ops.indexer_logits(q, kv, s, w, ks, ke, precise=True), K, row_starts=ks,
+                        lengths=ke - ks)
+
+
+def indexer_fp8_precise_paged(q, kv, s, w, ks, ke, pt):
+    return dsa_ops.page_table_transform(indexer_fp8_precise(q, kv, s, w, ks, ke), pt)
+
+
+@pytest.mark.parametrize("model,precise", [(indexer_fp8_default, False), (indexer_fp8_precise, True),
+                                           (indexer_fp8_precise_paged, True)])
+def test_indexer_topk_scores_in_the_logits_mode(model, precise):
+    """The fused op gets the logits' `precise` (fp8 MMAs by default, exact fp16 MMAs when True)."""
+    d = gen()
+    q, kv = d["q"].float().to(torch.float8_e4m3fn), d["kv"].float().to(torch.float8_e4m3fn)
+    s = torch.rand(kv.shape[0], generator=torch.Generator().manual_seed(1)) + 0.5
+    args = (q, kv, s, d["w"], d["ks"], d["ke"]) + ((d["pt"],) if model is indexer_fp8_precise_paged else ())
+    out, graph = compile_run(model, *args)
+    assert rewrites().get("indexer_topk") == 1 and "dsa.indexer_logits" not in graph
+    fused = [ln for ln in graph.splitlines() if "dsa.indexer_topk" in ln]
+    # the post-grad graph lists only keywords that differ from the schema default (False)
+    assert len(fused) == 1 and ("precise: True" in fused[0]) == precise, fused
+    assert_same(out, model(*args))
+
+
+def test_uuid_covers_the_precise_argument():
+    assert any("bool precise=False" in s for s in di._pass._op_schemas() if s.startswith("dsa::indexer_logits"))
+    assert any("bool precise=False" in s for s in di._pass._op_schemas() if s.startswith("dsa::indexer_topk"))
+
+
 def near_logits_reused(q, kv, w, ks, ke):  # the scores tensor is an output too
     logits = dsa_ops.indexer_logits(q, kv, None, w, ks, ke)
     return dsa_ops.topk(logits, K, row_starts=ks, lengths=ke - ks), logits

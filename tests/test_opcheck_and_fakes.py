@@ -11,7 +11,7 @@ SAMPLES = samples()
 
 def test_every_op_has_a_sample():
     names = set(OPS) | {f"{n}.out" for n, d in OPS.items() if d.out is not None}
-    assert names == set(SAMPLES)
+    assert names == {n.split("[")[0] for n in SAMPLES}  # op[variant]: a further call of op
     assert len(OPS) == 10
 
 

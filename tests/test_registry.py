@@ -84,7 +84,7 @@ def test_reference_module_runs_every_op_directly():
     for name, (op, args, kwargs) in samples().items():
         if name.endswith(".out"):
             continue
-        got = getattr(dsa_ops.reference, name)(*args, **kwargs)
+        got = getattr(dsa_ops.reference, name.split("[")[0])(*args, **kwargs)
         want = op(*args, **kwargs)
         for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
             assert torch.equal(g, w), name
@@ -194,3 +194,58 @@ def test_generated_impls_have_the_schema_signature():
                 assert (p.default is inspect.Parameter.empty) == (want is _NO_DEFAULT), (name, p.name)
                 if want is not _NO_DEFAULT:
                     assert p.default == want, (name, p.name)
+
+
+# Per-shape preferences: a measured rule names the backend tried first in the automatic order.
+
+
+@pytest.fixture
+def two_providers():
+    op, calls = "_test_pref_op", []
+    for b in ("cuda", "triton"):
+        registry.register_provider(Provider(op, b, lambda *a, b=b: calls.append(b),
+                                            supports=lambda x, b=b: "declines" if x.shape[0] == 3 and b == "triton"
+                                            else None, available=lambda dev: None))
+    registry.set_preference(op, lambda x: "triton" if x.shape[0] >= 2 else None, "triton from 2 rows")
+    yield op, calls
+    registry.set_preference(op, None)
+    registry.unregister_provider(op)
+
+
+def test_preference_picks_the_measured_backend(two_providers):
+    op, _ = two_providers
+    assert registry.select(op, (torch.zeros(1),)).backend == "cuda"  # rule says None: the order
+    assert registry.select(op, (torch.zeros(2),)).backend == "triton"
+    assert registry.select(op, (torch.zeros(3),)).backend == "cuda"  # triton declines: the order serves
+    assert registry.preferred_backend(op, (torch.zeros(5),)) == "triton"
+    with registry.use_backend("cuda"):  # forcing ignores the rule
+        assert registry.select(op, (torch.zeros(2),)).backend == "cuda"
+    with registry.use_backend("triton"):
+        with pytest.raises(DispatchError, match="triton: declines"):
+            registry.select(op, (torch.zeros(3),))
+    assert any(r[0] == op and "by shape: triton from 2 rows" in r[2] for r in registry.describe(None))
+
+
+def test_indexer_rules_follow_the_measurements():
+    """dsa.indexer_logits: Triton for fp8 at 64 heads from 32768 keys (4096 rows in the fp8 mode, 8192
+    (row, head) pairs exact); everything else, and the paged op, keeps the CUDA-first order."""
+    from dsa_ops.ops import _indexer_choice as c
+
+    def dense(t, n, h=64, dtype=torch.float8_e4m3fn, precise=False):
+        m = "meta"
+        q, kv = torch.empty(t, h, 128, dtype=dtype, device=m), torch.empty(n, 128, dtype=dtype, device=m)
+        s = torch.empty(n, device=m) if dtype == torch.float8_e4m3fn else None
+        ks = torch.empty(t, dtype=torch.int32, device=m)
+        return registry.preferred_backend("indexer_logits", (q, kv, s, torch.empty(t, h, device=m), ks, ks,
+                                                             True, precise))
+
+    assert dense(4096, 32768) == "triton" and dense(4096, 131072) == "triton"
+    assert dense(4095, 32768) is None and dense(4096, 32767) is None and dense(4096, 32768, h=32) is None
+    assert dense(4096, 32768, dtype=torch.bfloat16) is None and dense(4096, 32768, dtype=torch.bfloat16,
+                                                                       precise=True) is None
+    assert dense(128, 32768, precise=True) == "triton" and dense(127, 32768, precise=True) is None
+    assert c.DENSE_TRITON_MIN_HEAD_ROWS_EXACT == 128 * 64
+    q = torch.empty(64, 1, 64, 128, dtype=torch.float8_e4m3fn, device="meta")
+    for precise in (False, True):
+        assert registry.preferred_backend("paged_indexer_logits", (q, None, None, None, None, 65536, True,
+                                                                   precise)) == "cuda"

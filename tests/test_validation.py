@@ -73,3 +73,29 @@ def test_every_bad_case_targets_a_real_op():
     from dsa_ops._define import OPS
 
     assert {b[0].split(".")[0] for b in BAD} == set(OPS)
+
+
+PRECISE_APIS = [("indexer_logits", "indexer_logits[fp8]"), ("paged_indexer_logits", "paged_indexer_logits"),
+                ("indexer_topk", "indexer_topk[fp8,precise]")]
+
+
+@pytest.mark.parametrize("api,sample", PRECISE_APIS)
+@pytest.mark.parametrize("value", [None, 1, 0.0, torch.tensor(True)], ids=["None", "int", "float", "tensor"])
+def test_precise_must_be_a_bool(api, sample, value):
+    """torch's argument parser reads None, 0.0 or a tensor as a bool; the API and the reference refuse them."""
+    _, args, kwargs = S[sample]
+    kwargs = {**kwargs, "precise": value}
+    for fn in (getattr(dsa_ops, api), getattr(dsa_ops.reference, api)):
+        with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `precise` must be a bool"):
+            fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("api,sample", PRECISE_APIS)
+def test_precise_is_keyword_only(api, sample):
+    import inspect
+
+    op = S[sample][0]
+    (arg,) = [a for a in op._schema.arguments if a.name == "precise"]
+    assert arg.kwarg_only and arg.default_value is False
+    p = inspect.signature(getattr(dsa_ops, api)).parameters["precise"]
+    assert p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is False

@@ -31,7 +31,7 @@ WIDE_CONFIGS = {64: [(4, 128, 8, 3), (4, 64, 8, 3)], 32: [(8, 64, 8, 3), (8, 128
 def probe_shape(timer, fp8_ceil, t, n, h):
     flops = 2 * h * D * t * n
     args = _inputs(t, n, h, FP8, "full")  # the benchmark's inputs
-    ref = il.launch(*args, True, fp8_mma=False)
+    ref = il.launch(*args, True, True)
 
     def row(label, fn, ref=ref):
         try:
@@ -45,22 +45,22 @@ def probe_shape(timer, fp8_ceil, t, n, h):
         except Exception as e:  # noqa: BLE001  (a config out of resources is a line, not a stop)
             print(f"  {t}x{n} H{h} {label}: failed: {type(e).__name__}: {str(e)[:160]}", flush=True)
 
-    row(f"default {il.config(h, True, True)} (kv widened once)", lambda: il.launch(*args, True, fp8_mma=False))
+    row(f"precise {il.config(h, True, True)} (kv widened once)", lambda: il.launch(*args, True, True))
     kv, s = args[1], args[2]
     print(f"  widen_kv alone: {timer.median_us(lambda: il.widen_kv(kv, s), iters=20):.1f} us", flush=True)
     floor, il.WIDEN_MIN_HEAD_ROWS = il.WIDEN_MIN_HEAD_ROWS, 1 << 62
-    row(f"in-loop widening {il.config(h)}", lambda: il.launch(*args, True, fp8_mma=False))
+    row(f"in-loop widening {il.config(h)}", lambda: il.launch(*args, True, True))
     il.WIDEN_MIN_HEAD_ROWS = floor
     for cfg in WIDE_CONFIGS[h] if n == 32768 else []:
         il.CONFIG_OVERRIDE = cfg
-        row(f"widened once, cfg {cfg}", lambda: il.launch(*args, True, fp8_mma=False))
+        row(f"widened once, cfg {cfg}", lambda: il.launch(*args, True, True))
     il.CONFIG_OVERRIDE = None
     if h == 64:
         bargs = _inputs(t, n, h, torch.bfloat16, "full")
-        bref = il.launch(*bargs, True)
+        bref = il.launch(*bargs, True, False)
         for cfg in (il.config(h, True, True), il.config(h)):
             il.CONFIG_OVERRIDE = cfg
-            row(f"bf16 operands, cfg {cfg}", lambda: il.launch(*bargs, True), ref=bref)
+            row(f"bf16 operands, cfg {cfg}", lambda: il.launch(*bargs, True, False), ref=bref)
         il.CONFIG_OVERRIDE = None
     torch.cuda.empty_cache()
 

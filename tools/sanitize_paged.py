@@ -20,7 +20,7 @@ g = torch.Generator(device="cuda").manual_seed(0)
 failed = []
 for h in (64, 32):
     for next_n in (1, 2, 3):
-        for fp8_mma in (False, True):
+        for precise in (True, False):
             b, d, nb, mb, L = 5, 128, 30, 12, 700
             ctx = torch.tensor([700, 1, 0, 129, 64], dtype=torch.int32, device="cuda")
             q = (torch.randn(b, next_n, h, d, device="cuda", generator=g) * 2).to(FP8)
@@ -36,8 +36,8 @@ for h in (64, 32):
             ref = reference(q, cache, w, ctx, table, L, True)
             for wg in (2, 3):
                 out = torch.full((b * next_n, L), 12345.0, device="cuda")
-                ppi.run(q, cache, w, ctx, table, L, True, fp8_mma=fp8_mma, math_warpgroups=wg, out=out)
-                score_error(f"H{h} next_n {next_n} fp8_mma={fp8_mma} warpgroups {wg}", out, ref, fp8_mma, failed)
+                ppi.run(q, cache, w, ctx, table, L, True, precise, math_warpgroups=wg, out=out)
+                score_error(f"H{h} next_n {next_n} precise={precise} warpgroups {wg}", out, ref, not precise, failed)
 torch.cuda.synchronize()
 print("FAILED:" if failed else "all ok", *failed)
 sys.exit(1 if failed else 0)
