@@ -2,10 +2,13 @@
 
 Ceilings are measured first in the same run (bench.ceilings: fp8 via torch._scaled_mm, bf16 via
 matmul, 8192^3). tflops counts 2*T*H*D*(visible keys) (full windows: N; causal: the visible keys only).
-The Triton and CUDA fp8 paths are timed in both MMA modes: `fp16-mma` (the default, exact products and fp32
-accumulation) and `fp8-mma` (FP8_MMA = True in the provider module: 2x tensor rate, ~14-bit accumulation
-inside the MMA); the row's provider is "triton" or "cuda" and case["mma"] says which. Whole file: about
-30-60 s on the H200.
+Every fp8 case is timed in both modes of the ops' `precise` argument, case key "precise": False (the
+default: fp8 tensor-core MMAs, 2x the fp16 rate, ~14-bit accumulation inside the MMA) and True (fp8
+widened exactly to fp16, fp16 MMAs, fp32 accumulation); bf16 operands run one kernel in both modes and
+are timed once (precise False). The row's provider is "triton" or "cuda"; its baselines are plain torch,
+the other provider in the same mode, and `deepgemm` (DeepGEMM's fp8_mqa_logits / fp8_paged_mqa_logits,
+fp8 MMAs) when `deep_gemm` imports from .peer/deep_gemm (optional; the reason is printed when it does not).
+Whole file: about 1-2 min on the H200.
 
     python -m pytest benchmarks/bench_indexer_logits.py -m gpu -s --dsa-results /tmp/indexer.json
     python benchmarks/results_table.py merge /tmp/indexer.json benchmarks/results/h200.json \
@@ -14,7 +17,9 @@ inside the MMA); the row's provider is "triton" or "cuda" and case["mma"] says w
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 
 import dsa_ops
 import pytest
@@ -25,6 +30,38 @@ from harness import matmul_tflops, record
 pytestmark = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
 D = 128
+MODES = (False, True)  # the ops' `precise` argument
+PEER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peer")
+
+
+@functools.lru_cache(maxsize=None)
+def deep_gemm():
+    """(torch.ops.deep_gemm, None) when DeepGEMM imports from .peer/deep_gemm, else (None, why)."""
+    if not os.path.isdir(os.path.join(PEER_DIR, "deep_gemm")):
+        return None, f"no {PEER_DIR}/deep_gemm"
+    os.environ.setdefault("DG_JIT_CACHE_DIR", "/tmp/dg_cache")
+    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    if PEER_DIR not in sys.path:
+        sys.path.insert(0, PEER_DIR)
+    try:
+        import deep_gemm as _dg  # noqa: F401  (its __init__ loads the extension and initialises the JIT)
+    except Exception as e:  # noqa: BLE001  (an optional baseline: its absence is printed, not fatal)
+        return None, f"import deep_gemm from {PEER_DIR}: {type(e).__name__}: {str(e)[:200]}"
+    return torch.ops.deep_gemm, None
+
+
+def deepgemm_us(bench, label, make):
+    """DeepGEMM's median time for one case (the call `make(torch.ops.deep_gemm)` returns, set-up done
+    outside the timing), or None, printing why, when DeepGEMM is not available or fails."""
+    dg, why = deep_gemm()
+    if dg is None:
+        print(f"\n  {label}: deepgemm baseline skipped: {why}")
+        return None
+    try:
+        return bench.timer.median_us(make(dg), warmup=3, iters=20)
+    except Exception as e:  # noqa: BLE001
+        print(f"\n  {label}: deepgemm baseline failed: {type(e).__name__}: {str(e)[:300]}")
+        return None
 
 
 def _ceilings(bench):
@@ -85,8 +122,9 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES,
                          ids=lambda c: f"T{c[0]}-N{c[1]}-H{c[2]}-{'fp8' if c[3] == FP8 else 'bf16'}-{c[4]}")
-@pytest.mark.parametrize("provider", ["cuda", "triton"])
-def test_indexer_logits(bench, provider, case):
+def test_indexer_logits(bench, case):
+    """Both providers (CUDA with 2 and 3 math warpgroups) in both precision modes, the op's automatic
+    choice per mode, plain torch and DeepGEMM, on one case."""
     t, n, h, dtype, windows = case
     ceil = _ceilings(bench)
     args = _inputs(t, n, h, dtype, windows)
@@ -94,51 +132,58 @@ def test_indexer_logits(bench, provider, case):
     visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
     flops = 2 * h * D * visible
     ceiling = ceil["fp8_tflops"] if dtype == FP8 else ceil["bf16_tflops"]
-    big = t * n >= 1 << 29
-    iters = 10 if big else 20
-    modes = [None]
-    if provider == "triton" and dtype == FP8:
-        modes = [False, True]  # fp16-mma (default), fp8-mma
-    elif provider == "cuda":  # (fp8-mma, math warpgroups per CTA)
-        modes = [(m, wg) for m in ((False, True) if dtype == FP8 else (False,)) for wg in (2, 3)]
-    with registry.use_backend(provider):
-        try:
-            out = dsa_ops.indexer_logits(*args)
-        except registry.DispatchError as e:
-            pytest.skip(str(e).splitlines()[1])
-        del out
-        rows_per_chunk = max(1, (1 << 28) // (h * n * 4))  # [chunk*H, N] fp32 logits of 256 MB
-        t_us = bench.timer.median_us(lambda: torch_indexer_logits(*args, rows_per_chunk), warmup=1, iters=3)
-        for mode in modes:
-            if mode is None:
-                fn = lambda: dsa_ops.indexer_logits(*args)  # noqa: E731
-                label = None
-            elif provider == "cuda":
-                from dsa_ops.backends.cuda import providers_indexer as pi
+    iters = 10 if t * n >= 1 << 29 else 20
+    rows_per_chunk = max(1, (1 << 28) // (h * n * 4))  # [chunk*H, N] fp32 logits of 256 MB
+    t_us = bench.timer.median_us(lambda: torch_indexer_logits(*args, rows_per_chunk), warmup=1, iters=3)
+    dg_us = None
+    if dtype == FP8:  # DeepGEMM's call: (q, q scales, kv, kv_scale, weights, ks, ke, max keys, clean)
+        dg_us = deepgemm_us(bench, f"indexer_logits {case}",
+                            lambda dg: lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None))
+    from dsa_ops.backends.triton import indexer_logits as il
 
-                fn = lambda m=mode: pi.run(*args, True, fp8_mma=m[0], math_warpgroups=m[1])  # noqa: E731
-                label = ("fp8-mma" if mode[0] else "fp16-mma") if dtype == FP8 else None
-            else:
-                from dsa_ops.backends.triton import indexer_logits as il
+    kernels = {}
+    for provider in ("triton", "cuda"):
+        p = registry.providers("indexer_logits")[provider]
+        why = registry.availability(p, q.device) or p.supports(*args, True, False)
+        if why is not None:
+            print(f"\n  indexer_logits [{provider}] {case}: skipped: {why}")
+        elif provider == "triton":
+            kernels["triton"] = [(None, lambda m: il.launch(*args, True, m))]
+        else:
+            from dsa_ops.backends.cuda import providers_indexer as pi
 
-                fn = lambda m=mode: il.launch(*args, True, fp8_mma=m)  # noqa: E731
-                label = "fp8-mma" if mode else "fp16-mma"
-            us = bench.timer.median_us(fn, warmup=2, iters=iters)
-            tflops = flops / (us * 1e-6) / 1e12
+            kernels["cuda"] = [(wg, lambda m, g=wg: pi.run(*args, True, m, math_warpgroups=g)) for wg in (2, 3)]
+    times = {}
+    for precise in (MODES if dtype == FP8 else (False,)):
+        for provider, variants in kernels.items():
+            for wg, fn in variants:
+                times[provider, wg, precise] = bench.timer.median_us(lambda f=fn, m=precise: f(m), warmup=2,
+                                                                     iters=iters)
+        auto = registry.select("indexer_logits", (*args, True, precise)).backend
+        print(f"\n  indexer_logits {case} precise={precise}: automatic choice {auto}")
+        for (provider, wg, p), us in times.items():
+            if p != precise:
+                continue
+            other = min((u for (pv, _, pp), u in times.items() if pp == precise and pv != provider), default=None)
+            baselines = {"torch": t_us}
+            if other is not None:
+                baselines["cuda" if provider == "triton" else "triton"] = other
+            if dg_us is not None:
+                baselines["deepgemm"] = dg_us
             case_d = {"rows": t, "keys": n, "heads": h, "head_dim": D,
-                      "dtype": "fp8_e4m3" if dtype == FP8 else "bf16", "windows": windows}
-            if label:
-                case_d["mma"] = label
-            if provider == "cuda":
-                case_d["math_warpgroups"] = mode[1]
-            out_bytes = t * n * 4
+                      "dtype": "fp8_e4m3" if dtype == FP8 else "bf16", "windows": windows, "precise": precise}
+            if wg is not None:
+                case_d["math_warpgroups"] = wg
+            tflops = flops / (us * 1e-6) / 1e12
+            # the exact fp8 path multiplies at the 16-bit rate: its tensor-core floor is the bf16 ceiling
+            ceil_mode = ceil["bf16_tflops"] if precise else ceiling
             bench.add(record(
                 "indexer_logits", provider, case_d, us,
-                floor_us=max(flops / (ceiling * 1e12) * 1e6, bench.floor_us(out_bytes)),
-                floor_kind="max(tensor-core: flops / ceiling, memory: [T, N] fp32 write)",
-                baselines={"torch": t_us},
-                tflops=round(tflops, 1), ceiling_tflops=ceiling, ratio=round(tflops / ceiling, 3),
-                flops_counted="2*H*D*visible keys",
+                floor_us=max(flops / (ceil_mode * 1e12) * 1e6, bench.floor_us(t * n * 4)),
+                floor_kind="max(tensor-core: flops / ceiling of the mode's MMA, memory: [T, N] fp32 write)",
+                baselines=baselines,
+                tflops=round(tflops, 1), ceiling_tflops=ceil_mode, ratio=round(tflops / ceil_mode, 3),
+                flops_counted="2*H*D*visible keys", automatic_choice=auto,
             ))
 
 
@@ -184,47 +229,56 @@ PAGED_CASES = [
 
 @pytest.mark.parametrize("case", PAGED_CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[3]}")
 def test_paged_indexer_logits(bench, case):
-    """Every paged provider (CUDA and Triton, each in its fp16-mma default and the fp8-mma mode) in one
-    run, so the CUDA rows carry the Triton time of the same mode as a baseline."""
+    """Every paged provider (CUDA and Triton) in both precision modes in one run, so each row carries the
+    other provider's time in the same mode, plain torch and DeepGEMM as baselines."""
     b, next_n, h, L = case
     ceil = _ceilings(bench)
     args = _paged_inputs(b, next_n, h, L)
+    q, cache, w, ctx, table = args
     flops = 2 * b * next_n * h * D * L
     kv_bytes = b * L * (D + 4)
-    nbytes = kv_bytes + b * next_n * L * 4 + q_bytes(args[0])
+    nbytes = kv_bytes + b * next_n * L * 4 + q_bytes(q)
     floor = bench.floor_us(nbytes)
-    # fp16-mma widens e4m3 to fp16: its tensor-core bound is the 16-bit rate (bf16 matmul ceiling).
-    tensor_floor = {"fp16-mma": flops / (ceil["bf16_tflops"] * 1e12) * 1e6,
-                    "fp8-mma": flops / (ceil["fp8_tflops"] * 1e12) * 1e6}
+    # precise widens e4m3 to fp16: its tensor-core bound is the 16-bit rate (bf16 matmul ceiling).
+    tensor_floor = {True: flops / (ceil["bf16_tflops"] * 1e12) * 1e6,
+                    False: flops / (ceil["fp8_tflops"] * 1e12) * 1e6}
     t_us = bench.timer.median_us(lambda: torch_paged_indexer_logits(*args, L), warmup=1, iters=3)
+
+    def dg_paged(dg):  # DeepGEMM: schedule metadata once per batch (as vLLM does), context lengths [B, 1]
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        ctx_dg = ctx.view(-1, 1).contiguous()
+        meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
+        return lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
+
+    dg_us = deepgemm_us(bench, f"paged_indexer_logits {case}", dg_paged)
     from dsa_ops.backends.triton import paged_indexer_logits as pil
 
     times = {}
     for provider in ("triton", "cuda"):
-        with registry.use_backend(provider):
-            try:
-                dsa_ops.paged_indexer_logits(*args, max_context_len=L)
-            except registry.DispatchError as e:
-                print(f"\n  paged_indexer_logits [{provider}] {case}: skipped: {str(e).splitlines()[1]}")
-                continue
+        p = registry.providers("paged_indexer_logits")[provider]
+        why = registry.availability(p, q.device) or p.supports(*args, L, True, False)
+        if why is not None:
+            print(f"\n  paged_indexer_logits [{provider}] {case}: skipped: {why}")
+            continue
         # CUDA: 2 and 3 math warpgroups per CTA (3 applies to next_n = 1 only).
         wgs = (None,) if provider == "triton" else ((2, 3) if next_n == 1 else (2,))
-        for mode, wg in [(m, g) for m in (False, True) for g in wgs]:
-            label = "fp8-mma" if mode else "fp16-mma"
+        for precise, wg in [(m, g) for m in MODES for g in wgs]:
             if provider == "triton":
-                fn = lambda m=mode: pil.launch(*args, L, True, fp8_mma=m)  # noqa: E731
+                fn = lambda m=precise: pil.launch(*args, L, True, m)  # noqa: E731
             else:
                 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-                fn = lambda m=mode, g=wg: ppi.run(*args, L, True, fp8_mma=m, math_warpgroups=g)  # noqa: E731
+                fn = lambda m=precise, g=wg: ppi.run(*args, L, True, m, math_warpgroups=g)  # noqa: E731
             us = bench.timer.median_us(fn, warmup=3, iters=30)
-            times[provider, label] = us
+            times[provider, precise] = min(us, times.get((provider, precise), us))
             baselines = {"torch": t_us}
-            if provider == "cuda" and ("triton", label) in times:
-                baselines["triton"] = times["triton", label]
-            bound = max(floor, tensor_floor[label])
+            if provider == "cuda" and ("triton", precise) in times:
+                baselines["triton"] = times["triton", precise]
+            if dg_us is not None:
+                baselines["deepgemm"] = dg_us
+            bound = max(floor, tensor_floor[precise])
             case_d = {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
-                      "page_size": 64, "mma": label}
+                      "page_size": 64, "precise": precise}
             if wg is not None:
                 case_d["math_warpgroups"] = wg
             bench.add(record(
@@ -234,19 +288,21 @@ def test_paged_indexer_logits(bench, case):
                 baselines=baselines,
                 tflops=round(flops / (us * 1e-6) / 1e12, 1), ceiling_tflops=ceil["fp8_tflops"],
                 ratio=round(flops / (us * 1e-6) / 1e12 / ceil["fp8_tflops"], 3),
-                tensor_floor_us=round(tensor_floor[label], 2),
-                tensor_floor_kind="bf16 matmul ceiling" if label == "fp16-mma" else "fp8 _scaled_mm ceiling",
+                tensor_floor_us=round(tensor_floor[precise], 2),
+                tensor_floor_kind="bf16 matmul ceiling" if precise else "fp8 _scaled_mm ceiling",
                 bound_us=round(bound, 2), of_bound=round(bound / us, 3),
                 achieved_gbps=round(nbytes / (us * 1e-6) / 1e9, 1),
             ))
-    # The default path through the op (dispatch + allocation), for the per-call overhead.
-    with registry.use_backend("cuda"):
+    # The op's automatic choice (dispatch + allocation), per mode, for the per-call overhead.
+    for precise in MODES:
         try:
-            us = bench.timer.median_us(lambda: dsa_ops.paged_indexer_logits(*args, max_context_len=L), warmup=3,
-                                       iters=30)
-            print(f"\n  paged_indexer_logits via dsa_ops (cuda, default mode): {us:.1f} us")
-        except registry.DispatchError:
-            pass
+            auto = registry.select("paged_indexer_logits", (*args, L, True, precise)).backend
+            us = bench.timer.median_us(
+                lambda m=precise: dsa_ops.paged_indexer_logits(*args, max_context_len=L, precise=m), warmup=3,
+                iters=30)
+            print(f"\n  paged_indexer_logits {case} via dsa_ops (automatic: {auto}, precise={precise}): {us:.1f} us")
+        except registry.DispatchError as e:
+            print(f"\n  paged_indexer_logits {case} via dsa_ops, precise={precise}: {str(e).splitlines()[0]}")
 
 
 def q_bytes(q):
@@ -257,8 +313,8 @@ SWEEP = [(2, 64, 4, 3), (2, 64, 4, 4), (2, 128, 8, 3), (4, 64, 4, 3), (4, 128, 8
 
 
 @pytest.mark.skipif(os.environ.get("DSA_BENCH_SWEEP") != "1", reason="DSA_BENCH_SWEEP=1 runs it")
-@pytest.mark.parametrize("fp8_mma", [False, True])
-def test_triton_config_sweep(bench, fp8_mma):
+@pytest.mark.parametrize("precise", MODES)
+def test_triton_config_sweep(bench, precise):
     """Prints the Triton kernel's time per (BLOCK_T, BLOCK_N, num_warps, num_stages) at 4096 x 32768, H 64."""
     from dsa_ops.backends.triton import indexer_logits as il
 
@@ -268,11 +324,11 @@ def test_triton_config_sweep(bench, fp8_mma):
         for cfg in SWEEP:
             il.CONFIG_OVERRIDE = cfg
             try:
-                fn = lambda: il.launch(*args, True, fp8_mma=fp8_mma)  # noqa: E731
+                fn = lambda: il.launch(*args, True, precise)  # noqa: E731
                 us = bench.timer.median_us(fn, warmup=2, iters=10)
-                print(f"\n  sweep fp8_mma={fp8_mma} cfg(BT,BN,warps,stages)={cfg}: {us:.0f} us "
+                print(f"\n  sweep precise={precise} cfg(BT,BN,warps,stages)={cfg}: {us:.0f} us "
                       f"{flops / (us * 1e-6) / 1e12:.0f} TFLOPS")
             except Exception as e:  # noqa: BLE001  (an out-of-resources config is a row, not a failure)
-                print(f"\n  sweep fp8_mma={fp8_mma} cfg={cfg}: failed: {type(e).__name__}: {str(e)[:120]}")
+                print(f"\n  sweep precise={precise} cfg={cfg}: failed: {type(e).__name__}: {str(e)[:120]}")
     finally:
         il.CONFIG_OVERRIDE = None
