@@ -63,7 +63,8 @@ VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
 def _check(out, ref, tol=1e-5, args=None):
     """-inf exactly outside the windows, finite inside, and within tol x the row norm there.
 
-    With `args` (the dense op's q, kv, kv_scale, weights, ks, ke), an entry of a row past that bound
+    With `args` (the dense op's q, kv, kv_scale, weights, ks, ke, or a callable, see _condition), an
+    entry of a row past that bound
     passes if within tol x its condition, sum_h |w[t,h]| |s[j]| sum_d |q[t,h,d] kv[j,d]|: the size
     of the terms whose summation order differs. An ill-conditioned row (a window of one key whose
     score is the cancelling sum of head terms hundreds of times larger) is beyond any fp32 kernel at
@@ -90,7 +91,7 @@ def _check(out, ref, tol=1e-5, args=None):
 
 def _check_default(out, ref, args=None, tol=1e-3):
     """The default mode (fp8 MMAs): -inf exactly outside the windows, finite inside, and within tol x the
-    row's largest |ref| there. With `args` (the dense op's q, kv, kv_scale, weights, ks, ke), an entry of
+    row's largest |ref| there. With `args` (as for _check: the dense op's arguments or a callable), an entry of
     a row past that bound (at most 64 such rows) passes if within tol x its condition (see _check): a
     window of a few keys whose scores cancel across heads. Prints the worst error / row max."""
     assert out.shape == ref.shape
@@ -126,7 +127,10 @@ def _check_mode(out, ref, precise, *, fp8=True, args=None):
 
 
 def _condition(args, rows):
-    """sum_h |w[t,h]| |s[j]| sum_d |q[t,h,d] kv[j,d]| for the rows `rows`, in float64."""
+    """sum_h |w[t,h]| |s[j]| sum_d |q[t,h,d] kv[j,d]| for the rows `rows`, in float64. `args`: the dense
+    op's arguments, or a callable rows -> condition (the paged form's, see _paged_condition)."""
+    if callable(args):
+        return args(rows)
     q, kv, s, w = args[:4]
     qa = q[rows].double().abs()  # [R, H, D]
     ka = kv.double().abs()  # [N, D]
@@ -361,7 +365,7 @@ def test_paged_indexer_logits(backend, wg, case, precise):
     with dsa_ops.use_backend(backend):
         out = dsa_ops.paged_indexer_logits(*args, max_context_len=L, precise=precise)
     ref = ref_paged(*args, L, True)
-    _check_mode(out, ref, precise)
+    _check_mode(out, ref, precise, args=_paged_condition(args, L))
     poisoned = torch.full((b * next_n, L), POISON, device="cuda")
     _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
     # Every element written, and bitwise the op's result: the CUDA kernel's 2- and 3-warpgroup CTAs
@@ -378,6 +382,24 @@ def _paged_direct(backend, wg=None):
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     return lambda *a, out: ppi.run(*a, out=out, math_warpgroups=wg)
+
+
+def _paged_condition(args, L):
+    """The paged form's condition as a callable for _check / _check_default: the reference run on the
+    absolute values (fp8 and fp32 sign bits cleared, |weights|), where relu is the identity, gives
+    sum_h |w| |s| sum_d |q kv| at every visible position."""
+    q, cache, w, ctx, table = args
+    nb, d = cache.shape[0], cache.shape[3] - 4
+    raw = cache.reshape(nb, -1).clone()  # a padded view's pages, made contiguous
+    raw[:, : 64 * d] &= 0x7F
+    raw[:, 64 * d:].view(torch.int32).bitwise_and_(0x7FFFFFFF)
+    qa = (q.view(torch.uint8) & 0x7F).view(FP8)
+
+    def cond(rows):
+        full = ref_paged(qa, raw.view(nb, 64, 1, d + 4), w.abs(), ctx, table, L, True)[rows].double()
+        return torch.where(torch.isfinite(full), full, 0)
+
+    return cond
 
 
 def _nan_unused(q, cache, w, ctx, table, next_n):
@@ -454,9 +476,11 @@ def test_paged_nan_unused_and_poisoned_table(backend, wg, case, precise):
     ref = ref_paged(*args, L, True)
     out = torch.full((b * next_n, L), POISON, device="cuda")
     _paged_direct(backend, wg)(*args, L, True, precise, out=out)
-    _check_mode(out, ref, precise)
+    cond = _paged_condition(args, L)
+    _check_mode(out, ref, precise, args=cond)
     with dsa_ops.use_backend(backend):
-        _check_mode(dsa_ops.paged_indexer_logits(*args, max_context_len=L, precise=precise), ref, precise)
+        _check_mode(dsa_ops.paged_indexer_logits(*args, max_context_len=L, precise=precise), ref, precise,
+                    args=cond)
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -471,7 +495,7 @@ def test_paged_weights_noncontig(backend, h, next_n, precise):
     args = (q, cache, w, ctx, table)
     with dsa_ops.use_backend(backend):
         _check_mode(dsa_ops.paged_indexer_logits(*args, max_context_len=L, precise=precise),
-                    ref_paged(*args, L, True), precise)
+                    ref_paged(*args, L, True), precise, args=_paged_condition(args, L))
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -568,4 +592,4 @@ def test_paged_cuda_declines_and_dispatch_falls_to_triton():
     for precise in MODES:
         assert registry.select("paged_indexer_logits", (*args, 960, True, precise)).backend == "triton"
         _check_mode(dsa_ops.paged_indexer_logits(*args, max_context_len=960, precise=precise),
-                    ref_paged(*args, 960, True), precise)
+                    ref_paged(*args, 960, True), precise, args=_paged_condition(args, 960))
