@@ -11,9 +11,10 @@ Contract: ``dsa_ops.ops.sparse_attention`` (the reference there is the spec). Tw
   are gathered by slot (cp.async-pipelined, num_stages), QK^T and PV run on the tensor cores with fp32
   accumulation, and the softmax is an fp32 online softmax in base 2 (log2(e) folded into the score
   scale). A bf16 cache feeds bf16 MMAs. An fp8 cache is widened exactly to fp16 (one cvt per pair of
-  e4m3 codes; widening to bf16 takes four) with q scaled by a power of two into fp16 (FP8_F16), V's
-  codes loaded two at a time as int16 (FP8_V_PAIRS), K's as they are (their MMA layout reads them as
-  vectors already).
+  e4m3 codes; widening to bf16 takes four) with q scaled by a power of two into fp16 (FP8_F16). By
+  default (FP8_OPAQUE) K and V codes are loaded as they are, widened in the load layout and staged
+  through shared memory as fp16, so both MMAs read their operands by ldmatrix as with a bf16 cache
+  (see _opaque); the other forms (V as int16 pairs, V's columns permuted) are kept for sweeps.
 - Split-K (SPLIT=True plus ``merge_kernel``): when rows x KV heads are too few to fill the SMs, each
   (row, KV head) is cut into splits of the top-k axis, each writes its unnormalised partial output,
   running max and sum to an fp32 workspace sized from the shapes, and the merge combines them.
@@ -66,11 +67,20 @@ SPLIT_CONFIG = (32, 4, 2)
 # instructions per token (1600 rows: 801.0 us, 2.1 TB/s) against 609 for a bf16 cache (792.6 us for twice
 # the bytes); fp16 with V as pairs issues 1057, with K and V loaded directly 1018. Pairs against direct loads with
 # bf16 widening, (64, 4, 3): 270.9 / 898.7 / 2185.5 us against 280.9 / 882.6 / 2168.5 at 400 / 1600 / 4096.
+# Those counts are triton 3.9's; tools/sass_count_sparse_attention.py with triton 3.6.0 (the GPU's) gives bf16
+# cache 577, bf16 widening 1752, fp16 with V pairs 1207, codes loaded directly 1045, V's columns permuted 999,
+# FP8_OPAQUE 651 (3.9: 655; 651 at (64, 2, 2) too), all with the same shared memory (72 KiB). Not timed yet:
+# scaled from the bf16 widening's 801.0 us, FP8_OPAQUE's issue time (~300 us) is under the fp8 copy floor (~400).
 FP8_F16 = True
 FP8_K_PAIRS = False
 FP8_V_PAIRS = True
+# V's codes loaded directly with its columns permuted (see _perm_cols; takes precedence over FP8_V_PAIRS).
+FP8_V_PERM = False
+# K and V codes loaded directly (FP8_K_PAIRS / FP8_V_PAIRS ignored), widened tiles passed through _opaque on CUDA;
+# the same loads without the PTX move under the interpreter; ignored on ROCm.
+FP8_OPAQUE = True
 # Sweeps only: a dict replacing the above (keys single_config, split_config, split_target, splits,
-# slots_inline, split, f16, k_pairs, v_pairs) when set.
+# slots_inline, split, f16, k_pairs, v_pairs, v_perm, opaque) when set.
 CONFIG_OVERRIDE: Optional[dict] = None
 
 
@@ -108,13 +118,42 @@ def slots_kernel(
 
 
 @triton.jit
-def _tile(ptr, base, ok, PAIRS: tl.constexpr, F16: tl.constexpr, BLOCK_N: tl.constexpr, DIM: tl.constexpr):
+def _perm_cols(x, ROWS: tl.constexpr, DIM: tl.constexpr):
+    """y[:, (DIM // 4) * r + c] = x[:, 4 * c + r]: the PV MMA's B fragment gives a thread the columns
+    n, n + 8, n + 16, n + 24 of each 32 (4 warps side by side on DV), which this maps onto 4 adjacent
+    bytes of a row, so the V codes come out of shared memory as 32-bit words, not bytes."""
+    return tl.reshape(tl.permute(tl.reshape(x, (ROWS, DIM // 4, 4)), (0, 2, 1)), (ROWS, DIM))
+
+
+@triton.jit
+def _unperm_cols(y, ROWS: tl.constexpr, DIM: tl.constexpr):
+    """The inverse of _perm_cols: x[:, 4 * c + r] = y[:, (DIM // 4) * r + c]."""
+    return tl.reshape(tl.permute(tl.reshape(y, (ROWS, 4, DIM // 4)), (0, 2, 1)), (ROWS, DIM))
+
+
+@triton.jit
+def _opaque(x):
+    """x unchanged, through a PTX move Triton must keep (side effects): its operand-width analysis stops here.
+
+    Triton picks a dot's operand layout (kWidth) from the narrowest load behind each operand. Behind an fp8
+    tile that is 8 bits: kWidth 4, where q's fragments come from shared memory by LDS.64 in an order the MMA
+    cannot take (a register move per word) and V's codes by single-byte loads (V is [tokens, DV], the MMA
+    wants token pairs). Behind this move the widened tile counts as 16-bit: kWidth 2, so Triton widens in
+    the load layout, stages fp16 through shared memory and feeds both MMAs by ldmatrix, as for a bf16 cache.
+    CUDA only (PTX); the interpreter cannot run it and the kernel is the same without it."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
+
+
+@triton.jit
+def _tile(ptr, base, ok, PAIRS: tl.constexpr, F16: tl.constexpr, PERM: tl.constexpr, OPAQUE: tl.constexpr,
+          BLOCK_N: tl.constexpr, DIM: tl.constexpr):
     """One [BLOCK_N, DIM] K or V tile, rows gathered at element offsets `base` (masked rows 0), as fp16
     when F16 (fp8 cache) else bf16. Both widenings of e4m3 are exact, NaN included.
 
     PAIRS: ptr is the fp8 cache viewed as int16 (two e4m3 codes each, little-endian: the even element in
     the low byte) and `base` counts int16 pairs; the bytes are split with shifts, widened, and
-    interleaved back. Else the codes are loaded as they are and widened by one cast."""
+    interleaved back. Else the codes are loaded as they are and widened by one cast, after PERM's column
+    permutation (_perm_cols) where set; OPAQUE passes the widened tile through _opaque."""
     if PAIRS:
         d = tl.arange(0, DIM // 2)
         x = tl.load(ptr + base[:, None] + d[None, :], mask=ok[:, None], other=0)
@@ -127,10 +166,15 @@ def _tile(ptr, base, ok, PAIRS: tl.constexpr, F16: tl.constexpr, BLOCK_N: tl.con
     else:
         d = tl.arange(0, DIM)
         x = tl.load(ptr + base[:, None] + d[None, :], mask=ok[:, None], other=0.0)
+        if PERM:
+            x = _perm_cols(x, BLOCK_N, DIM)
         if F16:
-            return x.to(tl.float16)
+            x = x.to(tl.float16)
         else:
-            return x.to(tl.bfloat16)
+            x = x.to(tl.bfloat16)
+        if OPAQUE:
+            x = _opaque(x)
+        return x
 
 
 @triton.jit(do_not_specialize=["T", "num_blocks", "num_reqs", "max_pages", "stride_bt", "tiles_per_split",
@@ -180,6 +224,8 @@ def attention_kernel(
     K_PAIRS: tl.constexpr,  # K codes loaded as int16 pairs (see _tile)
     V_PAIRS: tl.constexpr,
     F16: tl.constexpr,  # fp8 cache: K and V widened to fp16, q scaled by a power of two into fp16
+    V_PERM: tl.constexpr,  # V's columns permuted in the loop (see _perm_cols), acc restored after it
+    OPAQUE: tl.constexpr,  # fp8 tiles loaded directly pass through _opaque after widening (CUDA only)
 ):
     pid = tl.program_id(0)  # (row, kv head), kv head fastest: a row's heads share its slots in L2
     row = pid // HKV
@@ -234,17 +280,21 @@ def attention_kernel(
             page = slot // PAGE
             off = slot - page * PAGE
         page = page.to(tl.int64)
-        kb = _tile(k_ptr, page * stride_kb + off * stride_kp + h * stride_kh, ok, K_PAIRS, F16, BLOCK_N, D)
+        kb = _tile(k_ptr, page * stride_kb + off * stride_kp + h * stride_kh, ok, K_PAIRS, F16, False, OPAQUE,
+                   BLOCK_N, D)
         s = tl.dot(q, tl.trans(kb), out_dtype=tl.float32)  # [BLOCK_H, BLOCK_N]
         s = tl.where(ok[None, :], s * qk_scale, NEG)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        vb = _tile(v_ptr, page * stride_vb + off * stride_vp + h * stride_vh, ok, V_PAIRS, F16, BLOCK_N, DV)
+        vb = _tile(v_ptr, page * stride_vb + off * stride_vp + h * stride_vh, ok, V_PAIRS, F16, V_PERM, OPAQUE,
+                   BLOCK_N, DV)
         acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb, out_dtype=tl.float32)
         m_i = m_new
 
+    if V_PERM:
+        acc = _unperm_cols(acc, BLOCK_H, DV)
     do = tl.arange(0, DV)
     if SPLIT:
         p_idx = pid.to(tl.int64) * tl.num_programs(1) + split
@@ -385,8 +435,12 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     bn, nw, ns = _config(split, fp8)
     o = CONFIG_OVERRIDE or {}
     f16 = fp8 and o.get("f16", FP8_F16)
-    kc = _pairs_view(k_cache) if fp8 and o.get("k_pairs", FP8_K_PAIRS) else None
-    vc = _pairs_view(v_cache) if fp8 and o.get("v_pairs", FP8_V_PAIRS) else None
+    # OPAQUE's direct loads on CUDA and under the interpreter (which checks them without the PTX move), not ROCm
+    want_opaque = fp8 and bool(o.get("opaque", FP8_OPAQUE)) and torch.version.hip is None
+    opaque = want_opaque and q.is_cuda
+    kc = _pairs_view(k_cache) if fp8 and not want_opaque and o.get("k_pairs", FP8_K_PAIRS) else None
+    v_perm = fp8 and bool(o.get("v_perm", FP8_V_PERM))
+    vc = _pairs_view(v_cache) if fp8 and not (v_perm or want_opaque) and o.get("v_pairs", FP8_V_PAIRS) else None
     k_pairs, v_pairs = kc is not None, vc is not None  # odd strides: the codes are loaded one by one
     kc = k_cache if kc is None else kc
     vc = v_cache if vc is None else vc
@@ -411,7 +465,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     else:
         s, per = 1, max(1, triton.cdiv(topk, bn))
         part = ml = out  # never written
-    key = ("attention", split, inline, str(k_cache.dtype).removeprefix("torch."), k_pairs, v_pairs, f16,
+    key = ("attention", split, inline, str(k_cache.dtype).removeprefix("torch."), k_pairs, v_pairs, v_perm, opaque, f16,
            g, hkv, d, dv, page_size, bn, nw, ns)
     _run(wrap(attention_kernel), (t * hkv, s), key,
          (q, kc, vc, slots, indices, block_table, token_to_req, out, part, ml,
@@ -421,7 +475,8 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
           slots.stride(0), indices.stride(0), block_table.stride(0), token_to_req.stride(0),
           out.stride(0), out.stride(1), per, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale)),
          dict(G=g, HKV=hkv, BLOCK_H=bh, D=d, DV=dv, PAGE=page_size, BLOCK_N=bn, SPLIT=split,
-              SLOTS_INLINE=inline, K_PAIRS=k_pairs, V_PAIRS=v_pairs, F16=f16, num_warps=nw, num_stages=ns))
+              SLOTS_INLINE=inline, K_PAIRS=k_pairs, V_PAIRS=v_pairs, F16=f16, V_PERM=v_perm, OPAQUE=opaque,
+              num_warps=nw, num_stages=ns))
     if split:
         _run(wrap(merge_kernel), (t * hq,), ("merge", g, hkv, dv),
              (part, ml, out, s, out.stride(0), out.stride(1), float(v_scale)),
@@ -503,7 +558,8 @@ _ATT_SIG = {
     "qk_scale": "fp32", "out_scale": "fp32",
     "G": "constexpr", "HKV": "constexpr", "BLOCK_H": "constexpr", "D": "constexpr", "DV": "constexpr",
     "PAGE": "constexpr", "BLOCK_N": "constexpr", "SPLIT": "constexpr", "SLOTS_INLINE": "constexpr",
-    "K_PAIRS": "constexpr", "V_PAIRS": "constexpr", "F16": "constexpr",
+    "K_PAIRS": "constexpr", "V_PAIRS": "constexpr", "F16": "constexpr", "V_PERM": "constexpr",
+    "OPAQUE": "constexpr",
 }
 # Ints Triton sees as multiples of 16 at launch for these shapes (cache and q strides, top-k 2048).
 _ATT_DIV = ["topk", "stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_vb", "stride_vp",
@@ -514,22 +570,26 @@ def _gate_attention(name, cache, split, hip=False):
     bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG[cache]
     sig = dict(_ATT_SIG)
     fp8 = cache == "fp8"
-    sig["k_ptr"] = "*i16" if fp8 and FP8_K_PAIRS else "*fp8e4nv" if fp8 else "*bf16"
-    sig["v_ptr"] = "*i16" if fp8 and FP8_V_PAIRS else "*fp8e4nv" if fp8 else "*bf16"
+    opaque = fp8 and FP8_OPAQUE and not hip
+    k_pairs = fp8 and FP8_K_PAIRS and not opaque
+    v_pairs = fp8 and FP8_V_PAIRS and not (FP8_V_PERM or opaque)
+    sig["k_ptr"] = "*i16" if k_pairs else "*fp8e4nv" if fp8 else "*bf16"
+    sig["v_ptr"] = "*i16" if v_pairs else "*fp8e4nv" if fp8 else "*bf16"
     if split:
         sig["part_ptr"] = sig["ml_ptr"] = "*fp32"
     inline = split and SPLIT_SLOTS_INLINE and not hip
     constexprs = {"G": 12, "HKV": 2, "BLOCK_H": 16, "D": 128, "DV": 128, "PAGE": 64, "BLOCK_N": bn, "SPLIT": split,
-                  "SLOTS_INLINE": inline, "K_PAIRS": fp8 and FP8_K_PAIRS, "V_PAIRS": fp8 and FP8_V_PAIRS,
-                  "F16": fp8 and FP8_F16}
+                  "SLOTS_INLINE": inline, "K_PAIRS": k_pairs, "V_PAIRS": v_pairs, "F16": fp8 and FP8_F16,
+                  "V_PERM": fp8 and FP8_V_PERM, "OPAQUE": opaque}
     options = {"num_warps": nw, "num_stages": ns}
-    if split:  # CUDA and ROCm launch split-K differently (_slots_inline)
+    if split or fp8:  # CUDA and ROCm launch split-K (_slots_inline) and fp8 tiles (OPAQUE) differently
         options["targets"] = ("gfx950",) if hip else ("sm_90a", "sm_100a")
     return name, attention_kernel, sig, constexprs, _ATT_DIV, options
 
 
 GATE_KERNELS = [
     _gate_attention("sparse_attention_fp8", "fp8", False),
+    _gate_attention("sparse_attention_fp8_hip", "fp8", False, hip=True),
     _gate_attention("sparse_attention_bf16", "bf16", False),
     _gate_attention("sparse_attention_split_fp8", "fp8", True),
     _gate_attention("sparse_attention_split_bf16", "bf16", True),

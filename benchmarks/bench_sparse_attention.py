@@ -93,7 +93,7 @@ def test_sparse_attention(bench, dtype, rows):
             apply(sa, json.load(f))
     config = {"single": sa.SINGLE_CONFIG[dtype], "split": sa.SPLIT_CONFIG, "split_target": sa.SPLIT_TARGET_PROGRAMS,
               "split_max_programs": sa.SPLIT_MAX_PROGRAMS, "fp8_f16": sa.FP8_F16, "fp8_k_pairs": sa.FP8_K_PAIRS,
-              "fp8_v_pairs": sa.FP8_V_PAIRS}
+              "fp8_v_pairs": sa.FP8_V_PAIRS, "fp8_v_perm": sa.FP8_V_PERM, "fp8_opaque": sa.FP8_OPAQUE}
     kc, vc = _pool(dtype)
     q, idx, bt, t2r = _inputs(rows)
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
@@ -133,15 +133,22 @@ def test_sparse_attention(bench, dtype, rows):
 
 
 # Sweep variants: CONFIG_OVERRIDE dicts of backends_triton/sparse_attention.py.
-_FORMS = {"bytes": dict(k_pairs=False, v_pairs=False), "vpairs": dict(k_pairs=False, v_pairs=True)}
+# fp8 forms (every flag explicit, so the module defaults do not leak into a variant): codes loaded directly,
+# V as int16 pairs, V's columns permuted, and both widened tiles passed through _opaque (fp16 ldmatrix MMAs).
+# Static sm_90a counts at (128, 4, 2), thread instructions per token (tools/sass_count_sparse_attention.py,
+# triton 3.6.0): bytes 1045, vpairs 1207, vperm 999, opaque 651; bf16 cache 577.
+_NO = dict(v_perm=False, opaque=False)
+_FORMS = {"bytes": dict(k_pairs=False, v_pairs=False, **_NO), "vpairs": dict(k_pairs=False, v_pairs=True, **_NO),
+          "vperm": dict(k_pairs=False, v_perm=True, opaque=False), "opaque": dict(opaque=True, v_perm=False)}
+_SPLIT_FORMS = ("bytes", "vpairs", "opaque")
 SWEEP_SINGLE_CONFIGS = [(128, 4, 2), (128, 2, 2), (64, 2, 2), (64, 1, 2), (32, 1, 2), (64, 4, 3), (128, 4, 3),
                         (64, 2, 3), (32, 1, 3), (128, 8, 2)]
 SWEEP_SINGLES = [dict(single_config=c, form=f, **fd) for c in SWEEP_SINGLE_CONFIGS for f, fd in _FORMS.items()]
-SWEEP_SINGLES.append(dict(single_config=(128, 4, 2), form="bf16mma", f16=False, k_pairs=True, v_pairs=True))
+SWEEP_SINGLES.append(dict(single_config=(128, 4, 2), form="bf16mma", f16=False, k_pairs=True, v_pairs=True, **_NO))
 SWEEP_BF16 = [dict(single_config=c) for c in ((128, 4, 2), (128, 2, 2), (64, 2, 2), (64, 4, 3))]
 SWEEP_SPLIT_CONFIGS = [(32, 4, 2), (32, 2, 2), (32, 1, 2), (64, 2, 2), (64, 4, 3), (16, 1, 2)]
 SWEEP_SPLITS = [dict(split_config=c, form=f, split_target=t, **fd)
-                for c in SWEEP_SPLIT_CONFIGS for f, fd in _FORMS.items() for t in (132, 264, 528)]
+                for c in SWEEP_SPLIT_CONFIGS for f, fd in _FORMS.items() if f in _SPLIT_FORMS for t in (132, 264, 528)]
 SWEEP_ROWS = (1, 16, 32, 64, 128, 400, 1600, 4096)
 
 
@@ -250,7 +257,8 @@ def choose(results: list) -> dict:
         if t_single and t_split and t_split[0] < t_single[0]:
             gate = rows * HKV
     return {"single_config_fp8": sv["single_config"], "k_pairs": sv.get("k_pairs", False),
-            "v_pairs": sv.get("v_pairs", False), "f16": sv.get("f16", True),
+            "v_pairs": sv.get("v_pairs", False), "f16": sv.get("f16", True), "v_perm": sv.get("v_perm", False),
+            "opaque": sv.get("opaque", False),
             "single_config_bf16": bf16.get("single_config"), "split_config": split["split_config"],
             "split_target": split["split_target"], "split_max_programs": gate}
 
@@ -260,6 +268,7 @@ def apply(sa, best: dict) -> None:
     sa.SINGLE_CONFIG = {"fp8": tuple(best["single_config_fp8"]),
                         "bf16": tuple(best["single_config_bf16"] or sa.SINGLE_CONFIG["bf16"])}
     sa.FP8_K_PAIRS, sa.FP8_V_PAIRS, sa.FP8_F16 = best["k_pairs"], best["v_pairs"], best["f16"]
+    sa.FP8_V_PERM, sa.FP8_OPAQUE = best.get("v_perm", False), best.get("opaque", False)
     sa.SPLIT_CONFIG = tuple(best["split_config"])
     sa.SPLIT_TARGET_PROGRAMS = best["split_target"]
     sa.SPLIT_MAX_PROGRAMS = best["split_max_programs"]

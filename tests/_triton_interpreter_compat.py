@@ -1,4 +1,4 @@
-"""Test-only fixes for three Triton 3.6 interpreter (TRITON_INTERPRET=1) bugs; GPU code is unaffected.
+"""Test-only fixes for four Triton 3.6 interpreter (TRITON_INTERPRET=1) bugs; GPU code is unaffected.
 
 1. Under numpy >= 2.3 a runtime scalar used as a loop bound (``tl.range(a, b)`` with a, b computed in
    the kernel) fails: the interpreter keeps scalars as 1-element arrays and its ``__index__`` calls
@@ -8,6 +8,8 @@
    (exact), which is what the hardware's fp32-accumulating bf16 MMA computes.
 3. ``x.to(tl.bfloat16)`` of an fp32 tensor truncates the mantissa; the GPU's conversion rounds to
    nearest even (as torch's does). Fixed by rounding to nearest even (NaN stays NaN).
+4. Widening e4m3 (``x.to(tl.float16)`` and the like) turns the NaN codes 0x7f / 0xff into +-480; the
+   GPU's conversion gives NaN. Fixed by writing NaN at those codes.
 
 Import this module after setting TRITON_INTERPRET=1 and before launching kernels.
 """
@@ -57,3 +59,22 @@ def _cast_impl(self, src, dst_type):
 
 
 _ti.InterpreterBuilder.cast_impl = _cast_impl
+
+
+_orig_fp_to_fp = _ti.InterpreterBuilder.create_fp_to_fp
+
+
+def _create_fp_to_fp(self, src, dst_type, rounding_mode):
+    """4. e4m3 codes 0x7f / 0xff widen to +-480 (the generic bit conversion has no e4m3 NaN); the GPU gives NaN."""
+    out = _orig_fp_to_fp(self, src, dst_type, rounding_mode)
+    if src.dtype.scalar == tl.float8e4nv and dst_type.scalar in (tl.float16, tl.bfloat16, tl.float32):
+        nan = (np.asarray(src.data) & np.uint8(0x7F)) == np.uint8(0x7F)
+        if np.any(nan):
+            data = out.data.copy()
+            f = data.view(np.uint16) if dst_type.scalar == tl.bfloat16 else data
+            f[nan] = np.uint16(0x7FC0) if dst_type.scalar == tl.bfloat16 else np.nan
+            out = _ti.TensorHandle(data, out.dtype)
+    return out
+
+
+_ti.InterpreterBuilder.create_fp_to_fp = _create_fp_to_fp

@@ -62,8 +62,12 @@ def _check(case, split, scales=SCALES, override=None):
 
 
 # fp8 load forms and tile configs the benchmark's sweep chooses among (each must be right to be chosen).
-FP8_FORMS = {"bytes": dict(k_pairs=False, v_pairs=False), "vpairs": dict(k_pairs=False, v_pairs=True),
-             "kvpairs": dict(k_pairs=True, v_pairs=True), "bf16mma": dict(f16=False, k_pairs=True, v_pairs=True)}
+_NO = dict(v_perm=False, opaque=False)
+FP8_FORMS = {"bytes": dict(k_pairs=False, v_pairs=False, **_NO), "vpairs": dict(k_pairs=False, v_pairs=True, **_NO),
+             "kvpairs": dict(k_pairs=True, v_pairs=True, **_NO),
+             "bf16mma": dict(f16=False, k_pairs=True, v_pairs=True, **_NO),
+             "vperm": dict(k_pairs=False, v_perm=True, opaque=False), "opaque": dict(opaque=True, v_perm=False),
+             "opaque-bf16mma": dict(f16=False, opaque=True, v_perm=False)}
 SWEPT = [("single", c) for c in ((128, 4, 2), (128, 2, 2), (64, 1, 2), (32, 1, 2), (64, 2, 3))] + \
         [("split", c) for c in ((32, 4, 2), (32, 1, 2), (64, 2, 2))]
 
@@ -73,6 +77,44 @@ SWEPT = [("single", c) for c in ((128, 4, 2), (128, 2, 2), (64, 1, 2), (32, 1, 2
 def test_fp8_forms_and_configs(form, path, config):
     override = dict(FP8_FORMS[form], **{f"{path}_config": config})
     _check(_case("rows37", "fp8", seed=11), split=path == "split", override=override)
+
+
+@pytest.mark.parametrize("form", ["default"] + list(FP8_FORMS))
+@pytest.mark.parametrize("path", ["single", "split"])
+def test_fp8_every_code_and_nan(form, path):
+    """Every e4m3 code in valid tokens (subnormals, +-0, +-448), then NaN codes in a valid token's K and V:
+    NaN exactly where the reference has it, the rest within tolerance."""
+    q, kc, vc, idx, bt, t2r = make_case(9, 24, 2, 128, 128, page=64, num_blocks=40, num_reqs=3, max_pages=8,
+                                        topk=300, dtype=FP8, seed=21, hostile=False)
+    kb = (torch.arange(kc.numel()) % 256).to(torch.uint8).view(kc.shape)
+    vb = ((torch.arange(vc.numel()) * 7 + 3) % 256).to(torch.uint8).view(vc.shape)
+    for b in (kb, vb):
+        b[b == 0x7F] = 0x7E
+        b[b == 0xFF] = 0xFE
+    override = None if form == "default" else FP8_FORMS[form]
+    scales = (0.01, 1.0, 1.0)
+    _check(tuple(x.cuda() for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r)), split=path == "split",
+           scales=scales, override=override)
+
+    def slot(r, j):
+        pos = int(idx[r, j])
+        return int(bt[int(t2r[r]), pos // 64]), pos % 64
+
+    vb[slot(0, 0)][1, 3] = 0x7F
+    vb[slot(4, 5)][0, 100] = 0xFF
+    kb[slot(3, 2)][0, 5] = 0x7F
+    case = tuple(x.cuda() for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r))
+    out = _poisoned(case[0], case[2])
+    sa.CONFIG_OVERRIDE = override
+    try:
+        sa.launch(*case, *scales, out, split=path == "split")
+    finally:
+        sa.CONFIG_OVERRIDE = None
+    ref = reference(*case, *scales)
+    assert ref.isnan().any()
+    assert torch.equal(out.isnan(), ref.isnan()), f"NaN at {int(out.isnan().sum())}, reference {int(ref.isnan().sum())}"
+    err = compare(out.nan_to_num(0.0), ref.nan_to_num(0.0))
+    assert err is None, err
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

@@ -2,7 +2,8 @@
 
 Small shapes (head dims 16 and 32, a few rows) on adversarial inputs (tests/sparse_attention_cases.py):
 both paths (single pass with its slot pass, split-K with pages resolved in its loop or by the slot pass),
-fp8 read as int16 pairs or byte by byte, bf16, several tiles a row, a group size that is not a power of
+fp8 read as int16 pairs or byte by byte (V's columns permuted or not), bf16, every e4m3 code (NaN codes in
+valid tokens give NaN where the reference has it), several tiles a row, a group size that is not a power of
 two, vLLM's strided K/V views, the triton_op, and degenerate metadata.
 """
 
@@ -30,7 +31,7 @@ SCRIPT = textwrap.dedent(
 
     results = {}
 
-    def check(name, case, scales=(0.25, 0.5, 2.0), override=None, split=None, via_op=False):
+    def check(name, case, scales=(0.25, 0.5, 2.0), override=None, split=None, via_op=False, nan_ok=False):
         q, kc, vc, idx, bt, t2r = case
         ss, ks, vs = scales
         ref = reference(q, kc, vc, idx, bt, t2r, ss, ks, vs)
@@ -46,11 +47,20 @@ SCRIPT = textwrap.dedent(
             return
         finally:
             m.CONFIG_OVERRIDE = None
+        if nan_ok:  # NaN exactly where the reference has it, the rest compared as usual
+            if not torch.equal(out.isnan(), ref.isnan()):
+                results[name] = f"NaN at {int(out.isnan().sum())} outputs, the reference at {int(ref.isnan().sum())}"
+                return
+            if not ref.isnan().any():
+                results[name] = "the case has no NaN output"
+                return
+            out, ref = out.nan_to_num(0.0), ref.nan_to_num(0.0)
         results[name] = compare(out, ref) or "ok"
 
     small = dict(split_config=(16, 4, 1), single_config=(16, 4, 1))
     FP8_FORMS = {"bf16mma": dict(f16=False, k_pairs=True, v_pairs=True),
-                 "bytes": dict(k_pairs=False, v_pairs=False), "kpairs": dict(k_pairs=True, v_pairs=False)}
+                 "bytes": dict(k_pairs=False, v_pairs=False), "kpairs": dict(k_pairs=True, v_pairs=False),
+                 "vperm": dict(k_pairs=False, v_perm=True), "opaque": dict(opaque=True)}
     for dtype, dname in ((FP8, "fp8"), (torch.bfloat16, "bf16")):
         for hq, hkv in ((4, 2), (6, 2), (2, 1)):
             case = make_case(7, hq, hkv, 16, 32, page=4, num_blocks=40, num_reqs=3, max_pages=5, topk=37,
@@ -82,6 +92,30 @@ SCRIPT = textwrap.dedent(
         c = (q,) + tuple(x.to(dtype) if x.is_floating_point() else x for x in case[1:3]) + case[3:]
         check(f"q-range-{dname}", c, scales=(0.1, 1.0, 1.0), split=False)
         check(f"q-range-split-{dname}", c, scales=(0.1, 1.0, 1.0), split=True)
+    # every e4m3 code in valid tokens: subnormals, +-0, +-448 and (second case) NaN codes in K and V, per form
+    q, kc, vc, idx, bt, t2r = make_case(6, 4, 2, 16, 32, page=4, num_blocks=12, num_reqs=2, max_pages=4, topk=24,
+                                        dtype=FP8, seed=9, hostile=False)
+    kb = (torch.arange(kc.numel()) % 256).to(torch.uint8).view(kc.shape)
+    vb = ((torch.arange(vc.numel()) * 7 + 3) % 256).to(torch.uint8).view(vc.shape)
+    for b in (kb, vb):
+        b[b == 0x7F] = 0x7E  # NaN -> 448
+        b[b == 0xFF] = 0xFE  # NaN -> -448
+    finite = (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r)
+
+    def slot(r, j):
+        pos = int(idx[r, j])
+        return int(bt[int(t2r[r]), pos // 4]), pos % 4
+
+    kn, vn = kb.clone(), vb.clone()
+    vn[slot(0, 0)][1, 3] = 0x7F  # row 0: a valid token's V holds NaN in column 3 (KV head 1)
+    vn[slot(4, 5)][0, 0] = 0xFF
+    kn[slot(3, 2)][0, 5] = 0x7F  # row 3: a valid token's K holds NaN (KV head 0)
+    nan = (q, kn.view(FP8), vn.view(FP8), idx, bt, t2r)
+    for form in ("default",) + tuple(FP8_FORMS):
+        o = None if form == "default" else dict(small, **FP8_FORMS[form])
+        for split in (False, True):
+            check(f"codes-{form}-{split}", finite, scales=(0.05, 1.0, 1.0), override=o, split=split)
+            check(f"nan-codes-{form}-{split}", nan, scales=(0.05, 1.0, 1.0), override=o, split=split, nan_ok=True)
     # degenerate metadata: nothing valid anywhere, empty block table, topk 0
     q, kc, vc, idx, bt, t2r = make_case(3, 4, 2, 16, 16, page=4, num_blocks=8, num_reqs=2, max_pages=2, topk=8,
                                         dtype=FP8, seed=5)
@@ -95,11 +129,12 @@ SCRIPT = textwrap.dedent(
     """
 ).replace("TESTS_DIR", repr(TESTS_DIR))
 
+_FORMS = ("bf16mma", "bytes", "kpairs", "vperm", "opaque")
 _TAGS = [f"{d}-hq{hq}-hkv{hkv}" for d in ("fp8", "bf16") for hq, hkv in ((4, 2), (6, 2), (2, 1))]
 CASES = (
     [f"{p}-{t}" for t in _TAGS for p in ("single", "split-inline", "split-slots")]
-    + [f"{p}-{f}-{t}" for t in _TAGS if t.startswith("fp8") for f in ("bf16mma", "bytes", "kpairs")
-       for p in ("single", "split")]
+    + [f"{p}-{f}-{t}" for t in _TAGS if t.startswith("fp8") for f in _FORMS for p in ("single", "split")]
+    + [f"{p}-{f}-{s}" for p in ("codes", "nan-codes") for f in ("default",) + _FORMS for s in (False, True)]
     + [f"{p}-{d}" for d in ("fp8", "bf16")
        for p in ("vllm-layout-single", "vllm-layout-split", "default-config", "triton_op")]
     + ["benign-negative-kscale", "all-invalid", "all-invalid-split"]
