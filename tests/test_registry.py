@@ -227,9 +227,8 @@ def test_preference_picks_the_measured_backend(two_providers):
 
 
 def test_indexer_rules_follow_the_measurements():
-    """dsa.indexer_logits: Triton for fp8 at 64 heads from 32768 keys (4096 rows in the fp8 mode, 8192
-    (row, head) pairs exact); everything else, and the paged op, keeps the CUDA-first order."""
-    from dsa_ops.ops import _indexer_choice as c
+    """dsa.indexer_logits: Triton from 4096 rows and 32768 keys at 32 or 64 heads, fp8 in both modes and
+    bf16 (every measured row); everything else, and the paged op, keeps the CUDA-first order."""
 
     def dense(t, n, h=64, dtype=torch.float8_e4m3fn, precise=False):
         m = "meta"
@@ -239,12 +238,12 @@ def test_indexer_rules_follow_the_measurements():
         return registry.preferred_backend("indexer_logits", (q, kv, s, torch.empty(t, h, device=m), ks, ks,
                                                              True, precise))
 
-    assert dense(4096, 32768) == "triton" and dense(4096, 131072) == "triton"
-    assert dense(4095, 32768) is None and dense(4096, 32767) is None and dense(4096, 32768, h=32) is None
-    assert dense(4096, 32768, dtype=torch.bfloat16) is None and dense(4096, 32768, dtype=torch.bfloat16,
-                                                                       precise=True) is None
-    assert dense(128, 32768, precise=True) == "triton" and dense(127, 32768, precise=True) is None
-    assert c.DENSE_TRITON_MIN_HEAD_ROWS_EXACT == 128 * 64
+    for precise in (False, True):
+        assert dense(4096, 32768, precise=precise) == "triton" and dense(4096, 131072, precise=precise) == "triton"
+        assert dense(4096, 32768, h=32, precise=precise) == "triton"
+        assert dense(4096, 32768, dtype=torch.bfloat16, precise=precise) == "triton"
+        assert dense(4095, 32768, precise=precise) is None and dense(4096, 32767, precise=precise) is None
+        assert dense(4096, 32768, h=16, precise=precise) is None and dense(128, 32768, precise=precise) is None
     q = torch.empty(64, 1, 64, 128, dtype=torch.float8_e4m3fn, device="meta")
     for precise in (False, True):
         assert registry.preferred_backend("paged_indexer_logits", (q, None, None, None, None, 65536, True,
