@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, output width
-# (TOKENS, num_warps) per layout, from the H200 sweep (benchmarks/results/h200_dequant_k_cache_paged.json:
+# (TOKENS, num_warps) per layout, from the H200 sweep (benchmarks/results/h200.json, dequant_k_cache_paged rows:
 # 262144 distinct random slots over 8192 pages of 64, cold L2, device copy 4254 GB/s in the same run):
 # v32 8 x 4 warps 128.6 us = 86.7% of the copy rate (4 x 4: 135.6; 1 x 4: 227.2; 1 x 2: 164.8);
 # v4 2 x 2 warps 114.4 us = 86.6% (4 x 2: 115.1; 4 x 4: 115.8; 1 x 2: 162.7), vLLM's slot kernel 592.0.

@@ -59,7 +59,7 @@ MAX_SPLITS = 64  # a power of two: the merge kernel's split axis
 # rows, (64, 4, 3) 270.9 / 898.7 / 2185.5, (32, 4, 3) 321.9 / 974.9 / 2388.5, 8 warps 13-30% slower;
 # bf16 cache at 1600 rows (128, 4, 2) 792.6 us (4.2 TB/s, the memory rate), (64, 4, 3) 839.8. Split-K
 # at 1 / 16 / 32 rows: (32, 4, 2) 10.8 / 24.3 (32 splits) / 35.9 us (8 splits), (64, 4, 3) 12.2 / 25.1 / 34.9.
-# The fp16 form of an fp8 cache (below) was not timed yet; its configs are the bf16 form's best.
+# The fp8 default (FP8_OPAQUE, below) runs the bf16 form's best configs; not swept in its own right.
 SINGLE_CONFIG = {"fp8": (128, 4, 2), "bf16": (128, 4, 2)}
 SPLIT_CONFIG = (32, 4, 2)
 # fp8 caches: fp16 MMAs (see attention_kernel, F16), and which of K / V load their codes as int16 pairs.
@@ -69,8 +69,10 @@ SPLIT_CONFIG = (32, 4, 2)
 # bf16 widening, (64, 4, 3): 270.9 / 898.7 / 2185.5 us against 280.9 / 882.6 / 2168.5 at 400 / 1600 / 4096.
 # Those counts are triton 3.9's; tools/sass_count_sparse_attention.py with triton 3.6.0 (the GPU's) gives bf16
 # cache 577, bf16 widening 1752, fp16 with V pairs 1207, codes loaded directly 1045, V's columns permuted 999,
-# FP8_OPAQUE 651 (3.9: 655; 651 at (64, 2, 2) too), all with the same shared memory (72 KiB). Not timed yet:
-# scaled from the bf16 widening's 801.0 us, FP8_OPAQUE's issue time (~300 us) is under the fp8 copy floor (~400).
+# FP8_OPAQUE 651 (3.9: 655; 651 at (64, 2, 2) too), all with the same shared memory (72 KiB). Predicted from the
+# count: 1600 rows at the fp8 copy floor (~400 us). Measured (H200, benchmarks/bench_sparse_attention.py, (128, 4, 2)):
+# 214.6 / 707.2 / 1707.9 us at 400 / 1600 / 4096 rows, 12-14% under the bf16 widening but 1.7-2.2x the floor:
+# the issue count is no longer what bounds the loop (next: stall reasons under ncu, and the (64, 2, 2) shape).
 FP8_F16 = True
 FP8_K_PAIRS = False
 FP8_V_PAIRS = True
