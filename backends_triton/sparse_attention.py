@@ -28,15 +28,13 @@ loaded as 0 (the sum grows, the output stays 0), and the first valid logit later
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 
-log = logging.getLogger("dsa_ops")
+from ._launch import FirstLaunchLog
 
 NEG = tl.constexpr(-1.0e30)  # masked-logit sentinel (log2 domain); finite, far below any real score
 LOG2E = 1.4426950408889634
@@ -405,19 +403,9 @@ def _pairs_view(cache: torch.Tensor) -> Optional[torch.Tensor]:
     return cache.view(torch.int16)
 
 
-_COMPILED: set = set()
-
-
-def _run(kernel, grid, key, args, kwargs):
-    """Launch; the first launch of each specialisation in the process is timed and logged (JIT compile)."""
-    if key in _COMPILED:
-        kernel[grid](*args, **kwargs)
-        return
-    t = time.perf_counter()
-    kernel[grid](*args, **kwargs)
-    _COMPILED.add(key)
-    log.info("dsa_ops triton sparse_attention: first launch of %s took %.1f ms (JIT compile or cache load)",
-             key, (time.perf_counter() - t) * 1e3)
+_LAUNCHES = FirstLaunchLog("sparse_attention")
+_COMPILED = _LAUNCHES.seen  # the specialisations launched so far
+_run = _LAUNCHES.run
 
 
 def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out,

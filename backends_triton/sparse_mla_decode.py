@@ -29,15 +29,13 @@ pointers, so the cache base and page stride must be multiples of 4 bytes (``supp
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 
-log = logging.getLogger("dsa_ops")
+from ._launch import FirstLaunchLog
 
 NEG = tl.constexpr(-1.0e30)  # masked-score sentinel (log2 domain); finite, far below any real score
 LOG2E = 1.4426950408889634
@@ -338,19 +336,9 @@ def workspace_bytes(batch: int, s_q: int, heads: int, topk: int, sms: int = 132,
     return batch * s_q * triton.cdiv(heads, bh) * s * bh * (DV + 2) * 4
 
 
-_COMPILED: set = set()
-
-
-def _run(kernel, grid, key, args, kwargs):
-    """Launch; the first launch of each specialisation in the process is timed and logged (JIT compile)."""
-    if key in _COMPILED:
-        kernel[grid](*args, **kwargs)
-        return
-    t = time.perf_counter()
-    kernel[grid](*args, **kwargs)
-    _COMPILED.add(key)
-    log.info("dsa_ops triton sparse_mla_decode: first launch of %s took %.1f ms (JIT compile or cache load)",
-             key, (time.perf_counter() - t) * 1e3)
+_LAUNCHES = FirstLaunchLog("sparse_mla_decode")
+_COMPILED = _LAUNCHES.seen  # the specialisations launched so far
+_run = _LAUNCHES.run
 
 
 def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None, *, wrap=None,

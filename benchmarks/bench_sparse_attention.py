@@ -21,7 +21,7 @@ import sys
 
 import pytest
 import torch
-from harness import host_overhead_us, record
+from harness import capture_graph, host_overhead_us, record
 
 pytestmark = pytest.mark.gpu
 
@@ -69,20 +69,6 @@ def _inputs(rows: int, seed: int = 1):
     return q, idx, bt, t2r
 
 
-def _graph(fn):
-    """fn captured in a CUDA graph (after a warm-up call on a side stream); returns its replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
-
-
 @pytest.mark.parametrize("dtype,rows", CASES)
 def test_sparse_attention(bench, dtype, rows):
     from dsa_ops.backends.triton import sparse_attention as sa
@@ -109,7 +95,7 @@ def test_sparse_attention(bench, dtype, rows):
         fns["vllm"] = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
             q, kc, vc, packed, bt, t2r, True, out_peer, 1.0, 1.0, output_gate=gate)
 
-    graphs = {name: _graph(fn) for name, fn in fns.items()}
+    graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
 
     sample = slice(0, min(rows, 16))  # the reference on a few rows: the timed outputs are right
@@ -313,8 +299,8 @@ def sweep(out_dir: str, rows_list=SWEEP_ROWS) -> None:
             row["hostile"] = hostile[dtype, path, key]
             try:
                 t0 = time.time()
-                g = _graph(functools.partial(sa.launch, q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out,
-                                             split=path == "split"))
+                g = capture_graph(functools.partial(sa.launch, q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out,
+                                                    split=path == "split"))
                 row["err"] = float(f"{((out[:4].float() - ref).abs().max() / ref.abs().max()).item():.3g}")
                 row["us"] = round(timer.median_us(g.replay, iters=20), 2)
                 row["setup_s"] = round(time.time() - t0, 1)
@@ -329,8 +315,8 @@ def sweep(out_dir: str, rows_list=SWEEP_ROWS) -> None:
             gate = torch.full((rows, HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
             po = torch.empty_like(out)
             for pre in (True, False):
-                g = _graph(functools.partial(peer.qsa_sparse_paged_attention, q, kc, vc, packed, bt, t2r, pre, po,
-                                             1.0, 1.0, output_gate=gate))
+                g = capture_graph(functools.partial(peer.qsa_sparse_paged_attention, q, kc, vc, packed, bt, t2r,
+                                                    pre, po, 1.0, 1.0, output_gate=gate))
                 err = ((po[:4].float() - ref).abs().max() / ref.abs().max()).item()
                 us = timer.median_us(g.replay, iters=20)
                 row = dict(dtype=dtype, rows=rows, path=f"vllm-prefill{int(pre)}", variant="", us=round(us, 2),

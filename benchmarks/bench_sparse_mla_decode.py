@@ -24,7 +24,7 @@ import tempfile
 
 import pytest
 import torch
-from harness import host_overhead_us, matmul_tflops, record
+from harness import capture_graph, host_overhead_us, matmul_tflops, record
 
 pytestmark = pytest.mark.gpu
 
@@ -91,20 +91,6 @@ def _inputs(batch: int, s_q: int, heads: int, seed: int = 1):
     return q, slots.to(torch.int32).view(batch, s_q, TOPK)
 
 
-def _graph(fn):
-    """fn captured in a CUDA graph (after a warm-up call on a side stream); returns the graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
-
-
 def _bf16_ceiling(bench) -> float:
     if "bf16_tflops" not in bench.ceilings:
         bench.ceilings["bf16_tflops"] = round(matmul_tflops(bench.timer, torch.bfloat16), 1)
@@ -132,7 +118,7 @@ def test_sparse_mla_decode(bench, heads, s_q, batch):
                 q, cache, idx, None, None, meta, nsp, None, None, None, D_V, SCALE, None, False)
         except Exception as e:  # noqa: BLE001  (reported; ours is still timed)
             print(f"\n  flashmla failed: {type(e).__name__}: {str(e)[:200]}")
-    graphs = {name: _graph(fn) for name, fn in fns.items()}
+    graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
 
     # The timed output against the reference on the first request (float32 math on the dequantised rows).

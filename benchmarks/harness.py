@@ -75,6 +75,21 @@ class Timer:
         return interleaved_medians([sample(g) for g in graphs], iters)
 
 
+def capture_graph(fn: Callable) -> "torch.cuda.CUDAGraph":
+    """fn captured in a CUDA graph, after a warm-up call on a side stream (compiles and allocator pools stay
+    out of the capture); time its `replay` with Timer.median_us, which flushes L2 before each call."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
 def interleaved_samples(samplers: list, iters: int) -> list:
     """`iters` calls of each sampler, called in turn (s0, s1, ..., s0, s1, ...): each sampler's values."""
     samples = [[] for _ in samplers]
