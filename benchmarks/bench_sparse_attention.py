@@ -352,7 +352,11 @@ def sweep(out_dir: str, rows_list=SWEEP_ROWS) -> None:
 
 
 if __name__ == "__main__":
-    # python benchmarks/bench_sparse_attention.py precompile | sweep OUT_DIR
+    # python benchmarks/bench_sparse_attention.py precompile|sweep [OUT_DIR [FORM]]: FORM keeps one fp8 form
+    # (bytes, vpairs, vperm, opaque) of the single-pass and split-K variants, e.g. the default's, opaque.
+    if len(sys.argv) > 3:
+        SWEEP_SINGLES[:] = [o for o in SWEEP_SINGLES if o["form"] == sys.argv[3]]
+        SWEEP_SPLITS[:] = [o for o in SWEEP_SPLITS if o["form"] == sys.argv[3]]
     if sys.argv[1:2] == ["precompile"]:
         precompile()
     else:
