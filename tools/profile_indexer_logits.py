@@ -1,0 +1,45 @@
+"""Launch dense indexer_logits (fp8 mode) a few times, ours (CUDA or Triton) or DeepGEMM's, for `ncu`.
+
+Inputs as benchmarks/bench_indexer_logits.py builds them (4096 rows, H 64, D 128, full windows). E.g.
+
+    ncu --clock-control none -k regex:"indexer|mqa_logits" --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+        python3 tools/profile_indexer_logits.py cuda 32768
+
+`deepgemm` needs .peer/deep_gemm (unpacked from .peer/deep_gemm.tar.xz).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import bench_indexer_logits as b  # noqa: E402
+
+
+def main(which: str, keys: int, heads: int = 64) -> None:
+    q, kv, s, w, ks, ke = b._inputs(4096, keys, heads, b.FP8, "full")
+    if which == "deepgemm":
+        dg, why = b.deep_gemm()
+        if dg is None:
+            raise SystemExit(why)
+        fn = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, keys, None)  # noqa: E731
+    elif which == "cuda":
+        from dsa_ops.backends.cuda import providers_indexer as pi
+
+        fn = lambda: pi.run(q, kv, s, w, ks, ke, True, False)  # noqa: E731
+    else:
+        from dsa_ops.backends.triton import indexer_logits as il
+
+        fn = lambda: il.launch(q, kv, s, w, ks, ke, True, False)  # noqa: E731
+    for _ in range(4):
+        fn()
+    torch.cuda.synchronize()
+    print(f"{which} 4096 x {keys} H {heads}: done")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 64)
