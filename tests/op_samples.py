@@ -19,6 +19,9 @@ def samples():
     w = torch.randn(T, H, generator=g)
     ks, ke = i32(0, 5, 10), i32(40, 30, 12)
     scores = torch.randn(4, 50, generator=g)
+    nan_scores = scores.clone()
+    nan_scores[0, ::7] = float("nan")  # the nan_first samples: NaN inside and outside the windows
+    nan_scores[2, 44:] = float("nan")
     lengths, starts = i32(50, 10, 3, 0), i32(0, 20, 45, 2)
     pt = torch.randint(0, 20, (2, 4), generator=g, dtype=torch.int32)
     rtb = i32(1, 0, 1, 0)
@@ -49,12 +52,19 @@ def samples():
                                            "out": torch.empty(4, 5, dtype=torch.int32),
                                            "out_raw": torch.empty(4, 5, dtype=torch.int32)}),
         "topk_ragged_transform": (ops.topk_ragged_transform.default, (scores, i32(0, 7, 100, 3), lengths, 5), {}),
+        "topk[nan_first]": (ops.topk.default, (nan_scores, 5), {"lengths": lengths, "row_starts": starts,
+                                                               "nan_first": True}),
+        "topk_page_table_transform[nan_first]": (ops.topk_page_table_transform.default, (nan_scores, pt, lengths, 5),
+                                                 {"row_to_batch": rtb, "page_size": 16, "nan_first": True}),
+        "topk_ragged_transform[nan_first]": (ops.topk_ragged_transform.default,
+                                             (nan_scores, i32(0, 7, 100, 3), lengths, 5), {"nan_first": True}),
         "page_table_transform": (ops.page_table_transform.default, (idx, pt), {"row_to_batch": rtb, "page_size": 64}),
         "page_table_transform.out": (ops.page_table_transform.out, (idx, pt),
                                      {"row_to_batch": rtb, "page_size": 64, "out": torch.empty_like(idx)}),
         "indexer_topk": (ops.indexer_topk.default, (qb, kvb, None, w, ks, ke, 4), {"return_scores": True}),
         "indexer_topk[fp8,precise]": (ops.indexer_topk.default, (q, kv, s, w, ks, ke, 4),
                                       {"precise": True, "return_scores": True}),
+        "indexer_topk[nan_first]": (ops.indexer_topk.default, (qb, kvb, None, w, ks, ke, 4), {"nan_first": True}),
         "dequant_k_cache_paged": (ops.dequant_k_cache_paged.default, (cache_v32, slots), {"layout": "v32"}),
         "sparse_attention": (ops.sparse_attention.default, (qa, kc, vc, i32(0, 5, -1, 3).view(2, 2), i32(0, 2)[None],
                                                             i32(0, -1)), {"softmax_scale": 0.25}),

@@ -12,16 +12,18 @@ INT32_MAX = 2**31 - 1
 INT64_MIN = -(2**63)
 
 
-def ordered_key(scores: torch.Tensor) -> torch.Tensor:
+def ordered_key(scores: torch.Tensor, nan_first: bool = False) -> torch.Tensor:
     """int32 key whose signed order is the ranking order of the (fp32-exact) scores.
 
-    Larger score ranks first; +0.0 equals -0.0; every NaN ranks below -inf (all NaNs are equal).
+    Larger score ranks first; +0.0 equals -0.0; every NaN ranks below -inf, or above +inf with
+    `nan_first` (torch.topk's order); all NaNs are equal.
     """
     x = scores.float()
     x = torch.where(x == 0, torch.zeros_like(x), x)  # -0.0 -> +0.0
     bits = x.view(torch.int32)
     key = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # negative floats: reverse their order
-    return torch.where(torch.isnan(x), torch.full_like(key, -(2**31) + 1), key)  # below -inf
+    nan_key = INT32_MAX if nan_first else -(2**31) + 1  # above +inf (0x7F800000) or below -inf
+    return torch.where(torch.isnan(x), torch.full_like(key, nan_key), key)
 
 
 def windows(rows: int, width: int, lengths, row_starts, device):
@@ -38,9 +40,10 @@ def windows(rows: int, width: int, lengths, row_starts, device):
     return lo, hi, start
 
 
-def window_topk(scores: torch.Tensor, k: int, lengths=None, row_starts=None) -> torch.Tensor:
+def window_topk(scores: torch.Tensor, k: int, lengths=None, row_starts=None, nan_first: bool = False) -> torch.Tensor:
     """Exact top-k of each row's window: int32 [R, k], indices relative to the row start, ascending,
-    then -1 padding. Ranking: larger first, ties to the smaller index, NaN last, +0.0 == -0.0."""
+    then -1 padding. Ranking: larger first, ties to the smaller index, NaN last (first with
+    `nan_first`; NaNs tie among themselves), +0.0 == -0.0."""
     rows, width = scores.shape
     dev = scores.device
     out = torch.full((rows, k), -1, dtype=torch.int32, device=dev)
@@ -49,7 +52,7 @@ def window_topk(scores: torch.Tensor, k: int, lengths=None, row_starts=None) -> 
     lo, hi, start = windows(rows, width, lengths, row_starts, dev)
     col = torch.arange(width, device=dev)
     # Unique int64 composite: ranking key in the high word, reversed column in the low word.
-    comp = (ordered_key(scores).long() << 32) | (0xFFFFFFFF - col)
+    comp = (ordered_key(scores, nan_first).long() << 32) | (0xFFFFFFFF - col)
     inside = (col[None, :] >= lo[:, None]) & (col[None, :] < hi[:, None])
     comp = torch.where(inside, comp, torch.full_like(comp, INT64_MIN))
     kk = min(k, width)

@@ -1,8 +1,9 @@
 """dsa.topk: exact top-k of a window of each row.
 
-Ranking: larger score first; equal scores: smaller index first; NaN below every number; +0.0 equals
--0.0. Row r's window is [row_starts[r], row_starts[r] + lengths[r]) clipped to [0, W); indices are
-relative to row_starts[r]. A window of n <= k keys returns 0..n-1 then -1s (with starts inside the row).
+Ranking: larger score first; equal scores: smaller index first; NaN below every number (above every
+number with `nan_first`, torch.topk's order; NaNs tie among themselves); +0.0 equals -0.0. Row r's
+window is [row_starts[r], row_starts[r] + lengths[r]) clipped to [0, W); indices are relative to
+row_starts[r]. A window of n <= k keys returns 0..n-1 then -1s (with starts inside the row).
 """
 
 from __future__ import annotations
@@ -10,12 +11,21 @@ from __future__ import annotations
 import torch
 
 from .. import _route
-from .._checks import SCORE_DTYPES, check_int, check_shape, check_tensor, check_unit_last_stride, optional_int32_rows_ok
+from .._checks import (
+    SCORE_DTYPES,
+    check_int,
+    check_shape,
+    check_tensor,
+    check_unit_last_stride,
+    fail,
+    optional_int32_rows_ok,
+)
 from .._define import define_op
 from ._common import window_topk
 
 NAME = "topk"
-SCHEMA = "(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, bool deterministic=False) -> Tensor"
+SCHEMA = ("(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, bool deterministic=False, "
+          "bool nan_first=False) -> Tensor")
 
 
 def scores_and_windows_ok(scores, k, lengths, row_starts) -> bool:
@@ -39,16 +49,23 @@ def check_scores_and_windows(op, scores, k, lengths, row_starts):
             check_shape(op, name, t, (scores.shape[0],))
 
 
-def validate(scores, k, lengths, row_starts, deterministic):
+def check_nan_first(op, nan_first):
+    """`nan_first` picks the key of NaN in the kernels: a bool, never None or a tensor read as one."""
+    if nan_first is not False and nan_first is not True:
+        fail(op, f"`nan_first` must be a bool, got {type(nan_first).__name__} {nan_first!r}")
+
+
+def validate(scores, k, lengths, row_starts, deterministic, nan_first):
     check_scores_and_windows(NAME, scores, k, lengths, row_starts)
+    check_nan_first(NAME, nan_first)
 
 
-def reference(scores, k, lengths, row_starts, deterministic):
+def reference(scores, k, lengths, row_starts, deterministic, nan_first):
     # Ascending indices satisfy both deterministic=True and the unspecified order of False.
-    return window_topk(scores, k, lengths, row_starts)
+    return window_topk(scores, k, lengths, row_starts, nan_first)
 
 
-def fake(scores, k, lengths, row_starts, deterministic):
+def fake(scores, k, lengths, row_starts, deterministic, nan_first):
     return scores.new_empty((scores.shape[0], k), dtype=torch.int32)
 
 
@@ -63,6 +80,7 @@ def topk(
     lengths: torch.Tensor | None = None,
     row_starts: torch.Tensor | None = None,
     deterministic: bool = False,
+    nan_first: bool = False,
 ) -> torch.Tensor:
     """Exact top-k indices of each row's window.
 
@@ -72,14 +90,18 @@ def topk(
         lengths: int32 [R], window lengths (default: to the row end); negative means empty.
         row_starts: int32 [R], window starts (default 0); indices are relative to them.
         deterministic: return each row's indices in ascending order (bitwise reproducible).
+        nan_first: rank NaN above every number, as torch.topk does (default: below every number).
+            NaNs tie among themselves: the smaller index first.
 
     Returns:
         int32 [R, k]: the true top-k under the ranking (larger first, ties to the smaller index,
-        NaN last, +0.0 == -0.0), -1 where the window holds fewer than k keys.
+        NaN last or first, +0.0 == -0.0), -1 where the window holds fewer than k keys.
     """
     try:
-        if lengths is None and row_starts is None and deterministic is False:
+        if lengths is None and row_starts is None and deterministic is False and nan_first is False:
             return _OP(scores, k)  # the same call: arguments at their defaults are cheaper left out
-        return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic)
+        check_nan_first(NAME, nan_first)  # torch's argument parser would read None or 0 as False
+        return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic,
+                   nan_first=nan_first)
     except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
         raise _route.original(e) from None

@@ -4,7 +4,7 @@
 
 with i the relative top-k index, b = row_to_batch[r] (or r), ps = page_table_row_starts[r] (or 0); -1
 stays -1 and an out-of-range page slot or negative page entry gives -1. `out_raw` receives i.
-FlashInfer's top_k_page_table_transform contract.
+Ranking as dsa.topk, NaN first with `nan_first`. FlashInfer's top_k_page_table_transform contract.
 """
 
 from __future__ import annotations
@@ -25,17 +25,19 @@ from .._checks import (
 )
 from .._define import OutForm, define_op, given
 from ._common import map_through_page_table, window_topk
-from .topk import check_scores_and_windows, scores_and_windows_ok
+from .topk import check_nan_first, check_scores_and_windows, scores_and_windows_ok
 
 NAME = "topk_page_table_transform"
 _ARGS = (
     "(Tensor scores, Tensor page_table, Tensor lengths, int k, *, Tensor? row_starts=None, "
-    "Tensor? page_table_row_starts=None, Tensor? row_to_batch=None, int page_size=64, bool deterministic=False"
+    "Tensor? page_table_row_starts=None, Tensor? row_to_batch=None, int page_size=64, bool deterministic=False, "
+    "bool nan_first=False"
 )
 
 
 def validate(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
-             deterministic):
+             deterministic, nan_first):
+    check_nan_first(NAME, nan_first)
     if (lengths is not None and pow2_ok(page_size) and scores_and_windows_ok(scores, k, lengths, row_starts)
             and int32_table_ok(page_table, scores.device)
             and optional_int32_rows_ok(page_table_row_starts, row_to_batch, scores.shape[0], scores.device)):
@@ -51,14 +53,15 @@ def validate(scores, page_table, lengths, k, row_starts, page_table_row_starts, 
     check_int(NAME, "page_size", page_size, lo=1, pow2=True)
 
 
-def _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size):
-    raw = window_topk(scores, k, lengths, row_starts)
+def _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size, nan_first):
+    raw = window_topk(scores, k, lengths, row_starts, nan_first)
     return map_through_page_table(raw, page_table, row_to_batch, page_table_row_starts, page_size), raw
 
 
 def reference(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
-              deterministic):
-    return _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size)[0]
+              deterministic, nan_first):
+    return _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
+                 nan_first)[0]
 
 
 def fake(scores, page_table, lengths, k, *_):
@@ -81,7 +84,7 @@ def _check_outs(*a):
 
 def _reference_out(*a):
     out, out_raw = a[-2], a[-1]
-    mapped, raw = _both(*a[:8])
+    mapped, raw = _both(*a[:8], a[9])  # (a[8]: deterministic)
     out.copy_(mapped)
     if out_raw is not None:
         out_raw.copy_(raw)
@@ -111,6 +114,7 @@ def topk_page_table_transform(
     row_to_batch: torch.Tensor | None = None,
     page_size: int = 64,
     deterministic: bool = False,
+    nan_first: bool = False,
     out: torch.Tensor | None = None,
     out_raw: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -123,6 +127,7 @@ def topk_page_table_transform(
         page_table_row_starts: int32 [R] first page-table column per row (default 0).
         row_to_batch: int32 [R] page-table row per score row (default r).
         page_size: a power of two (default 64). deterministic: ascending relative indices.
+        nan_first: rank NaN above every number, as torch.topk does (default: below every number).
         out, out_raw: optional int32 [R, k] buffers; `out_raw` receives the relative indices.
 
     Returns:
@@ -130,6 +135,9 @@ def topk_page_table_transform(
     """
     args = (scores, page_table, lengths, k)
     kw = given(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch)
+    if nan_first is not False:
+        check_nan_first(NAME, nan_first)  # torch's argument parser would read None or 0 as False
+        kw["nan_first"] = nan_first  # (at its default it is cheaper left out)
     try:
         if out is None and out_raw is None:
             return _OP(*args, **kw, page_size=page_size, deterministic=deterministic)
