@@ -2,7 +2,9 @@
 Hopper only; the scoring core is indexer_logits' own, sm90_indexer_core.cuh).
 
 Calls ``torch.ops.dsa_cuda.paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table,
-max_context_len, clean, fp8_mma, math_warpgroups, out)`` with ``fp8_mma = not precise``.
+max_context_len, clean, fp8_mma, config, out)`` with ``fp8_mma = not precise``; ``config`` picks the
+kernel variant (`make_config`), 0 the launcher's defaults (``resolve`` in kernels/paged_indexer_logits.cu,
+the one place they are chosen). Every variant gives the same scores bit for bit.
 
 precise=False (the op's default) feeds e4m3 to the fp8 tensor cores (2x the rate, ~14-bit accumulation
 inside the MMA); precise=True widens it to fp16 in registers (exact) for fp16 MMAs with fp32
@@ -19,17 +21,37 @@ from . import aligned16, sm90_only
 
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
-# Math warpgroups per CTA (2 or 3, each one 64-position page of every tile; 3 applies to next_n = 1,
-# other shapes run 2). 0: the kernel's default (3 where it applies). For benchmark sweeps.
-MATH_WARPGROUPS = 0
+# Page loaders and schedules of `make_config` (PagedIndexerLogitsParams::config).
+CP_ASYNC, BULK = 1, 2
+CHUNKS, BALANCED = 1, 2
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128
 BLOCK = 64
 
 
+def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) -> int:
+    """The kernel's config int: math warpgroups per CTA (2 or 3; 3 applies to next_n = 1 only, other
+    shapes run 2), page loader (CP_ASYNC or BULK) and schedule (CHUNKS or BALANCED); 0 leaves a field to
+    the launcher's default."""
+    if math_warpgroups not in (0, 2, 3):
+        raise ValueError(f"math_warpgroups must be 0, 2 or 3, got {math_warpgroups}")
+    if loader not in (0, CP_ASYNC, BULK):
+        raise ValueError(f"loader must be 0, CP_ASYNC (1) or BULK (2), got {loader}")
+    if schedule not in (0, CHUNKS, BALANCED):
+        raise ValueError(f"schedule must be 0, CHUNKS (1) or BALANCED (2), got {schedule}")
+    return math_warpgroups + 10 * loader + 100 * schedule
+
+
+def variants(next_n: int) -> list[int]:
+    """Every distinct explicit config for a next_n (3 math warpgroups apply to next_n = 1 only)."""
+    wgs = (2, 3) if next_n == 1 else (2,)
+    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK) for g in wgs]
+
+
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *,
-        math_warpgroups: Optional[int] = None, out=None):
-    """The op's arguments in schema order (validated by the op); `math_warpgroups` for sweeps."""
+        config: int = 0, out=None):
+    """The op's arguments in schema order (validated by the op); `config` (make_config) for sweeps and
+    tests, 0 for the defaults."""
     global _fn
     fn = _fn
     if fn is None:
@@ -39,7 +61,7 @@ def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean,
     if out is None:
         out = torch.empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32, device=q.device)
     fn(q, kv_cache, weights, context_lens, block_table, int(max_context_len), bool(clean), not precise,
-       int(MATH_WARPGROUPS if math_warpgroups is None else math_warpgroups), out)
+       int(config), out)
     return out
 
 

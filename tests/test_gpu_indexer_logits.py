@@ -351,8 +351,10 @@ PAGED_CASES = [
 ]
 
 
-# (backend, variant): the CUDA kernel with 2 and 3 math warpgroups (3 applies to next_n = 1).
-PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
+# (backend, variant): the CUDA kernel's config (providers_paged_indexer.make_config): 2 or 3 math
+# warpgroups (3 applies to next_n = 1) with the default loader and schedule, then the bulk-copy loader
+# and the balanced schedule (hundreds digit 2: balanced, tens 2: bulk, 1: cp.async).
+PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 213), ("cuda", 222), ("cuda", 223)]
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -368,8 +370,8 @@ def test_paged_indexer_logits(backend, wg, case, precise):
     _check_mode(out, ref, precise, args=_paged_condition(args, L))
     poisoned = torch.full((b * next_n, L), POISON, device="cuda")
     _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
-    # Every element written, and bitwise the op's result: the CUDA kernel's 2- and 3-warpgroup CTAs
-    # run the same per-page arithmetic (the op's default is 3 for next_n = 1, 2 otherwise).
+    # Every element written, and bitwise the op's result: every config of the CUDA kernel runs the same
+    # per-page arithmetic (the op's default is 3 warpgroups for next_n = 1, 2 otherwise).
     assert torch.equal(poisoned, out)
 
 
@@ -381,7 +383,7 @@ def _paged_direct(backend, wg=None):
         return lambda *a, out: pil.launch(*a, out=out)
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-    return lambda *a, out: ppi.run(*a, out=out, math_warpgroups=wg)
+    return lambda *a, out: ppi.run(*a, out=out, config=wg or 0)
 
 
 def _paged_condition(args, L):
@@ -509,8 +511,8 @@ def test_cuda_paged_matches_dense_kernel_bitwise(precise):
 
     b, h, L = 3, 64, 1000
     q, cache, w, ctx, table = _paged(b, 1, h, [1000, 777, 5], 60, 16, hostile=False, seed=51)
-    out = ppi.run(q, cache, w, ctx, table, L, True, precise, math_warpgroups=2)
-    assert torch.equal(out, ppi.run(q, cache, w, ctx, table, L, True, precise, math_warpgroups=3))
+    out = ppi.run(q, cache, w, ctx, table, L, True, precise, config=2)
+    assert torch.equal(out, ppi.run(q, cache, w, ctx, table, L, True, precise, config=3))
     vals, sc = split_cache(cache, 128)
     for r in range(b):
         ids = table[r].long()
@@ -520,6 +522,47 @@ def test_cuda_paged_matches_dense_kernel_bitwise(precise):
         ke = ctx[r:r + 1].clone()
         dense = pi.run(q[r], kv, s, w[r:r + 1], ks, ke, True, precise)
         assert torch.equal(dense[0], out[r]), f"request {r}"
+
+
+# (B, next_n, H, ctx lens, num_blocks, max_blocks, L): tiles fewer than the SMs (balanced grid of
+# a few CTAs), one request over many CTAs, CTA ranges that cross requests, and rows of 2 and 4 tokens.
+PAGED_CONFIG_CASES = [
+    (1, 1, 64, [200], 8, 4, 256),
+    (1, 1, 64, [64 * 1000 - 5], 1200, 1000, 64 * 1000),
+    (7, 1, 32, [3000, 64, 0, 1, 6400, 4097, 2500], 400, 100, 6400),
+    (5, 2, 64, [3000, 2, 1, 6400, 4097], 400, 100, 6400),
+    (3, 4, 32, [3000, 2, 6400], 200, 100, 6400),
+]
+
+
+@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
+@pytest.mark.parametrize("case", PAGED_CONFIG_CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}")
+def test_cuda_paged_configs_bitwise(case, precise):
+    """Every config of the CUDA paged kernel (math warpgroups x page loader x schedule) writes every
+    element of a poisoned output, bitwise equal to the default config's, on hostile block tables (ids
+    -1, past num_blocks, INT32_MIN); the default is checked against the reference."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    b, next_n, h, ctx, nb, mb, L = case
+    args = _paged(b, next_n, h, ctx, nb, mb, hostile=True, seed=71)
+    ref_out = ppi.run(*args, L, True, precise)
+    _check_mode(ref_out, ref_paged(*args, L, True), precise, args=_paged_condition(args, L))
+    for config in ppi.variants(next_n):
+        out = torch.full((b * next_n, L), POISON, device="cuda")
+        ppi.run(*args, L, True, precise, config=config, out=out)
+        assert torch.equal(out, ref_out), f"config {config}"
+
+
+def test_cuda_paged_config_rejected():
+    """A config outside the three digits is refused by name, never run as another variant."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
+    for bad in (4, 31, 300, -1):
+        with pytest.raises(RuntimeError, match="config"):
+            ppi.run(*args, 128, True, False, config=bad)
+    with pytest.raises(ValueError, match="loader"):
+        ppi.make_config(3, 5, 2)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

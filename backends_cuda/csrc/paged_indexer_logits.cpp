@@ -21,8 +21,7 @@ constexpr const char* kOp = "dsa_cuda.paged_indexer_logits_out";
 bool on(const Tensor& t, int32_t device) { return t.is_cuda() && t.get_device_index() == device; }
 
 void paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens, Tensor block_table,
-                              int64_t max_context_len, bool clean, bool fp8_mma, int64_t math_warpgroups,
-                              Tensor out) {
+                              int64_t max_context_len, bool clean, bool fp8_mma, int64_t config, Tensor out) {
   STD_TORCH_CHECK(q.dim() == 4 && q.is_cuda() && q.scalar_type() == ScalarType::Float8_e4m3fn && unit_last_stride(q),
                   kOp, ": `q` must be a float8_e4m3fn [B, next_n, H, D] CUDA tensor with unit last stride");
   const int32_t device = q.get_device_index();
@@ -73,7 +72,9 @@ void paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor 
   p.out_row_stride = out.stride(0);
   p.fp8_mma = fp8_mma;
   p.clean = clean;
-  p.math_warpgroups = static_cast<int32_t>(math_warpgroups);
+  STD_TORCH_CHECK(config >= 0 && config <= 299, kOp, ": `config` must be in [0, 299] (3 decimal digits), got ",
+                  config);
+  p.config = static_cast<int32_t>(config);
   if (b == 0 || next_n == 0 || max_context_len == 0) {
     return;
   }
@@ -93,7 +94,7 @@ void paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor 
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens, "
-      "Tensor block_table, int max_context_len, bool clean, bool fp8_mma, int math_warpgroups, Tensor(a!) out) -> ()");
+      "Tensor block_table, int max_context_len, bool clean, bool fp8_mma, int config, Tensor(a!) out) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {

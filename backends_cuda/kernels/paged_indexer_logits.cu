@@ -9,29 +9,43 @@ namespace {
 
 namespace k = sm90_paged_indexer;
 
-template <int kMode, int kHeads, int kRows, int kWgs>
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
   using C = k::Cfg<kMode, kHeads * kRows, kWgs>;
-  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs>;
+  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs, kBulk>;
   return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
-// 3 warpgroups only for one token per item (see PagedIndexerLogitsParams::math_warpgroups).
-template <int kMode>
+// 3 warpgroups only for one token per item (see PagedIndexerLogitsParams::config).
+template <int kMode, bool kBulk>
 cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, int grid, cudaStream_t stream) {
   if (heads == 64) {
     if (rows == 1) {
-      return wgs == 3 ? launch<kMode, 64, 1, 3>(a, grid, stream) : launch<kMode, 64, 1, 2>(a, grid, stream);
+      return wgs == 3 ? launch<kMode, 64, 1, 3, kBulk>(a, grid, stream) : launch<kMode, 64, 1, 2, kBulk>(a, grid, stream);
     }
-    return launch<kMode, 64, 2, 2>(a, grid, stream);
+    return launch<kMode, 64, 2, 2, kBulk>(a, grid, stream);
   }
   if (rows == 1) {
-    return wgs == 3 ? launch<kMode, 32, 1, 3>(a, grid, stream) : launch<kMode, 32, 1, 2>(a, grid, stream);
+    return wgs == 3 ? launch<kMode, 32, 1, 3, kBulk>(a, grid, stream) : launch<kMode, 32, 1, 2, kBulk>(a, grid, stream);
   }
   if (rows == 2) {
-    return launch<kMode, 32, 2, 2>(a, grid, stream);
+    return launch<kMode, 32, 2, 2, kBulk>(a, grid, stream);
   }
-  return launch<kMode, 32, 4, 2>(a, grid, stream);
+  return launch<kMode, 32, 4, 2, kBulk>(a, grid, stream);
+}
+
+// The variant a config runs (PagedIndexerLogitsParams::config), defaults filled in: the one place the
+// defaults are chosen. Measured on the H200 at 64 x 65536, next_n 1, H 64 (docs/design_indexer.md, Paged
+// CUDA kernel): 3 math warpgroups 188 us against 2's 212 (precise), so 3 wherever one token per item.
+struct Variant {
+  int wgs;
+  bool bulk;
+  bool balanced;
+};
+
+Variant resolve(int32_t config, int rows) {
+  const int wgs = config % 10, loader = config / 10 % 10, schedule = config / 100;
+  return Variant{wgs != 2 && rows == 1 ? 3 : 2, loader == 2, schedule == 2};
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
@@ -53,8 +67,9 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.head_dim != k::kDim) {
     return "the CUDA paged indexer kernel takes head dim 128";
   }
-  if (p.math_warpgroups != 0 && p.math_warpgroups != 2 && p.math_warpgroups != 3) {
-    return "math_warpgroups must be 2 or 3 (0: the default)";
+  if (p.config < 0 || p.config > 299 || (p.config % 10 != 0 && p.config % 10 != 2 && p.config % 10 != 3) ||
+      p.config / 10 % 10 > 2) {
+    return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2 or 3";
   }
   if (p.max_context_len > int64_t{INT32_MAX} - 4 * k::kPage) {
     return "the CUDA paged indexer kernel takes max_context_len below 2^31 - 256";
@@ -64,6 +79,14 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   }
   if (p.batch * p.next_n * ((p.max_context_len + 2 * k::kPage - 1) / (2 * k::kPage)) >= int64_t{1} << 35) {
     return "the CUDA paged indexer kernel takes fewer than 2^35 128-position output tiles";
+  }
+  if (p.batch > 0 && p.next_n > 0 && p.max_context_len > 0) {
+    const int rows = rows_per_item(p.heads, p.next_n);
+    const int64_t tile_keys = int64_t(k::kPage) * resolve(p.config, rows).wgs;
+    const int64_t tiles = p.batch * ((p.next_n + rows - 1) / rows) * ((p.max_context_len + tile_keys - 1) / tile_keys);
+    if (resolve(p.config, rows).balanced && tiles >= int64_t{INT32_MAX}) {
+      return "the CUDA paged indexer kernel's balanced schedule takes fewer than 2^31 - 1 tiles";
+    }
   }
   if (p.num_blocks >= int64_t{INT32_MAX}) {
     return "the CUDA paged indexer kernel takes fewer than 2^31 - 1 cache blocks";
@@ -93,19 +116,21 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   DSA_CUDA_CHECK(current_sm_count(&sms));
 
   const int rows = rows_per_item(p.heads, p.next_n);
-  // 3 math warpgroups (three pages in flight per SM) by default where they apply: measured faster than
-  // 2 for next_n = 1 on the H200 (64 x 65536, H 64: 188 us against 212; docs/design_indexer.md, Paged CUDA kernel).
-  const int wgs = p.math_warpgroups != 2 && rows == 1 ? 3 : 2;
+  const Variant v = resolve(p.config, rows);
+  const int wgs = v.wgs;
   const int64_t tile_keys = int64_t(k::kPage) * wgs;
   const int64_t max_chunk_tiles = k::kItemPages / wgs;
   const int64_t groups = (p.next_n + rows - 1) / rows;
   const int64_t row_blocks = p.batch * groups;
   const int64_t key_tiles = (p.max_context_len + tile_keys - 1) / tile_keys;
-  // Chunks of up to 64 pages, short enough that there are about 8 items per SM when the requests alone
-  // do not give that (decode with few requests), but never below one tile.
   const int64_t total_tiles = row_blocks * key_tiles;
+  // kBalanced: items of up to 64 pages inside a CTA's range. kChunks: chunks of up to 64 pages, short
+  // enough that there are about 8 items per SM when the requests alone do not give that (decode with few
+  // requests), but never below one tile.
   const int64_t chunk_tiles =
-      std::max<int64_t>(1, std::min<int64_t>(max_chunk_tiles, (total_tiles + 8 * sms - 1) / (8 * int64_t(sms))));
+      v.balanced ? max_chunk_tiles
+                 : std::max<int64_t>(1, std::min<int64_t>(max_chunk_tiles,
+                                                          (total_tiles + 8 * sms - 1) / (8 * int64_t(sms))));
   const int64_t chunks = (key_tiles + chunk_tiles - 1) / chunk_tiles;
   const int64_t items = row_blocks * chunks;  // < 2^31 under the tile limit above
 
@@ -131,15 +156,22 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   a.row_blocks = int32_t(row_blocks);
   a.chunks = int32_t(chunks);
   a.chunk_tiles = int32_t(chunk_tiles);
+  a.schedule = v.balanced ? k::kBalanced : k::kChunks;
+  a.total_tiles = total_tiles;
   a.key_tiles = int32_t(key_tiles);
   a.width = int32_t(p.max_context_len);
   a.limit = int32_t(std::min<int64_t>(p.max_context_len, std::max<int64_t>(p.max_blocks, 0) * k::kPage));
   a.num_blocks = int32_t(std::max<int64_t>(p.num_blocks, 0));
   a.clean = p.clean;
-  const int grid = int(std::min<int64_t>(items, sms));
+  // kBalanced: every CTA gets at least one tile.
+  const int grid = int(std::min<int64_t>(v.balanced ? total_tiles : items, sms));
 
-  return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, rows, wgs, grid, stream)
-                   : launch_variant<k::kFp8AsF16>(a, p.heads, rows, wgs, grid, stream);
+  if (v.bulk) {
+    return p.fp8_mma ? launch_variant<k::kFp8Mma, true>(a, p.heads, rows, wgs, grid, stream)
+                     : launch_variant<k::kFp8AsF16, true>(a, p.heads, rows, wgs, grid, stream);
+  }
+  return p.fp8_mma ? launch_variant<k::kFp8Mma, false>(a, p.heads, rows, wgs, grid, stream)
+                   : launch_variant<k::kFp8AsF16, false>(a, p.heads, rows, wgs, grid, stream);
 }
 
 }  // namespace dsa_cuda

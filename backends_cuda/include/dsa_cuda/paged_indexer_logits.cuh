@@ -47,10 +47,15 @@ struct PagedIndexerLogitsParams {
   // misses the 1e-5 contract); false widens e4m3 to fp16 in registers (exact) for fp16 MMAs.
   bool fp8_mma;
   bool clean;  // write -inf outside the visible positions
-  // Math warpgroups per CTA, each one 64-position page of every tile: 2 or 3 (0: the default, 3 where it
-  // applies). 3 applies to next_n = 1 (one token per item, MMA N = H); other shapes run 2 (3 warpgroups
-  // get 128 registers a thread, which their larger Q tiles do not fit without spilling).
-  int32_t math_warpgroups;
+  // Kernel variant, three decimal digits, each 0 for the launcher's default (resolve in
+  // paged_indexer_logits.cu, the one place the defaults are chosen):
+  //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3. 3 applies to
+  //         next_n = 1 (one token per item, MMA N = H); other shapes run 2 (3 warpgroups get 128
+  //         registers a thread, which their larger Q tiles do not fit without spilling).
+  //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA).
+  //   hundreds: schedule: 1 fixed chunks strided over the grid, 2 balanced contiguous tile ranges.
+  // Every variant computes the same scores bit for bit.
+  int32_t config;
 };
 
 // Why the shape cannot run (nullptr when it can): the launcher's own limits.

@@ -1,18 +1,23 @@
 // dsa.paged_indexer_logits on Hopper (sm_90a): the indexer scoring core (sm90_indexer_core.cuh) over
 // a paged fp8 cache, warp-specialised, persistent.
 //
-// Work: an item is (R query tokens of one request, a chunk of tiles of its positions), R = 1, 2 or 4
+// Work: an item is (R query tokens of one request, a run of tiles of its positions), R = 1, 2 or 4
 // (R * H <= 128), so the Q tile of R tokens x H heads is the MMA's N = R * H (32, 64 or 128; next_n = 1
-// at H = 64 is N = 64, not a half-empty 128). Items are ordered chunk-major and a persistent grid (one
-// CTA per SM) strides over them; the chunk length is picked so that a few requests still give every
-// SM work.
+// at H = 64 is N = 64, not a half-empty 128). A persistent grid (one CTA per SM) takes the items by one
+// of two schedules (Schedule below, a kernel argument): fixed chunks strided over the grid, or the
+// row blocks' tiles laid end to end and cut into one equal range per CTA (no CTA more than one tile
+// above the mean, and a CTA keeps one Q tile for its whole range but where the range crosses a
+// request). Both come from the arguments alone: no schedule is computed by another kernel.
 //
 // CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits.
 // - A tile is kWgs cache blocks (pages of 64 positions): warpgroup w's 64 keys are logical page
 //   kWgs * tile + w, the dense kernel's 64-key warpgroup tile. The producer looks up an item's block ids
 //   (at most 64 pages: two loads per lane, the next item's in flight while this item is copied),
-//   broadcasts each with a shuffle, and copies the page's 64 x 128 fp8 bytes (16-byte cp.async, 128-byte
-//   XOR swizzle, as the dense tiles) and its 64 fp32 scales into the stage. The math warps take the
+//   broadcasts each with a shuffle, and copies the page's 64 x 128 fp8 bytes and its 64 fp32 scales
+//   into the stage by one of two loaders (kBulk, a template argument): 16-byte cp.async by the whole
+//   warp into 128-byte XOR-swizzled rows (as the dense tiles), or two bulk copies a page
+//   (cp.async.bulk, the TMA engine: one instruction for 8 KB, no per-thread request tracking) into
+//   plain 128-byte rows, which the math threads read in a bank-conflict-free order. The math warps take the
 //   same ids the same way (one lookup per item, not a dependent load per tile). Pages past the item's
 //   last visible position are never looked up; a block id outside [0, num_blocks) is never read, its
 //   positions score -inf.
@@ -38,6 +43,14 @@ using namespace sm90_indexer;  // the scoring core: Mode, kWgKeys, kDim, PTX hel
 
 constexpr int kPage = 64;       // positions per cache block: one warpgroup's 64 keys
 constexpr int kItemPages = 64;  // pages per item at most: two block-table loads per lane
+constexpr int kPageBytes = kPage * kDim;  // a block's fp8 values (its 64 fp32 scales follow)
+constexpr int kPageScaleBytes = kPage * 4;
+
+// How the persistent grid takes its items (KernelArgs::schedule).
+enum Schedule : int32_t {
+  kChunks = 0,    // items (row block, chunk of chunk_tiles tiles), chunk-major, strided over the CTAs
+  kBalanced = 1,  // the row blocks' key tiles end to end, one contiguous range of total_tiles / grid a CTA
+};
 
 // kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile.
 template <int kMode, int kN, int kWgs>
@@ -77,8 +90,10 @@ struct KernelArgs {
   int32_t next_n;
   int32_t groups;      // token groups of R per request
   int32_t row_blocks;  // B * groups; items are (row block, chunk), row block fastest
-  int32_t chunks;
-  int32_t chunk_tiles;
+  int32_t chunks;       // kChunks: chunks per row block
+  int32_t chunk_tiles;  // tiles per item at most (kChunks: the chunk length)
+  int32_t schedule;     // Schedule
+  int64_t total_tiles;  // kBalanced: row_blocks * key_tiles
   int32_t key_tiles;   // ceil(L / tile positions)
   int32_t width;       // L
   int32_t limit;       // min(L, 64 * max_blocks): no position at or past it is visible
@@ -103,7 +118,8 @@ struct Item {
 
 // The item from its request's (untrusted) context length `ctx`.
 template <int kRows, int kTileKeys>
-__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc, int32_t ctx) {
+__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t c0, int32_t c1,
+                                                   int32_t ctx) {
   Item<kRows> it;
   it.b = rb / a.groups;
   it.i0 = (rb - it.b * a.groups) * kRows;
@@ -118,14 +134,60 @@ __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t 
     hi_max = max(hi_max, it.hi[r]);
   }
   it.pages = (hi_max + kPage - 1) / kPage;
-  const int32_t c0 = kc * a.chunk_tiles;
-  const int32_t c1 = min(c0 + a.chunk_tiles, a.key_tiles);
   it.t0 = c0;
   it.t1 = max(c0, min(c1, (hi_max + kTileKeys - 1) / kTileKeys));
   it.k_begin = c0 * kTileKeys;
   it.k_end = min(c1 * kTileKeys, a.width);
   return it;
 }
+
+// A CTA's items in order under either schedule: row block rb, tiles [c0, c1) (c1 - c0 <= chunk_tiles).
+// kBalanced: u, e are the flat tile position rb * key_tiles + c0 and the CTA's end (total_tiles < 2^31,
+// the launcher's limit); kChunks: u is the chunk of the item, stepped by the grid without a stored stride.
+struct WorkCursor {
+  int32_t rb, c0, c1, u, e;
+
+  __device__ __forceinline__ explicit WorkCursor(const KernelArgs& a) {
+    if (a.schedule == kBalanced) {
+      u = int32_t(int64_t(blockIdx.x) * a.total_tiles / gridDim.x);
+      e = int32_t(int64_t(blockIdx.x + 1) * a.total_tiles / gridDim.x);
+    } else {
+      rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+      u = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+      e = 0;
+    }
+    settle(a);
+  }
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const {
+    return a.schedule == kBalanced ? u < e : u < a.chunks;
+  }
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    if (a.schedule == kBalanced) {
+      u += c1 - c0;
+    } else {  // as ItemCursor::next
+      rb += int32_t(gridDim.x % uint32_t(a.row_blocks));
+      u += int32_t(gridDim.x / uint32_t(a.row_blocks));
+      if (rb >= a.row_blocks) {
+        rb -= a.row_blocks;
+        ++u;
+      }
+    }
+    settle(a);
+  }
+
+ private:
+  // c0, c1 (and rb for kBalanced) of the position; meaningless once !valid.
+  __device__ __forceinline__ void settle(const KernelArgs& a) {
+    if (a.schedule == kBalanced) {
+      rb = u / a.key_tiles;
+      c0 = u - rb * a.key_tiles;
+      c1 = min(min(c0 + a.chunk_tiles, a.key_tiles), c0 + (e - u));
+    } else {
+      c0 = u * a.chunk_tiles;
+      c1 = min(c0 + a.chunk_tiles, a.key_tiles);
+    }
+  }
+};
 
 __device__ __forceinline__ int32_t load_ctx(const KernelArgs& a, int32_t rb) {
   return ldg_early(a.ctx + int64_t(rb / a.groups) * a.ctx_stride);
@@ -158,18 +220,18 @@ __device__ __forceinline__ int32_t page_id(const int32_t (&ids)[2], int j) {
 template <int kRows, int kWgs>
 struct ItemPipeline {
   static constexpr int kTileKeys = kPage * kWgs;
-  ItemCursor<KernelArgs> cur, nxt;
+  WorkCursor nxt;             // item k + 1
+  int32_t rb0, c00, c10;      // item k
   int32_t ctx0 = 0, ctx1 = 0;  // context lengths of items k and k + 1
   int32_t next_ids[2] = {-1, -1};
   bool valid;
 
-  __device__ __forceinline__ ItemPipeline(const KernelArgs& a, int lane) : cur(a), nxt(a) {
-    valid = cur.valid(a);
+  __device__ __forceinline__ ItemPipeline(const KernelArgs& a, int lane) : nxt(a) {
+    valid = nxt.valid(a);
     if (valid) {
-      nxt.next(a);
-      ctx0 = load_ctx(a, cur.rb);
-      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc, ctx0), lane, next_ids);
-      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+      ctx0 = load_ctx(a, nxt.rb);
+      advance(a);
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, rb0, c00, c10, ctx0), lane, next_ids);
     }
   }
 
@@ -179,21 +241,175 @@ struct ItemPipeline {
     if (!valid) {
       return false;
     }
-    rb = cur.rb;
-    t = decode_item<kRows, kTileKeys>(a, rb, cur.kc, ctx0);
+    rb = rb0;
+    t = decode_item<kRows, kTileKeys>(a, rb0, c00, c10, ctx0);
     ids[0] = next_ids[0];
     ids[1] = next_ids[1];
     valid = nxt.valid(a);
     if (valid) {
-      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.kc, ctx1), lane, next_ids);
-      cur = nxt;
-      nxt.next(a);
+      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.c0, nxt.c1, ctx1), lane, next_ids);
       ctx0 = ctx1;
-      ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+      advance(a);
     }
     return true;
   }
+
+ private:
+  // Item k := item k + 1 (its context length already in ctx0), the cursor one on, its length loaded.
+  __device__ __forceinline__ void advance(const KernelArgs& a) {
+    rb0 = nxt.rb;
+    c00 = nxt.c0;
+    c10 = nxt.c1;
+    nxt.next(a);
+    ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
+  }
 };
+
+// kBulk ring: `full` completes on the producer's one arrival plus the bytes of the stage's bulk copies.
+template <int kStages, int kMathThreads>
+__device__ __forceinline__ void init_bulk_barriers(uint32_t full, uint32_t empty) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s * 8, 1);
+      mbar_init(empty + s * 8, kMathThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// L2 policy for the key pages: each is read once per call, so they go first.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned) by the TMA engine;
+// completes as transaction bytes on `bar`.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+// The kBulk producer: the warp walks the items (the block ids are spread over its lanes) and lane 0
+// issues two bulk copies a valid page, the 8 KB of values into plain 128-byte rows and the 256 bytes of
+// scales, after announcing the stage's byte count on its full barrier.
+template <int kMode, int kHeads, int kRows, int kWgs>
+__device__ __forceinline__ void producer_bulk(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
+                                              uint32_t empty) {
+  using C = Cfg<kMode, kHeads * kRows, kWgs>;
+  static_assert(C::kKvRowBytes == kDim, "bulk pages hold fp8 rows");
+  const int lane = threadIdx.x & 31;
+  const uint64_t policy = evict_first_policy();
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
+  Item<kRows> t;
+  int32_t rb, ids[2];
+  uint32_t it = 0;
+  while (pipe.take(a, lane, t, rb, ids)) {
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
+        mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
+      }
+      int32_t id[kWgs];
+      uint32_t bytes = 0;
+#pragma unroll
+      for (int w = 0; w < kWgs; ++w) {
+        id[w] = page_id(ids, kWgs * (tile - t.t0) + w);
+        if (id[w] >= 0 && id[w] < a.num_blocks) {  // warp-uniform
+          bytes += kPageBytes + kPageScaleBytes;
+        }
+      }
+      if (lane == 0) {
+        const uint32_t bar = full + stage * 8;
+        mbar_arrive_expect_tx(bar, bytes);
+#pragma unroll
+        for (int w = 0; w < kWgs; ++w) {
+          if (id[w] >= 0 && id[w] < a.num_blocks) {
+            const uint8_t* blk = a.cache + int64_t(id[w]) * a.block_stride;
+            bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
+            bulk_copy(scales + stage * C::kScaleBytes + w * kPageScaleBytes, blk + kPageBytes, kPageScaleBytes, bar,
+                      policy);
+          }
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// load_a_fragments (sm90_indexer_core.cuh) for a tile of plain (unswizzled) 128-byte fp8 rows: the same
+// fragments. A thread reads 16-byte chunks 2c and 2c + 1 of each row; rows g and g + 1 of a quarter-warp
+// would hit the same banks in the same order, so odd rows read the two chunks in the other order.
+template <int kMode>
+__device__ __forceinline__ void load_a_fragments_rows(uint32_t tile_smem, int kr0, int kr1, int c,
+                                                      uint32_t (&fa)[ModeTraits<kMode>::kSteps][4]) {
+  using T = ModeTraits<kMode>;
+  static_assert(T::kRowWords == 8 && T::kKvRowBytes == kDim, "plain rows hold fp8 keys");
+  const int flip = kr0 & 1;  // kr1 = kr0 + 8: the same parity
+  uint4 x[2], y[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int ch = 2 * c + (j ^ flip);
+    x[j] = lds128(tile_smem + kr0 * kDim + ch * 16);
+    y[j] = lds128(tile_smem + kr1 * kDim + ch * 16);
+  }
+  uint32_t r0[8], r1[8];
+#pragma unroll
+  for (int v = 0; v < 2; ++v) {  // chunk 2c + v was read by instruction v ^ flip
+    const uint4 xv = flip ? x[v ^ 1] : x[v];
+    const uint4 yv = flip ? y[v ^ 1] : y[v];
+    r0[4 * v + 0] = xv.x;
+    r0[4 * v + 1] = xv.y;
+    r0[4 * v + 2] = xv.z;
+    r0[4 * v + 3] = xv.w;
+    r1[4 * v + 0] = yv.x;
+    r1[4 * v + 1] = yv.y;
+    r1[4 * v + 2] = yv.z;
+    r1[4 * v + 3] = yv.w;
+  }
+#pragma unroll
+  for (int s = 0; s < T::kSteps; ++s) {  // as load_a_fragments
+    if constexpr (kMode == kFp8AsF16) {
+      fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
+      fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
+      fa[s][2] = e4m3x2_to_f16x2(r0[s] >> 16);
+      fa[s][3] = e4m3x2_to_f16x2(r1[s] >> 16);
+    } else {
+      fa[s][0] = r0[2 * s];
+      fa[s][1] = r1[2 * s];
+      fa[s][2] = r0[2 * s + 1];
+      fa[s][3] = r1[2 * s + 1];
+    }
+  }
+}
+
+// score_tile (sm90_indexer_core.cuh) over plain rows: the same fragments, MMA and epilogue, so the same
+// scores bit for bit.
+template <int kMode, int kHeads, int kN>
+__device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t empty_bar,
+                                                uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4],
+                                                float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
+  uint32_t fa[ModeTraits<kMode>::kSteps][4];
+  load_a_fragments_rows<kMode>(tile_smem, kr0, kr1, c, fa);
+  mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
+  mma_tile<kMode, kN>(acc, fa, q_desc);
+  const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
+  if (any_negative) {
+    head_sums<kHeads, kN, true, false>(acc, w, 0u, s0, s1, part);
+  } else {
+    head_sums<kHeads, kN, false, false>(acc, w, 0u, s0, s1, part);
+  }
+}
 
 template <int kMode, int kHeads, int kRows, int kWgs>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
@@ -253,7 +469,8 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <int kMode, int kHeads, int kRows, int kWgs>
+// kBulk: the page loader (bulk copies into plain rows, or cp.async into swizzled rows); see the top.
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk>
 __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
     paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
@@ -269,13 +486,21 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
   const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
 
-  init_stage_barriers<C::kStages, kMathThreads>(full, empty);
+  if constexpr (kBulk) {
+    init_bulk_barriers<C::kStages, kMathThreads>(full, empty);
+  } else {
+    init_stage_barriers<C::kStages, kMathThreads>(full, empty);
+  }
   pdl_wait();
   pdl_launch_dependents();
 
   const int warp = threadIdx.x >> 5;
   if (warp == C::kProducerWarp) {
-    producer<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
+    if constexpr (kBulk) {
+      producer_bulk<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
+    } else {
+      producer<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
+    }
     return;
   }
 
@@ -347,8 +572,13 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
         s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
       }
       float part[2 * kRows];
-      score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
-                                           acc, w, 0u, s0, s1, part);
+      if constexpr (kBulk) {
+        score_tile_rows<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                           acc, w, s0, s1, part);
+      } else {
+        score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                             acc, w, 0u, s0, s1, part);
+      }
       if constexpr (kRows == 1) {
         // Lanes c = 0, 1 hold key a's total, c = 2, 3 key b's; the even lane stores.
         const float total = quad_reduce_pair(part, c);
