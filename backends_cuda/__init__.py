@@ -62,7 +62,8 @@ def _take_over_cuda_key():
 LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB", handover=_take_over_cuda_key)
 
 # One module per op; each has register().
-_OP_MODULES = ("page_table_transform", "providers_topk", "providers_indexer", "providers_paged_indexer")
+_OP_MODULES = ("page_table_transform", "providers_topk", "providers_indexer", "providers_paged_indexer",
+               "providers_sparse_mla_decode")
 
 
 def lib_name(arch: str) -> str:

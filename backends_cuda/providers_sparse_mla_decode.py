@@ -1,0 +1,130 @@
+"""CUDA C++ provider of dsa.sparse_mla_decode (kernel: include/dsa_cuda/sm90_sparse_mla_decode.cuh, Hopper only).
+
+Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
+v4, splits, out, lse, workspace)``. One CTA is one query token x 64 heads x one split of its top-k
+positions and holds 227 KiB of shared memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill
+less than one wave, the top-k axis is cut into splits (split-KV) whose fp32 partials go to a workspace
+sized from the shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out
+and lse.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from . import aligned16, sm90_only
+
+OP = "sparse_mla_decode"
+_KERNEL = "sparse_mla_decode_out"
+DV = 512
+HEADS_PER_CTA = 64
+TILE = 64  # selected positions a step
+LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, q head dim
+# Each split keeps at least MIN_SPLIT_TOKENS positions: a split's partial ([64, 512] fp32, 128 KiB written
+# and read back) costs about the cache traffic of 200 v32 tokens (656 bytes each).
+MIN_SPLIT_TOKENS = 256
+MAX_SPLITS = 64
+_fn = None  # the loaded OpOverload, resolved on the first call
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: Optional[int]) -> int:
+    """SMs of CUDA device `index` (132 on the H200)."""
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count
+
+
+def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> int:
+    """Splits of each (query token, 64-head block)'s top-k axis; 1 is the single pass. Shapes only.
+
+    As many splits as keep the CTAs (one an SM) within one wave of `sms`, each split at least
+    MIN_SPLIT_TOKENS positions, at most MAX_SPLITS, none empty."""
+    ctas = batch * s_q * -(-heads // HEADS_PER_CTA)
+    tiles = max(1, -(-topk // TILE))
+    want = min(sms // max(1, ctas), topk // MIN_SPLIT_TOKENS)
+    want = max(1, min(want, tiles, MAX_SPLITS))
+    per = -(-tiles // want)
+    return -(-tiles // per)
+
+
+def workspace_floats(batch: int, s_q: int, heads: int, splits: int) -> int:
+    """fp32 elements of the split-KV workspace (partial outputs, row maxima and sums); 0 for one split."""
+    if splits <= 1:
+        return 0
+    return batch * s_q * -(-heads // HEADS_PER_CTA) * splits * HEADS_PER_CTA * (DV + 2)
+
+
+def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None, *,
+           split: Optional[bool] = None, splits: Optional[int] = None, out: Optional[torch.Tensor] = None,
+           lse: Optional[torch.Tensor] = None):
+    """Kernel form of dsa::sparse_mla_decode (arguments validated by the op): returns (out, lse).
+
+    `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
+    `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
+    `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first)."""
+    global _fn
+    fn = _fn
+    if fn is None:
+        from . import op
+
+        fn = _fn = op(_KERNEL, q.device)
+    b, s_q, h, _ = q.shape
+    topk = indices.shape[2]
+    if out is None:
+        out = torch.empty((b, s_q, h, DV), dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    if splits is None:
+        splits = split_count(b, s_q, h, topk, _sm_count(q.device.index))
+        if split is False:
+            splits = 1
+        elif split is True and splits == 1:
+            splits = min(2, max(1, -(-topk // TILE)))
+    splits = int(splits)
+    if splits < 1:
+        raise ValueError(f"`splits` must be >= 1, got {splits}")
+    ws = torch.empty((workspace_floats(b, s_q, h, splits),), dtype=torch.float32, device=q.device)
+    fn(q, kv_cache, indices, topk_lens, attn_sink, float(softmax_scale), layout == "v4", splits, out, lse, ws)
+    return out, lse
+
+
+def run(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None):
+    """The op's arguments in schema order (validated by the op): (out, lse)."""
+    return launch(q, kv_cache, indices, softmax_scale, layout, topk_lens, attn_sink)
+
+
+def unsupported_shape(q, kv_cache, indices, layout="v32", attn_sink=None) -> Optional[str]:
+    """The device-independent part of `supports` (the kernel's limits), CPU-testable."""
+    b, s_q, h, _ = q.shape
+    if h == 0 or h % HEADS_PER_CTA:
+        return f"{h} heads (the CUDA kernel takes a multiple of {HEADS_PER_CTA})"
+    if indices.shape[2] >= 2**31 - 2 * TILE:
+        return f"top-k {indices.shape[2]}: 2**31 - 128 or more positions"
+    if b * s_q * (h // HEADS_PER_CTA) * MAX_SPLITS >= 2**31:
+        return f"{b} x {s_q} tokens x {h // HEADS_PER_CTA} head blocks: too many CTAs"
+    if q.stride(3) != 1 or not aligned16(q, (q.stride(0), q.stride(1), q.stride(2))):
+        return "q's data or batch/token/head strides are not 16-byte aligned (or its last stride is not 1)"
+    nb, page = kv_cache.shape[0], kv_cache.shape[1]
+    if page > 2**20:
+        return f"pages of {page} tokens (the CUDA kernel takes at most 2**20)"
+    if kv_cache.data_ptr() % 16 or (nb > 1 and kv_cache.stride(0) % 16):
+        return (f"kv_cache at byte offset {kv_cache.data_ptr() % 16} mod 16 with page stride {kv_cache.stride(0)}: "
+                "the CUDA kernel needs both multiples of 16 (16-byte loads)")
+    if attn_sink is not None and h > 1 and attn_sink.stride(0) != 1:
+        return "attn_sink is not contiguous"
+    return None
+
+
+def supports(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None) -> Optional[str]:
+    return sm90_only(q, "CUDA sparse MLA decode") or unsupported_shape(q, kv_cache, indices, layout, attn_sink)
+
+
+def register() -> None:
+    from dsa_ops import registry
+
+    from . import available
+
+    registry.register_provider(registry.Provider(OP, "cuda", run, supports, available))
