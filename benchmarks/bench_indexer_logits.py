@@ -245,13 +245,7 @@ def test_paged_indexer_logits(bench, case):
                     False: flops / (ceil["fp8_tflops"] * 1e12) * 1e6}
     t_us = bench.timer.median_us(lambda: torch_paged_indexer_logits(*args, L), warmup=1, iters=3)
 
-    def dg_paged(dg):  # DeepGEMM: schedule metadata once per batch (as vLLM does), context lengths [B, 1]
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        ctx_dg = ctx.view(-1, 1).contiguous()
-        meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
-        return lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
-
-    dg_us = deepgemm_us(bench, f"paged_indexer_logits {case}", dg_paged)
+    dg_us, dg_meta_us = deepgemm_paged_us(bench, f"paged_indexer_logits {case}", args, L)
     from dsa_ops.backends.triton import paged_indexer_logits as pil
 
     times = {}
@@ -261,7 +255,7 @@ def test_paged_indexer_logits(bench, case):
         if why is not None:
             print(f"\n  paged_indexer_logits [{provider}] {case}: skipped: {why}")
             continue
-        # CUDA: 2 and 3 math warpgroups per CTA (3 applies to next_n = 1 only).
+        # CUDA: 2 and 3 math warpgroups per CTA (3 applies to next_n = 1 only), default loader and schedule.
         wgs = (None,) if provider == "triton" else ((2, 3) if next_n == 1 else (2,))
         for precise, wg in [(m, g) for m in MODES for g in wgs]:
             if provider == "triton":
@@ -269,7 +263,7 @@ def test_paged_indexer_logits(bench, case):
             else:
                 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-                fn = lambda m=precise, g=wg: ppi.run(*args, L, True, m, math_warpgroups=g)  # noqa: E731
+                fn = lambda m=precise, g=wg: ppi.run(*args, L, True, m, config=g)  # noqa: E731
             us = bench.timer.median_us(fn, warmup=3, iters=30)
             times[provider, precise] = min(us, times.get((provider, precise), us))
             baselines = {"torch": t_us}
@@ -293,6 +287,7 @@ def test_paged_indexer_logits(bench, case):
                 tensor_floor_kind="bf16 matmul ceiling" if precise else "fp8 _scaled_mm ceiling",
                 bound_us=round(bound, 2), of_bound=round(bound / us, 3),
                 achieved_gbps=round(nbytes / (us * 1e-6) / 1e9, 1),
+                **({} if dg_meta_us is None else {"deepgemm_metadata_us": round(dg_meta_us, 2)}),
             ))
     # The op's automatic choice (dispatch + allocation), per mode, for the per-call overhead.
     for precise in MODES:
@@ -308,6 +303,77 @@ def test_paged_indexer_logits(bench, case):
 
 def q_bytes(q):
     return q.numel() * q.element_size()
+
+
+def deepgemm_paged_us(bench, label, args, L):
+    """DeepGEMM's fp8_fp4_paged_mqa_logits time on the paged inputs, and apart from it the time of the
+    schedule-metadata kernel it needs (computed once per batch, outside the timed call, as vLLM does);
+    (None, None) when DeepGEMM is not available or fails. Its context lengths are per token, [B, next_n]:
+    token i of a request of length c sees positions < c - next_n + i + 1, as the op's (the last column
+    is c). A [B, 1] tensor would tell it next_n = 1."""
+    q, cache, w, ctx, table = args
+    next_n = q.shape[1]
+    ctx_dg = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device=ctx.device, dtype=torch.int32)).clamp_min(0)
+    ctx_dg = ctx_dg.to(torch.int32).contiguous()
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+
+    def logits(dg):
+        meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
+        return lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
+
+    us = deepgemm_us(bench, label, logits)
+    meta_us = None
+    if us is not None:
+        meta_us = deepgemm_us(bench, label + " metadata",
+                              lambda dg: lambda: dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None))
+    return us, meta_us
+
+
+# (B, next_n, H, L): the issue's decode sizes (next_n 1 and 2) and batch 1, 8, 256 at 65536 positions.
+PAGED_SWEEP = [(64, 1, 64, 65536), (64, 2, 64, 65536), (1, 1, 64, 65536), (8, 1, 64, 65536), (256, 1, 64, 65536)]
+
+
+@pytest.mark.skipif(os.environ.get("DSA_BENCH_SWEEP") != "1", reason="DSA_BENCH_SWEEP=1 runs it")
+@pytest.mark.parametrize("case", PAGED_SWEEP, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[3]}")
+def test_paged_config_sweep(bench, case):
+    """Every config of the CUDA paged kernel (math warpgroups x page loader x schedule, make_config) in
+    the default mode (fp8 MMAs), beside DeepGEMM (64-request cases) and the memory floor; one row each.
+    About 1 min on the H200 with DeepGEMM's kernels compiled."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    b, next_n, h, L = case
+    args = _paged_inputs(b, next_n, h, L)
+    q = args[0]
+    p = registry.providers("paged_indexer_logits")["cuda"]
+    why = registry.availability(p, q.device) or p.supports(*args, L, True, False)
+    if why is not None:
+        pytest.skip(f"CUDA paged provider: {why}")
+    nbytes = b * L * (D + 4) + b * next_n * L * 4 + q_bytes(q)
+    floor = bench.floor_us(nbytes)
+    dg_us, dg_meta_us = (None, None)
+    if b == 64:
+        dg_us, dg_meta_us = deepgemm_paged_us(bench, f"paged sweep {case}", args, L)
+    out = torch.empty(b * next_n, L, dtype=torch.float32, device="cuda")
+    ref = ppi.run(*args, L, True, False)
+    dg = "" if dg_us is None else f", deepgemm {dg_us:.1f} us (+ metadata {dg_meta_us:.1f} us a batch)"
+    print(f"\n  paged sweep {case}: floor {floor:.1f} us{dg}")
+    for config in [0] + ppi.variants(next_n):
+        fn = lambda c=config: ppi.run(*args, L, True, False, config=c, out=out)  # noqa: E731
+        fn()
+        same = torch.equal(out, ref)
+        us = bench.timer.median_us(fn, warmup=3, iters=30)
+        vs = "" if dg_us is None else f"  {us / dg_us:.3f}x deepgemm"
+        print(f"  config {config:3d}: {us:7.1f} us  {floor / us:.3f} of floor{vs}  bitwise default: {same}")
+        bench.add(record(
+            "paged_indexer_logits", "cuda",
+            {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
+             "page_size": 64, "precise": False, "config": config},
+            us, floor_us=floor, floor_kind="memory (kv cache read once + logits write + q)",
+            baselines={} if dg_us is None else {"deepgemm": dg_us},
+            of_floor=round(floor / us, 3), bitwise_default=same,
+            **({} if dg_meta_us is None else {"deepgemm_metadata_us": round(dg_meta_us, 2)}),
+        ))
+        assert same, f"config {config} differs from the default config's scores"
 
 
 SWEEP = [(2, 64, 4, 3), (2, 64, 4, 4), (2, 128, 8, 3), (4, 64, 4, 3), (4, 128, 8, 3), (1, 128, 4, 3)]
