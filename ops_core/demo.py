@@ -147,6 +147,12 @@ def _kernel_args(name, args, kwargs):
     return a
 
 
+def provider_of(name: str, args: tuple, kwargs: dict) -> str:
+    """The backend that serves torch.ops.dsa.<name>(*args, **kwargs) on the arguments' GPU (raises
+    registry.DispatchError when none does)."""
+    return registry.select(name, _kernel_args(name, args, kwargs)).backend
+
+
 def _run_step(name, device, args, kwargs):
     """Run torch.ops.dsa.<name>: (output, ms of the second call, who served it, whether that is a fault).
 
@@ -157,7 +163,7 @@ def _run_step(name, device, args, kwargs):
         out, ms = _timed(device, lambda: fn(*args, **kwargs))
         return out, ms, "reference (CPU)", False
     try:
-        provider = registry.select(name, _kernel_args(name, args, kwargs)).backend
+        provider = provider_of(name, args, kwargs)
     except registry.DispatchError as e:
         kernels = [b for b, p in registry.providers(name).items()
                    if b != "reference" and registry.availability(p, device) is None]
@@ -172,7 +178,7 @@ def _run_step(name, device, args, kwargs):
     return out, ms, f"{provider} (first call {first:.0f} ms)", False
 
 
-def _attention_oracle(q, cache, slots, scale):
+def attention_oracle(q, cache, slots, scale):
     """float64 (out [s_q, H, 512], lse [H, s_q], largest |V| per column [s_q, 512]) of one request on its
     dequantised rows; slots < 0 or past the cache are skipped, a row with none gives out 0 and lse +inf."""
     from .ops.dequant_k_cache_paged import dequant_slots
@@ -242,7 +248,7 @@ def check(x: DecodeLayer, logits, slots, out, lse, requests) -> tuple[list[str],
                                                    row_to_batch=x.row_to_batch[rows], page_size=PAGE)
         topk_ok &= torch.equal(slots[rows].sort(dim=1).values, want.sort(dim=1).values)
         if attn_err is None:
-            ro, rl, vmax = _attention_oracle(x.q[r], x.mla_cache, slots[rows], x.softmax_scale)
+            ro, rl, vmax = attention_oracle(x.q[r], x.mla_cache, slots[rows], x.softmax_scale)
             why = attention_error(out[r], lse[r], ro, rl, vmax)
             attn_err = None if why is None else f"request {r}: {why}"
     n_rows = len(requests) * s_q
