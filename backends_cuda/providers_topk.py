@@ -3,12 +3,13 @@
 All three call one compiled entry, ``torch.ops.dsa_cuda.topk_out`` (csrc/topk.cpp, kernels/topk.cu):
 
     topk_out(scores, k, lengths, row_starts, deterministic, page_table, page_table_row_starts,
-             row_to_batch, page_size, offsets, out, out_raw) -> ()
+             row_to_batch, page_size, offsets, out, out_raw, nan_first=False) -> ()
 
 `page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k.
 `deterministic=True` runs the ordered kernel (kernels/topk.cu: ascending rows, bitwise reproducible);
 the default runs the filter kernel (kernels/topk_filter.cu: the same set, in any order, faster). The
-ragged form, which has no order flag, runs the filter kernel.
+ragged form, which has no order flag, runs the filter kernel. `nan_first` gives NaN the largest key
+(common_radix_select.cuh, float_key) in both kernels.
 
 Once the library is loaded, its C++ kernels for the dsa ops' CUDA key (csrc/topk_route.cpp) serve the
 calls these providers would, without Python: :func:`start_route` keeps them in step with the registry.
@@ -59,32 +60,33 @@ def register_topk(Provider, register_provider, op: Callable[[str, torch.device],
             entry = _entry(op("topk_out", device))
         return entry
 
-    def topk_fn(scores, k, lengths, row_starts, deterministic):
+    def topk_fn(scores, k, lengths, row_starts, deterministic, nan_first):
         out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
         (entry or kernel(scores.device))(scores, k, lengths, row_starts, deterministic, None, None, None, 64, None,
-                                         out, None)
+                                         out, None, nan_first)
         return out
 
-    def topk_supports(scores, k, lengths, row_starts, deterministic):
+    def topk_supports(scores, k, lengths, row_starts, deterministic, nan_first):
         return _supports(scores, k)
 
     def page_fn(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
-                deterministic, out, out_raw):
+                deterministic, nan_first, out, out_raw):
         (entry or kernel(scores.device))(scores, k, lengths, row_starts, deterministic, page_table,
-                                         page_table_row_starts, row_to_batch, page_size, None, out, out_raw)
+                                         page_table_row_starts, row_to_batch, page_size, None, out, out_raw,
+                                         nan_first)
 
     def page_supports(scores, page_table, lengths, k, *_):
         return _supports(scores, k)
 
-    def ragged_fn(scores, offsets, lengths, k, row_starts):
+    def ragged_fn(scores, offsets, lengths, k, row_starts, nan_first):
         # No order flag in this form, so no order promised: the filter kernel, as topk's default (the
         # ordered kernel took 4x its time at 4096x32768, H200).
         out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
         (entry or kernel(scores.device))(scores, k, lengths, row_starts, False, None, None, None, 64, offsets, out,
-                                         None)
+                                         None, nan_first)
         return out
 
-    def ragged_supports(scores, offsets, lengths, k, row_starts):
+    def ragged_supports(scores, offsets, lengths, k, row_starts, nan_first):
         return _supports(scores, k)
 
     mine = {

@@ -4,10 +4,11 @@ dsa.topk_ragged_transform (kernel: kernels/topk.hip).
 All three call one compiled entry, ``torch.ops.dsa_hip.topk_out`` (csrc/topk.cpp):
 
     topk_out(scores, k, lengths, row_starts, deterministic, page_table, page_table_row_starts,
-             row_to_batch, page_size, offsets, out, out_raw, split, workspace) -> ()
+             row_to_batch, page_size, offsets, out, out_raw, split, workspace, nan_first=False) -> ()
 
 `page_table` selects the page-table form, `offsets` the ragged form, neither the plain top-k. Every
 output row comes back in ascending index order, so `deterministic=True` costs nothing extra.
+`nan_first` gives NaN the largest key instead of the smallest (kernels/topk.hip, key_of_bits).
 `split` (workgroups per row) comes from topk_heuristics.split_factor; the split path's workspace is
 allocated here from the shapes only (torch.empty: no sync, graph safe).
 """
@@ -46,7 +47,7 @@ def _num_cus(device: torch.device) -> int:
 
 
 def _launch(scores, k, lengths, row_starts, page_table, page_table_row_starts, row_to_batch, page_size,
-            offsets, out, out_raw) -> None:
+            offsets, out, out_raw, nan_first) -> None:
     rows, width = scores.shape
     split = topk_heuristics.split_factor(rows, width, _num_cus(scores.device))
     ws = None
@@ -54,7 +55,7 @@ def _launch(scores, k, lengths, row_starts, page_table, page_table_row_starts, r
         words = topk_heuristics.workspace_words(rows, split)
         ws = torch.empty(words, dtype=torch.int32, device=scores.device)
     (_fn or _kernel(scores.device))(scores, k, lengths, row_starts, True, page_table, page_table_row_starts,
-                                    row_to_batch, page_size, offsets, out, out_raw, split, ws)
+                                    row_to_batch, page_size, offsets, out, out_raw, split, ws, nan_first)
 
 
 def _supports(scores: torch.Tensor, k: int) -> Optional[str]:
@@ -79,33 +80,33 @@ def _forced_reason():
     return forced_reason()
 
 
-def topk_fn(scores, k, lengths, row_starts, deterministic):
+def topk_fn(scores, k, lengths, row_starts, deterministic, nan_first):
     out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-    _launch(scores, k, lengths, row_starts, None, None, None, 64, None, out, None)
+    _launch(scores, k, lengths, row_starts, None, None, None, 64, None, out, None, nan_first)
     return out
 
 
-def topk_supports(scores, k, lengths, row_starts, deterministic):
+def topk_supports(scores, k, lengths, row_starts, deterministic, nan_first):
     return _supports(scores, k)
 
 
 def page_fn(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
-            deterministic, out, out_raw):
+            deterministic, nan_first, out, out_raw):
     _launch(scores, k, lengths, row_starts, page_table, page_table_row_starts, row_to_batch, page_size, None,
-            out, out_raw)
+            out, out_raw, nan_first)
 
 
 def page_supports(scores, page_table, lengths, k, *_):
     return _supports(scores, k)
 
 
-def ragged_fn(scores, offsets, lengths, k, row_starts):
+def ragged_fn(scores, offsets, lengths, k, row_starts, nan_first):
     out = torch.empty((scores.shape[0], k), dtype=torch.int32, device=scores.device)
-    _launch(scores, k, lengths, row_starts, None, None, None, 64, offsets, out, None)
+    _launch(scores, k, lengths, row_starts, None, None, None, 64, offsets, out, None, nan_first)
     return out
 
 
-def ragged_supports(scores, offsets, lengths, k, row_starts):
+def ragged_supports(scores, offsets, lengths, k, row_starts, nan_first):
     return _supports(scores, k)
 
 

@@ -63,7 +63,7 @@ void dsa_cuda_binding::topk_out(Tensor scores, int64_t k, std::optional<Tensor> 
                                 std::optional<Tensor> row_starts, bool deterministic, std::optional<Tensor> page_table,
                                 std::optional<Tensor> page_table_row_starts, std::optional<Tensor> row_to_batch,
                                 int64_t page_size, std::optional<Tensor> offsets, Tensor out,
-                                std::optional<Tensor> out_raw) {
+                                std::optional<Tensor> out_raw, bool nan_first) {
   const TensorInfo s = info_of(scores);
   STD_TORCH_CHECK(s.dim == 2 && s.device_type == kCuda && s.unit_last_stride(), kOp,
                   ": `scores` must be a [rows, width] CUDA tensor with unit last stride");
@@ -100,7 +100,7 @@ void dsa_cuda_binding::topk_out(Tensor scores, int64_t k, std::optional<Tensor> 
     STD_TORCH_CHECK(!out_raw.has_value(), kOp, ": `out_raw` is only for the page-table form");
   }
   topk_launch({&s, k, ptr(len), ptr(rs), deterministic, ptr(pt), ptr(ptrs), ptr(rtb), page_size, ptr(off), &o,
-               ptr(raw)});
+               ptr(raw), nan_first});
 }
 
 void dsa_cuda_binding::topk_launch(const TopkCall& c) {
@@ -117,6 +117,7 @@ void dsa_cuda_binding::topk_launch(const TopkCall& c) {
   p.row_stride = s.stride(0);
   p.k = c.k;
   p.deterministic = c.deterministic;
+  p.nan_first = c.nan_first;
   p.lengths = data_or_null(c.lengths);
   p.lengths_stride = stride_or_zero(c.lengths);
   p.row_starts = data_or_null(c.row_starts);
@@ -158,7 +159,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "topk_out(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
       "Tensor? page_table, Tensor? page_table_row_starts, Tensor? row_to_batch, int page_size, "
-      "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
+      "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw, bool nan_first=False) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) { m.impl("topk_out", TORCH_BOX(&dsa_cuda_binding::topk_out)); }

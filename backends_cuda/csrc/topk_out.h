@@ -102,6 +102,7 @@ struct TopkCall {
   const TensorInfo* offsets;  // the ragged form
   const TensorInfo* out;
   const TensorInfo* out_raw;
+  bool nan_first;  // NaN ranks above every number (last in the aggregate: false when left out)
 };
 
 // torch.ops.dsa_cuda.topk_out: checks what keeps the launch in bounds, then launches on torch's
@@ -109,7 +110,7 @@ struct TopkCall {
 void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
-              std::optional<Tensor> out_raw);
+              std::optional<Tensor> out_raw, bool nan_first);
 
 // topk_out after its checks: fills the launch params and launches on torch's current stream of the
 // device of `scores`. No checks: the caller has proved everything topk_out checks (topk_out itself,

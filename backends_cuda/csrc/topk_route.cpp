@@ -157,15 +157,15 @@ Tensor launch_into_new_out(TopkCall call) {
   return out;
 }
 
-Tensor topk(Tensor scores, int64_t k, OptTensor lengths, OptTensor row_starts, bool deterministic) {
+Tensor topk(Tensor scores, int64_t k, OptTensor lengths, OptTensor row_starts, bool deterministic, bool nan_first) {
   const TensorInfo s = info_of(scores);
   const std::optional<TensorInfo> len = info_of(lengths);
   const std::optional<TensorInfo> rs = info_of(row_starts);
   if (!scores_ok(s, k, len, rs)) {
-    return sd::to<Tensor>(call_router("topk", "", scores, k, lengths, row_starts, deterministic)[0]);
+    return sd::to<Tensor>(call_router("topk", "", scores, k, lengths, row_starts, deterministic, nan_first)[0]);
   }
-  return launch_into_new_out(
-      TopkCall{&s, k, ptr(len), ptr(rs), deterministic, nullptr, nullptr, nullptr, 64, nullptr, nullptr, nullptr});
+  return launch_into_new_out(TopkCall{&s, k, ptr(len), ptr(rs), deterministic, nullptr, nullptr, nullptr, 64,
+                                      nullptr, nullptr, nullptr, nan_first});
 }
 
 // The page-table form's inputs, read once, and whether the fast path serves them (scores_ok and
@@ -190,49 +190,51 @@ struct PageForm {
         ok(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size)) {}
 
   // The launch of this form into `out` (nullptr: a new one, see launch_into_new_out) and `out_raw`.
-  TopkCall call(int64_t k, bool deterministic, int64_t page_size, const TensorInfo* out,
+  TopkCall call(int64_t k, bool deterministic, bool nan_first, int64_t page_size, const TensorInfo* out,
                 const TensorInfo* out_raw) const {
     return TopkCall{&s, k, ptr(len), ptr(rs), deterministic, &pt, ptr(ptrs), ptr(rtb), page_size, nullptr, out,
-                    out_raw};
+                    out_raw, nan_first};
   }
 };
 
 void topk_page_table_transform_out(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
                                    OptTensor page_table_row_starts, OptTensor row_to_batch, int64_t page_size,
-                                   bool deterministic, Tensor out, OptTensor out_raw) {
+                                   bool deterministic, bool nan_first, Tensor out, OptTensor out_raw) {
   const PageForm f(scores, page_table, lengths, row_starts, page_table_row_starts, row_to_batch, k, page_size);
   const TensorInfo o = info_of(out);
   const std::optional<TensorInfo> raw = info_of(out_raw);
   if (!(f.ok && out_ok(o, f.s, k) && (!raw.has_value() || out_ok(*raw, f.s, k)))) {
     call_router("topk_page_table_transform", "out", scores, page_table, lengths, k, row_starts,
-                page_table_row_starts, row_to_batch, page_size, deterministic, out, out_raw);
+                page_table_row_starts, row_to_batch, page_size, deterministic, nan_first, out, out_raw);
     return;
   }
-  dsa_cuda_binding::topk_launch(f.call(k, deterministic, page_size, &o, ptr(raw)));
+  dsa_cuda_binding::topk_launch(f.call(k, deterministic, nan_first, page_size, &o, ptr(raw)));
 }
 
 Tensor topk_page_table_transform(Tensor scores, Tensor page_table, Tensor lengths, int64_t k, OptTensor row_starts,
                                  OptTensor page_table_row_starts, OptTensor row_to_batch, int64_t page_size,
-                                 bool deterministic) {
+                                 bool deterministic, bool nan_first) {
   const PageForm f(scores, page_table, lengths, row_starts, page_table_row_starts, row_to_batch, k, page_size);
   if (!f.ok) {
     return sd::to<Tensor>(call_router("topk_page_table_transform", "", scores, page_table, lengths, k, row_starts,
-                                      page_table_row_starts, row_to_batch, page_size, deterministic)[0]);
+                                      page_table_row_starts, row_to_batch, page_size, deterministic, nan_first)[0]);
   }
-  return launch_into_new_out(f.call(k, deterministic, page_size, nullptr, nullptr));
+  return launch_into_new_out(f.call(k, deterministic, nan_first, page_size, nullptr, nullptr));
 }
 
-Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int64_t k, OptTensor row_starts) {
+Tensor topk_ragged_transform(Tensor scores, Tensor offsets, Tensor lengths, int64_t k, OptTensor row_starts,
+                             bool nan_first) {
   const TensorInfo s = info_of(scores);
   const TensorInfo off = info_of(offsets);
   const std::optional<TensorInfo> len = info_of(lengths);
   const std::optional<TensorInfo> rs = info_of(row_starts);
   if (!(scores_ok(s, k, len, rs) && rows_ok(off, s))) {
-    return sd::to<Tensor>(call_router("topk_ragged_transform", "", scores, offsets, lengths, k, row_starts)[0]);
+    return sd::to<Tensor>(
+        call_router("topk_ragged_transform", "", scores, offsets, lengths, k, row_starts, nan_first)[0]);
   }
   // The ragged form has no order flag: the filter kernel (any order), as providers_topk's ragged_fn.
   return launch_into_new_out(
-      TopkCall{&s, k, ptr(len), ptr(rs), false, nullptr, nullptr, nullptr, 64, &off, nullptr, nullptr});
+      TopkCall{&s, k, ptr(len), ptr(rs), false, nullptr, nullptr, nullptr, 64, &off, nullptr, nullptr, nan_first});
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ __device__ __forceinline__ uint32_t sample_filter(const GlobalSrc<T>& g, uint32_
   const int64_t pn = g.hi - g.lo;  // > kSamples
   for (int i = threadIdx.x; i < kSamples; i += blockDim.x) {
     const int64_t pos = g.lo + (int64_t(i) * pn + pn / 2) / kSamples;
-    cand_keys[i] = radix::KeyOf<T>::one(g.row + pos);
+    cand_keys[i] = radix::KeyOf<T>::one(g.row + pos, g.nan_key);
   }
   const ListSrc samples(cand_keys, nullptr, 0, kSamples);
   uint64_t j = (uint64_t(kSamples) * want) / uint64_t(pn);
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant
 
   const uint32_t k = uint32_t(a.k);
   GlobalSrc<T> g;
-  g.init(static_cast<const T*>(a.scores) + r * a.row_stride, p_lo, p_hi);
+  g.init(static_cast<const T*>(a.scores) + r * a.row_stride, p_lo, p_hi, a.nan_key);
   SelectState st{0u, 0u, k, uint32_t(n)};
   uint32_t part_gt = 0;  // this CTA's keys above the prefix (all taken)
   uint32_t part_eq = 0;  // this CTA's keys equal to the prefix (candidates)

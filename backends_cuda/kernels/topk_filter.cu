@@ -943,7 +943,7 @@ constexpr int kSampleRun = 16;
 // its offsets kThreads / kSampleRun runs apart. (At S = 2048, 4 loads a thread: 8 loaded 4 twice.)
 template <typename T, int kLoads>
 __device__ __forceinline__ void load_samples(const T* first, uint32_t step, int S, uint32_t* buf, uint32_t& v_lo,
-                                             uint32_t& v_max) {
+                                             uint32_t& v_max, uint32_t nan_key) {
   static_assert(kThreads % kSampleRun == 0, "a round's samples are whole runs");
   const uint32_t run_step = uint32_t(kThreads / kSampleRun) * step;
   for (int base = 0; base < S; base += kLoads * kThreads) {
@@ -955,7 +955,7 @@ __device__ __forceinline__ void load_samples(const T* first, uint32_t step, int 
     }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
-      const uint32_t v = radix::KeyOf<T>::of_raw(raw[u]);
+      const uint32_t v = radix::KeyOf<T>::of_raw(raw[u], nan_key);
       buf[base + u * kThreads + int(threadIdx.x)] = v;
       v_lo = min(v_lo, v);
       v_max = max(v_max, v);
@@ -974,7 +974,8 @@ template <typename T>
 __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, int64_t n, uint32_t k,
                                                      uint32_t* buf, uint32_t* hist, Counters& cnt,
                                                      SelectShared& sh, bool wide, bool& promising, bool& single,
-                                                     uint32_t pf_bytes, bool spread, uint32_t csize, uint32_t rank) {
+                                                     uint32_t pf_bytes, bool spread, uint32_t csize, uint32_t rank,
+                                                     uint32_t nan_key) {
   // A spread row takes the samples of a window half as long: every CTA of it loads and selects the
   // same ones, and its candidates have 4 buffers or more (1x131072 10.6 -> 10.2 us, 20x134868 13.6 ->
   // 12.95; H200; tests/test_topk_filter_model.py checks that they fit).
@@ -1000,9 +1001,9 @@ __device__ __forceinline__ uint32_t sample_threshold(const T* row, int64_t lo, i
   static_assert(kMinSamples % (4 * kThreads) == 0 && (2 * kMinSamples) % (8 * kThreads) == 0,
                 "S is a whole number of rounds of loads");
   if (S == kMinSamples) {
-    load_samples<T, kMinSamples / kThreads>(row + lo, step, S, buf, v_lo, v_max);
+    load_samples<T, kMinSamples / kThreads>(row + lo, step, S, buf, v_lo, v_max, nan_key);
   } else {
-    load_samples<T, 8>(row + lo, step, S, buf, v_lo, v_max);
+    load_samples<T, 8>(row + lo, step, S, buf, v_lo, v_max, nan_key);
   }
   trace("s_loaded");
   {  // the first pf_bytes of this CTA's vectors (FilterStages) into L2 while the samples are selected
@@ -1095,22 +1096,27 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // The filter compares scores as floats (one instruction a key) with the float of the key E:
-// x >= e  <=>  key(x) >= E for every non-NaN x (-0.0 == +0.0 as keys and as floats); NaN (key 0)
+// x >= e  <=>  key(x) >= E for every non-NaN x (-0.0 == +0.0 as keys and as floats). NaN's key 0
 // passes only when E == 0, where the filter takes every key without comparing. E below -inf's key:
 // every non-NaN passes (e = -inf); E above +inf's key: nothing passes (e = NaN).
+// nan_first (NaN's key 0xFFFFFFFF, at or above every E): the unordered compare !(x < e), which NaN
+// passes, and e = +inf above +inf's key, so that key range passes NaN and +inf: a superset of the keys
+// >= E, which the finish selects from by key (the plateau path, which cannot take one, does not get
+// such an E: filter_row).
 struct FloatThreshold {
   float e;
-  __device__ __forceinline__ explicit FloatThreshold(uint32_t E) {
+  bool unordered;
+  __device__ __forceinline__ FloatThreshold(uint32_t E, bool nan_first) : unordered(nan_first) {
     if (E <= 0x007FFFFFu) {
       e = -__int_as_float(0x7F800000);
     } else if (E > 0xFF800000u) {
-      e = __int_as_float(0x7FC00000);
+      e = nan_first ? __int_as_float(0x7F800000) : __int_as_float(0x7FC00000);
     } else {
       e = __uint_as_float((E & 0x80000000u) ? (E & 0x7FFFFFFFu) : ~E);
     }
   }
-  // For E != 0 (NaN fails the compare, as its key 0 < E).
-  __device__ __forceinline__ uint32_t pass(float x) const { return uint32_t(x >= e); }
+  // For E != 0. nan_last: NaN fails the compare (its key 0 < E); nan_first: it passes.
+  __device__ __forceinline__ uint32_t pass(float x) const { return uint32_t(unordered ? !(x < e) : x >= e); }
 };
 
 // Bit j: item j of the raw 16-byte vector passes (E != 0).
@@ -1274,7 +1280,7 @@ __device__ __forceinline__ void filter_pass_as(const GlobalSrc<T>& g, uint4* sta
   constexpr int I = GlobalSrc<T>::kItems;
   constexpr int R = round_vecs<T>();
   static_assert(kStages % R == 0, "a round's vectors are whole stages");
-  const FloatThreshold t(E);
+  const FloatThreshold t(E, g.nan_key != 0u);
   const FilterStages<T, kInterleaved> fs(g, stage_buf, csize, rank);
   const int32_t a0 = int32_t(g.a0);
 #pragma unroll
@@ -1334,7 +1340,8 @@ __device__ __forceinline__ void filter_pass(const GlobalSrc<T>& g, uint4* stage_
 // kBinned, slot != nullptr (a one-round row: a spread split row's, kBits 8, or a one-CTA row's, kBits 11):
 // each candidate also counted in its bin there.
 template <typename T, bool kBinned = false, int kBits = kOneRoundBits>
-__device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters& cnt, uint32_t* slot = nullptr,
+__device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, uint32_t nan_key, Counters& cnt,
+                                            uint32_t* slot = nullptr,
                                             OneRoundBins<kBits> bins = OneRoundBins<kBits>(0u, 0u)) {
   m = m < uint32_t(kCapacity) ? m : uint32_t(kCapacity);
   uint32_t lo = 0xFFFFFFFFu;
@@ -1342,7 +1349,7 @@ __device__ __forceinline__ void raw_to_keys(uint32_t* keys, uint32_t m, Counters
   for (uint32_t base = 0; base < m; base += kThreads) {  // (uniform trip count: range_add votes)
     const uint32_t i = base + threadIdx.x;
     if (i < m) {
-      const uint32_t key = radix::KeyOf<T>::of_raw(keys[i]);
+      const uint32_t key = radix::KeyOf<T>::of_raw(keys[i], nan_key);
       keys[i] = key;
       lo = min(lo, key);
       hi = max(hi, key);
@@ -1573,14 +1580,21 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           wide ? 0u : min(cta_share(n, csize), uint32_t(a.prefetch_bytes) / uint32_t(sizeof(T))) * uint32_t(sizeof(T));
       uint32_t E = fits ? 0u
                         : sample_threshold(row_a, w.lo, int64_t(n), k, keys, hist, cnt, sh, wide, promising, single,
-                                           pf_bytes, spread, csize, rank);
+                                           pf_bytes, spread, csize, rank, a.nan_key);
+      // nan_first: a plateau at +inf or NaN (V >= +inf's key) would filter the keys above V with a
+      // threshold above +inf's key, which FloatThreshold widens to pass V's keys too: the exact fallback.
+      if (a.nan_key != 0u && !promising && E >= kInfKey) {
+        single = false;
+      }
       // A spread row's first sampled attempt off a plateau bins its candidates as it converts them and
       // sends the bins with its count (one_round_select). (Uniform over the row's CTAs: same samples.)
       // A one-CTA row does so too (fp32 4096x32768 -3.1%, bf16 -3.4%; H200) unless the
       // samples reach +inf (its finite candidates would crowd the lowest bins, every atomic on a few
       // words) or E is a plateau's value (`single`: ties 4096x32768 +5.1%, thousands of atomics on one).
       const uint32_t smax = cnt.hi;  // (sample_threshold's range: the samples' largest key)
-      const bool one_round = (kSplit ? spread : smax < kInfKey && !single) && !wide && !fits && promising;
+      // (E above +inf's key, nan_first only: candidates below E, which the bins do not take.)
+      const bool one_round =
+          (kSplit ? spread && E <= kInfKey : smax < kInfKey && !single) && !wide && !fits && promising;
       if constexpr (kSplit) {
         if (!wide && threadIdx.x == 0) {
           ex->smax = smax;
@@ -1614,7 +1628,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         trace("threshold");
         {
           GlobalSrc<T> g;  // the whole window (a split row: its CTA's chunks of it)
-          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, w.lo, w.hi);
+          g.init(static_cast<const T*>(a.scores) + r * a.row_stride, w.lo, w.hi, a.nan_key);
           filter_pass<T, kSplit>(g, stage, E, keys, cols, cnt, csize, rank);
         }
         __syncthreads();  // the candidates and their count are complete
@@ -1625,10 +1639,10 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
         if constexpr (kSplit) {
           // (OneRoundBins made here and again at one_round_select, from V and ex->smax: held across
           // the count exchange it would take registers)
-          raw_to_keys<T, true>(keys, cnt.cand, cnt, one_round ? hist + rank * kOneRoundBins : nullptr,
+          raw_to_keys<T, true>(keys, cnt.cand, a.nan_key, cnt, one_round ? hist + rank * kOneRoundBins : nullptr,
                                OneRoundBins<>(V, ex->smax));
         } else {
-          raw_to_keys<T, true, kRowRoundBits>(keys, cnt.cand, cnt, one_round ? hist : nullptr,
+          raw_to_keys<T, true, kRowRoundBits>(keys, cnt.cand, a.nan_key, cnt, one_round ? hist : nullptr,
                                               OneRoundBins<kRowRoundBits>(V, cnt.before));
         }
         trace("filtered");
@@ -1803,7 +1817,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
           // Plateau, fewer than k candidates (all written): the first k - total keys equal to V.
           trace("to ties");
           GlobalSrc<T> gw;
-          gw.init(row_of(), w.lo, w.hi);
+          gw.init(row_of(), w.lo, w.hi, a.nan_key);
           if (ordered_ties(gw, V, k - total, total, out_of_row(), k, sh) >= k - total) {
             return;
           }
@@ -1819,7 +1833,7 @@ __device__ __forceinline__ void filter_row(const KernelArgs& a, SelectShared& sh
     return;  // a split row without the fast path: rank 0 alone runs the exact fallback
   }
   GlobalSrc<T> g;
-  g.init(row_of(), w.lo, w.hi);
+  g.init(row_of(), w.lo, w.hi, a.nan_key);
   trace("to exact");
   exact_row<T, lookups_in_flight<T, kSplit>()>(g, n, k, keys, cols, hist, cnt, out_of_row(), sh);
   trace("exact");

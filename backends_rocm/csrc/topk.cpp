@@ -32,7 +32,7 @@ void check_out(const Tensor& t, const char* name, const Tensor& scores, int64_t 
 void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
-              std::optional<Tensor> out_raw, int64_t split, std::optional<Tensor> workspace) {
+              std::optional<Tensor> out_raw, int64_t split, std::optional<Tensor> workspace, bool nan_first) {
   (void)deterministic;  // every output row is in ascending index order
   STD_TORCH_CHECK(scores.dim() == 2 && scores.is_cuda() && unit_last_stride(scores), kOp,
                   ": `scores` must be a [rows, width] GPU tensor with unit last stride");
@@ -78,6 +78,7 @@ void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::opti
   p.width = scores.size(1);
   p.row_stride = scores.stride(0);
   p.k = k;
+  p.nan_first = nan_first;
   p.lengths = ptr_or_null(lengths);
   p.lengths_stride = stride_or_zero(lengths);
   p.row_starts = ptr_or_null(row_starts);
@@ -132,7 +133,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(dsa_hip, m) {
   m.def(
       "topk_out(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
       "Tensor? page_table, Tensor? page_table_row_starts, Tensor? row_to_batch, int page_size, "
-      "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw, int split, Tensor? workspace) -> ()");
+      "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw, int split, Tensor? workspace, "
+      "bool nan_first=False) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_hip, CUDA, m) { m.impl("topk_out", TORCH_BOX(&topk_out)); }

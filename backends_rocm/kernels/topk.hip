@@ -3,7 +3,8 @@
 // correctness run. Contract: include/dsa_hip/topk.h.
 //
 // Keys: every score becomes a uint32 whose unsigned order is the ranking order: larger score ->
-// larger key, -0.0 and +0.0 -> one key, every NaN -> 0 (below -inf). bf16 and fp16 go through their
+// larger key, -0.0 and +0.0 -> one key, every NaN -> nan_key: 0 (below -inf), or 0xFFFFFFFF (above
+// +inf) with nan_first, a runtime value (KernelArgs::nan_key). bf16 and fp16 go through their
 // exact fp32 value. An exact radix select over the key finds the k-th largest key T in three levels
 // (12-bit histograms of bits 31..20 and 19..8 in LDS, then bits 7..0): after each level the keys are
 // split into those above the threshold bin (all taken), the bin's keys (candidates) and the rest.
@@ -62,6 +63,7 @@ struct KernelArgs {
   int64_t pt_row_starts_stride;
   const int32_t* offsets;
   int64_t offsets_stride;
+  uint32_t nan_key;  // the key of every NaN: 0, or 0xFFFFFFFF with nan_first
   uint32_t grid;   // blocks launched (the grid-stride step)
   int32_t split;   // parts per row
   uint32_t* ws_hist;   // [rows * split][kBins]
@@ -72,10 +74,10 @@ struct KernelArgs {
 // ---------------------------------------------------------------------------------------------
 // Keys
 
-__device__ __forceinline__ uint32_t key_of_bits(uint32_t b) {
+__device__ __forceinline__ uint32_t key_of_bits(uint32_t b, uint32_t nan_key) {
   const uint32_t m = b & 0x7FFFFFFFu;
   if (m > 0x7F800000u) {
-    return 0u;  // NaN
+    return nan_key;  // NaN
   }
   if (m == 0u) {
     b = 0u;  // -0.0 -> +0.0
@@ -99,12 +101,12 @@ __device__ __forceinline__ uint32_t fp16_to_f32_bits(uint32_t h) {
 
 // kDtype: TopkDtype as int.
 template <int kDtype>
-__device__ __forceinline__ uint32_t load_key(const void* row, int64_t i) {
+__device__ __forceinline__ uint32_t load_key(const void* row, int64_t i, uint32_t nan_key) {
   if (kDtype == 0) {
-    return key_of_bits(static_cast<const uint32_t*>(row)[i]);
+    return key_of_bits(static_cast<const uint32_t*>(row)[i], nan_key);
   }
   const uint32_t h = static_cast<const uint16_t*>(row)[i];
-  return key_of_bits(kDtype == 1 ? (h << 16) : fp16_to_f32_bits(h));
+  return key_of_bits(kDtype == 1 ? (h << 16) : fp16_to_f32_bits(h), nan_key);
 }
 
 __device__ __forceinline__ int level_shift(int level) { return level == 0 ? 20 : (level == 1 ? 8 : 0); }
@@ -336,13 +338,13 @@ __device__ __forceinline__ void select_bin(Shared& sh, Select& st, int level) {
 // Histogram of `level`'s digit of the candidates among the keys [lo, hi) of the row.
 template <int kDtype>
 __device__ __forceinline__ void hist_window(Shared& sh, const void* row, int64_t lo, int64_t hi, const Select& st,
-                                            int level) {
+                                            int level, uint32_t nan_key) {
   int64_t i = lo + thread_id_x();
   for (; i + 3 * kThreads < hi; i += 4 * kThreads) {
     uint32_t key[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      key[j] = load_key<kDtype>(row, i + j * kThreads);
+      key[j] = load_key<kDtype>(row, i + j * kThreads, nan_key);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -352,7 +354,7 @@ __device__ __forceinline__ void hist_window(Shared& sh, const void* row, int64_t
     }
   }
   for (; i < hi; i += kThreads) {
-    const uint32_t key = load_key<kDtype>(row, i);
+    const uint32_t key = load_key<kDtype>(row, i, nan_key);
     if ((key & st.mask) == st.prefix) {
       lds_atomic_add(&sh.hist[digit(key, level)], 1u);
     }
@@ -364,7 +366,8 @@ __device__ __forceinline__ void hist_window(Shared& sh, const void* row, int64_t
 // run_eq: keys of each kind before lo (earlier parts of a split row).
 template <int kWarpSize, int kDtype>
 __device__ __forceinline__ void ordered_write(Shared& sh, const void* row, int64_t lo, int64_t hi, const Select& st,
-                                              int64_t k, uint32_t run_gt, uint32_t run_eq, const RowOut& o) {
+                                              int64_t k, uint32_t run_gt, uint32_t run_eq, const RowOut& o,
+                                              uint32_t nan_key) {
   const uint32_t need = st.need;
   const int64_t tile = int64_t(kThreads) * kItems;
   for (int64_t base = lo; base < hi; base += tile) {
@@ -379,7 +382,7 @@ __device__ __forceinline__ void ordered_write(Shared& sh, const void* row, int64
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (i0 + j < hi) {
-        const uint32_t mk = load_key<kDtype>(row, i0 + j) & st.mask;
+        const uint32_t mk = load_key<kDtype>(row, i0 + j, nan_key) & st.mask;
         if (mk > st.prefix) {
           gt |= 1u << j;
           ++n_gt;
@@ -440,7 +443,7 @@ __global__ void __launch_bounds__(kThreads) topk_row_kernel(KernelArgs args) {
     Select st = select_init(a.k);
     clear_hist(sh);
     block_sync();
-    hist_window<kDtype>(sh, rp, w.lo, w.hi, st, 0);
+    hist_window<kDtype>(sh, rp, w.lo, w.hi, st, 0, a.nan_key);
     block_sync();
     select_bin<kWarpSize>(sh, st, 0);
     if (!st.done && st.count <= uint32_t(kTieCap)) {
@@ -450,7 +453,7 @@ __global__ void __launch_bounds__(kThreads) topk_row_kernel(KernelArgs args) {
       }
       block_sync();
       for (int64_t i = w.lo + tid; i < w.hi; i += kThreads) {
-        const uint32_t key = load_key<kDtype>(rp, i);
+        const uint32_t key = load_key<kDtype>(rp, i, a.nan_key);
         if ((key & st.mask) == st.prefix) {
           const uint32_t slot = lds_atomic_add(&sh.nbuf, 1u);
           if (slot < uint32_t(kTieCap)) {
@@ -476,12 +479,12 @@ __global__ void __launch_bounds__(kThreads) topk_row_kernel(KernelArgs args) {
       for (int level = 1; level < 3 && !st.done; ++level) {
         clear_hist(sh);
         block_sync();
-        hist_window<kDtype>(sh, rp, w.lo, w.hi, st, level);
+        hist_window<kDtype>(sh, rp, w.lo, w.hi, st, level, a.nan_key);
         block_sync();
         select_bin<kWarpSize>(sh, st, level);
       }
     }
-    ordered_write<kWarpSize, kDtype>(sh, rp, w.lo, w.hi, st, a.k, 0u, 0u, o);
+    ordered_write<kWarpSize, kDtype>(sh, rp, w.lo, w.hi, st, a.k, 0u, 0u, o, a.nan_key);
   }
 }
 
@@ -530,7 +533,7 @@ __global__ void __launch_bounds__(kThreads) topk_split_hist_kernel(KernelArgs a,
     const Part p = part_of(w, pr - row * a.split, a.split);
     clear_hist(sh);
     block_sync();
-    hist_window<kDtype>(sh, row_ptr(a, kDtype, row), p.lo, p.hi, st, level);
+    hist_window<kDtype>(sh, row_ptr(a, kDtype, row), p.lo, p.hi, st, level, a.nan_key);
     block_sync();
     uint32_t* dst = a.ws_hist + pr * kBins;
     for (int b = int(thread_id_x()); b < kBins; b += kThreads) {
@@ -596,7 +599,7 @@ __global__ void __launch_bounds__(kThreads) topk_split_count_kernel(KernelArgs a
     uint32_t n_gt = 0;
     uint32_t n_eq = 0;
     for (int64_t i = p.lo + thread_id_x(); i < p.hi; i += kThreads) {
-      const uint32_t mk = load_key<kDtype>(rp, i) & st.mask;
+      const uint32_t mk = load_key<kDtype>(rp, i, a.nan_key) & st.mask;
       n_gt += mk > st.prefix ? 1u : 0u;
       n_eq += mk == st.prefix ? 1u : 0u;
     }
@@ -640,7 +643,8 @@ __global__ void __launch_bounds__(kThreads) topk_split_write_kernel(KernelArgs a
       run_eq += a.ws_cnt[q * 2 + 1];
     }
     const Part p = part_of(w, s, a.split);
-    ordered_write<kWarpSize, kDtype>(sh, row_ptr(a, kDtype, row), p.lo, p.hi, st, a.k, run_gt, run_eq, o);
+    ordered_write<kWarpSize, kDtype>(sh, row_ptr(a, kDtype, row), p.lo, p.hi, st, a.k, run_gt, run_eq, o,
+                                     a.nan_key);
   }
 }
 
@@ -704,6 +708,7 @@ hipError_t launch_topk(const TopkParams& p, hipStream_t stream) {
   a.pt_row_starts_stride = p.page_table_row_starts_stride;
   a.offsets = p.offsets;
   a.offsets_stride = p.offsets_stride;
+  a.nan_key = p.nan_first ? 0xFFFFFFFFu : 0u;
   a.split = (p.split > 1 && p.workspace != nullptr) ? (p.split < kTopkMaxSplit ? p.split : kTopkMaxSplit) : 1;
   if (a.split > 1) {
     const int64_t pairs = p.rows * a.split;

@@ -1,8 +1,10 @@
 // Block-wide building blocks of the exact radix select used by the top-k kernels. Torch-free.
 //
 // Keys: every score becomes a uint32 whose unsigned order is the ranking order (DESIGN.md):
-// larger score -> larger key, -0.0 and +0.0 -> the same key, every NaN -> key 0, below -inf's key
-// (0x007FFFFF). Ties are then broken by the smaller index, which the callers do by index order.
+// larger score -> larger key, -0.0 and +0.0 -> the same key, every NaN -> `nan_key`: 0, below -inf's
+// key (0x007FFFFF), or with nan_first 0xFFFFFFFF, above +inf's (0xFF800000). Ties are then broken by
+// the smaller index, which the callers do by index order. nan_key is a runtime value (the kernel
+// arguments' `nan_key`): one select where the key is made, no second instantiation of the kernels.
 //
 // The select runs up to three levels on the key bits 31..21, 20..10 and 9..0: each level
 // histograms (2048 shared-memory bins) the keys whose already-fixed high bits equal the prefix
@@ -29,9 +31,9 @@ __device__ __forceinline__ uint32_t level_mask(int level) {
   return level == 0 ? 0xFFE00000u : (level == 1 ? 0xFFFFFC00u : 0xFFFFFFFFu);
 }
 
-__device__ __forceinline__ uint32_t float_key(float x) {
+__device__ __forceinline__ uint32_t float_key(float x, uint32_t nan_key) {
   if (x != x) {
-    return 0u;  // every NaN: below -inf (key 0x007FFFFF)
+    return nan_key;  // every NaN: 0 (below -inf) or 0xFFFFFFFF (above +inf)
   }
   uint32_t b = __float_as_uint(x);
   if (x == 0.0f) {
@@ -41,8 +43,8 @@ __device__ __forceinline__ uint32_t float_key(float x) {
 }
 
 // Raw 16-byte vectors of T -> keys. kItems = 16 / sizeof(T). raw(p): the bits of the score at p (16-bit
-// types: zero-extended), loaded through the read-only path; of_raw(bits): their key; one(p): the key of
-// the score at p (of_raw(raw(p))).
+// types: zero-extended), loaded through the read-only path; of_raw(bits, nan_key): their key; one(p,
+// nan_key): the key of the score at p (of_raw(raw(p), nan_key)).
 template <typename T>
 struct KeyOf;
 
@@ -50,13 +52,17 @@ template <>
 struct KeyOf<float> {
   static constexpr int kItems = 4;
   __device__ __forceinline__ static uint32_t raw(const float* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
-  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits) { return float_key(__uint_as_float(bits)); }
-  __device__ __forceinline__ static uint32_t one(const float* p) { return float_key(__ldg(p)); }
-  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[4]) {
-    k[0] = float_key(__uint_as_float(v.x));
-    k[1] = float_key(__uint_as_float(v.y));
-    k[2] = float_key(__uint_as_float(v.z));
-    k[3] = float_key(__uint_as_float(v.w));
+  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits, uint32_t nan_key) {
+    return float_key(__uint_as_float(bits), nan_key);
+  }
+  __device__ __forceinline__ static uint32_t one(const float* p, uint32_t nan_key) {
+    return float_key(__ldg(p), nan_key);
+  }
+  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[4], uint32_t nan_key) {
+    k[0] = float_key(__uint_as_float(v.x), nan_key);
+    k[1] = float_key(__uint_as_float(v.y), nan_key);
+    k[2] = float_key(__uint_as_float(v.z), nan_key);
+    k[3] = float_key(__uint_as_float(v.w), nan_key);
   }
 };
 
@@ -71,14 +77,18 @@ struct KeyOf<__nv_bfloat16> {
   __device__ __forceinline__ static uint32_t raw(const __nv_bfloat16* p) {
     return __ldg(reinterpret_cast<const unsigned short*>(p));
   }
-  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits) { return float_key(bf16_bits_to_float(bits)); }
-  __device__ __forceinline__ static uint32_t one(const __nv_bfloat16* p) { return of_raw(raw(p)); }
-  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8]) {
+  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits, uint32_t nan_key) {
+    return float_key(bf16_bits_to_float(bits), nan_key);
+  }
+  __device__ __forceinline__ static uint32_t one(const __nv_bfloat16* p, uint32_t nan_key) {
+    return of_raw(raw(p), nan_key);
+  }
+  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8], uint32_t nan_key) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      k[2 * j] = float_key(bf16_bits_to_float(w[j] & 0xFFFFu));
-      k[2 * j + 1] = float_key(bf16_bits_to_float(w[j] >> 16));
+      k[2 * j] = float_key(bf16_bits_to_float(w[j] & 0xFFFFu), nan_key);
+      k[2 * j + 1] = float_key(bf16_bits_to_float(w[j] >> 16), nan_key);
     }
   }
 };
@@ -87,14 +97,16 @@ template <>
 struct KeyOf<__half> {
   static constexpr int kItems = 8;
   __device__ __forceinline__ static uint32_t raw(const __half* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
-  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits) { return float_key(fp16_bits_to_float(bits)); }
-  __device__ __forceinline__ static uint32_t one(const __half* p) { return of_raw(raw(p)); }
-  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8]) {
+  __device__ __forceinline__ static uint32_t of_raw(uint32_t bits, uint32_t nan_key) {
+    return float_key(fp16_bits_to_float(bits), nan_key);
+  }
+  __device__ __forceinline__ static uint32_t one(const __half* p, uint32_t nan_key) { return of_raw(raw(p), nan_key); }
+  __device__ __forceinline__ static void vec(const uint4& v, uint32_t (&k)[8], uint32_t nan_key) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      k[2 * j] = float_key(fp16_bits_to_float(w[j] & 0xFFFFu));
-      k[2 * j + 1] = float_key(fp16_bits_to_float(w[j] >> 16));
+      k[2 * j] = float_key(fp16_bits_to_float(w[j] & 0xFFFFu), nan_key);
+      k[2 * j + 1] = float_key(fp16_bits_to_float(w[j] >> 16), nan_key);
     }
   }
 };

@@ -63,6 +63,8 @@ struct KernelArgs {
   // Filter kernel: bytes of the head of its part of the window a CTA asks L2 for while it selects
   // the samples (0: none).
   int32_t prefetch_bytes;
+  // The key of every NaN (radix::float_key): 0, below -inf, or 0xFFFFFFFF with nan_first.
+  uint32_t nan_key;
 };
 
 // *p when `pred`, else `other`: one predicated load (a select of its address, or a branch around it,
@@ -158,11 +160,13 @@ struct GlobalSrc {
   int64_t hi;
   int64_t a0;
   int32_t vecs;
+  uint32_t nan_key;  // KernelArgs::nan_key
 
-  __device__ __forceinline__ void init(const T* row_, int64_t lo_, int64_t hi_) {
+  __device__ __forceinline__ void init(const T* row_, int64_t lo_, int64_t hi_, uint32_t nan_key_) {
     row = row_;
     lo = lo_;
     hi = hi_;
+    nan_key = nan_key_;
     a0 = lo - int64_t((reinterpret_cast<uintptr_t>(row + lo) & 15u) / sizeof(T));
     vecs = int32_t((hi - a0 + kItems - 1) / kItems);
   }
@@ -170,7 +174,7 @@ struct GlobalSrc {
   __device__ __forceinline__ uint32_t load(int32_t v, uint32_t (&key)[kItems]) const {
     const int64_t i0 = a0 + int64_t(v) * kItems;
     if (i0 >= lo && i0 + kItems <= hi) {
-      radix::KeyOf<T>::vec(__ldg(reinterpret_cast<const uint4*>(row + i0)), key);
+      radix::KeyOf<T>::vec(__ldg(reinterpret_cast<const uint4*>(row + i0)), key, nan_key);
       return (1u << kItems) - 1u;
     }
     uint32_t m = 0;
@@ -179,7 +183,7 @@ struct GlobalSrc {
       const int64_t i = i0 + j;
       key[j] = 0u;
       if (i >= lo && i < hi) {
-        key[j] = radix::KeyOf<T>::one(row + i);
+        key[j] = radix::KeyOf<T>::one(row + i, nan_key);
         m |= 1u << j;
       }
     }
@@ -388,6 +392,7 @@ inline KernelArgs make_args(const TopkParams& p) {
   a.pt_row_starts_stride = p.page_table_row_starts_stride;
   a.offsets = p.offsets;
   a.offsets_stride = p.offsets_stride;
+  a.nan_key = p.nan_first ? 0xFFFFFFFFu : 0u;
   // page_size >= 2^31 behaves as 2^31: every valid index is in page slot 0, and only page 0 keeps
   // the slot id inside int32.
   int log2_page = 0;

@@ -33,6 +33,8 @@ struct TopkParams {
   // true: every output row in ascending index order (an ordered write); false: any order (the
   // filter kernel, kernels/topk_filter.cu, writes in the order it finds the keys).
   bool deterministic;
+  // true: NaN ranks above every number (torch.topk's order); false: below every number.
+  bool nan_first;
 
   const int32_t* lengths;  // [rows] or nullptr (to the row end)
   int64_t lengths_stride;

@@ -33,6 +33,7 @@ struct TopkParams {
   int64_t width;       // < 2^31
   int64_t row_stride;  // elements between rows
   int64_t k;           // >= 1, < 2^31
+  bool nan_first;      // NaN ranks above every number (torch.topk's order); false: below every number
 
   const int32_t* lengths;  // [rows] or nullptr (to the row end)
   int64_t lengths_stride;
