@@ -1,14 +1,18 @@
-"""GPU tests of the Triton sparse_mla_decode provider against a float64 oracle on the dequantised rows.
+"""GPU tests of the sparse_mla_decode providers (triton and cuda) against a float64 oracle on the dequantised rows.
 
-Caches are NaN-filled except the slots in use (tests/sparse_mla_decode_cases.py), so a read of an unused
-slot, of a page's padding or of a position past topk_lens shows as NaN. Invalid indices: -1, INT_MIN,
-INT_MAX, the slot count and past it; rows with no valid token; 64 and 128 heads; both layouts; both
-paths (single pass, split-KV forced, and the heuristic); attn_sink; batch 1 to 256. Outputs are
-poisoned (NaN) before each call. Tolerances: compare() in the cases module (bf16 out 1e-3 absolute or
-2/128 relative or the bf16-probability bound, 1 - cosine below 1e-5 a row, lse 1e-5 relative).
+Every case runs for both providers (the `m` fixture: each provider module's `launch`, and the op forced to
+that backend through the registry's `use_backend`). Caches are NaN-filled except the slots in use
+(tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
+topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
+valid token; 64 and 128 heads; both layouts; both paths (single pass, split-KV forced, and the heuristic);
+attn_sink; batch 1 to 256. Outputs are poisoned (NaN) before each call. Tolerances: compare() in the cases
+module (bf16 out 1e-3 absolute or 2/128 relative or the bf16-probability bound, 1 - cosine below 1e-5 a
+row, lse 1e-5 relative).
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,15 +22,41 @@ pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 SCALE = {"v32": 576**-0.5, "v4": 512**-0.5}
+PROVIDERS = ("triton", "cuda")
+
+
+def _module(name):
+    if name == "triton":
+        from dsa_ops.backends.triton import sparse_mla_decode
+
+        return sparse_mla_decode
+    from dsa_ops.backends.cuda import providers_sparse_mla_decode
+
+    return providers_sparse_mla_decode
+
+
+def _provider(name):
+    """The provider `name` as (name, launch, supports); skips where it cannot run."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    if name == "cuda":
+        from dsa_ops.backends import cuda
+
+        why = cuda.available(torch.device(DEV)) or cuda.sm90_only(torch.zeros(1, device=DEV), "CUDA sparse MLA decode")
+        if why is not None:
+            pytest.skip(f"cuda provider unavailable here: {why}")
+    mod = _module(name)
+    return SimpleNamespace(PROVIDER=name, launch=mod.launch, supports=mod.supports, module=mod)
+
+
+@pytest.fixture(scope="module", params=PROVIDERS)
+def m(request):
+    return _provider(request.param)
 
 
 @pytest.fixture(scope="module")
-def m():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a GPU")
-    from dsa_ops.backends.triton import sparse_mla_decode
-
-    return sparse_mla_decode
+def mc():
+    return _provider("cuda")
 
 
 def _run(m, case, layout, split=None):
@@ -89,35 +119,49 @@ def test_padded_pages(m, layout):
 
 
 @pytest.mark.parametrize("layout", ["v32", "v4"])
-def test_op_routes_to_triton_and_captures(m, layout):
+def test_op_routes_to_provider_and_captures(m, layout):
     import dsa_ops
     from dsa_ops import registry
 
     q, cache, idx, lens, sink = case = make_case(layout, 2, 1, 64, 2048, page=64, num_blocks=64, lens=[2048, 1500],
                                                   seed=11, device=DEV)
     args = (q, cache, idx, SCALE[layout], layout, lens, sink)
-    assert registry.select_on("sparse_mla_decode", q.device, args).backend == "triton"
-    out, lse = dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=SCALE[layout], layout=layout, topk_lens=lens,
-                                         attn_sink=sink)
-    _check(out, lse, case, layout)
-    out2, lse2 = torch.ops.dsa_triton.sparse_mla_decode(*args)
-    assert torch.equal(out, out2) and torch.equal(lse, lse2)
-    # CUDA-graph capture and replay of the op (split path: its workspace comes from the graph's pool)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=SCALE[layout], layout=layout, topk_lens=lens,
-                                  attn_sink=sink)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        go, gl = dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=SCALE[layout], layout=layout,
-                                           topk_lens=lens, attn_sink=sink)
-    go.fill_(float("nan"))
-    gl.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(go, out) and torch.equal(gl, lse)
+    with registry.use_backend(m.PROVIDER):
+        assert registry.select_on("sparse_mla_decode", q.device, args).backend == m.PROVIDER
+        out, lse = dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=SCALE[layout], layout=layout,
+                                             topk_lens=lens, attn_sink=sink)
+        _check(out, lse, case, layout)
+        out2, lse2 = m.launch(*args)
+        assert torch.equal(out, out2) and torch.equal(lse, lse2)
+        # CUDA-graph capture and replay of the op (split path: its workspace comes from the graph's pool)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=SCALE[layout], layout=layout, topk_lens=lens,
+                                      attn_sink=sink)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            go, gl = dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=SCALE[layout], layout=layout,
+                                               topk_lens=lens, attn_sink=sink)
+        go.fill_(float("nan"))
+        gl.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(go, out) and torch.equal(gl, lse)
+
+
+def test_auto_order_prefers_cuda_on_sm90():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    import dsa_ops  # noqa: F401  (registers every backend)
+    from dsa_ops import registry
+    from dsa_ops.backends import cuda
+
+    q, cache, idx, lens, sink = make_case("v32", 1, 1, 128, 256, page=64, num_blocks=8, seed=2, device=DEV)
+    args = (q, cache, idx, SCALE["v32"], "v32", lens, sink)
+    want = "cuda" if cuda.available(q.device) is None and cuda.sm90_only(q, "x") is None else "triton"
+    assert registry.select_on("sparse_mla_decode", q.device, args).backend == want
 
 
 def test_supports_declines_misaligned_cache(m):
@@ -125,4 +169,43 @@ def test_supports_declines_misaligned_cache(m):
     cache = raw[2:].view(2, 64, 1, 656)
     q = torch.zeros(1, 1, 64, 576, dtype=torch.bfloat16, device=DEV)
     idx = torch.zeros(1, 1, 16, dtype=torch.int32, device=DEV)
-    assert "multiples of 4" in m.supports(q, cache, idx, 1.0, "v32", None, None)
+    want = "multiples of 4" if m.PROVIDER == "triton" else "multiples of 16"
+    assert want in m.supports(q, cache, idx, 1.0, "v32", None, None)
+
+
+def test_cuda_supports_declines_head_counts():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    from dsa_ops.backends.cuda import providers_sparse_mla_decode as pm
+
+    cache = torch.zeros(2, 64, 1, 656, dtype=torch.uint8, device=DEV)
+    idx = torch.zeros(1, 1, 16, dtype=torch.int32, device=DEV)
+    for h in (16, 96):
+        q = torch.zeros(1, 1, h, 576, dtype=torch.bfloat16, device=DEV)
+        assert "multiple of 64" in pm.unsupported_shape(q, cache, idx, "v32", None)
+    q = torch.zeros(1, 1, 128, 576, dtype=torch.bfloat16, device=DEV)
+    assert pm.unsupported_shape(q, cache, idx, "v32", None) is None
+
+
+@pytest.mark.parametrize("splits", [3, 7, 32])
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_cuda_split_counts(mc, layout, splits):
+    """Uneven and empty splits (request 1 ends inside a split, request 2 has no token): the combine skips
+    splits without a token."""
+    q, cache, idx, lens, sink = case = make_case(layout, 3, 2, 128, 2048, page=64, num_blocks=96,
+                                                  lens=[2048, 700, 0], seed=splits, device=DEV)
+    b, s_q, h, _ = q.shape
+    out = torch.full((b, s_q, h, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    lse = torch.full((b, h, s_q), float("nan"), dtype=torch.float32, device=DEV)
+    mc.launch(q, cache, idx, SCALE[layout], layout, lens, sink, splits=splits, out=out, lse=lse)
+    torch.cuda.synchronize()
+    _check(out, lse, case, layout)
+
+
+def test_providers_agree(mc):
+    """Both providers on one case: within the tolerance of each other (not bitwise: their tiles differ)."""
+    case = make_case("v32", 2, 2, 128, 2048, page=64, num_blocks=96, seed=21, device=DEV)
+    o1, l1 = _run(mc, case, "v32")
+    o2, l2 = _run(_provider("triton"), case, "v32")
+    assert (o1.float() - o2.float()).abs().max().item() < 2e-2
+    assert ((l1 - l2).abs() / l2.abs().clamp(min=1)).max().item() < 1e-5
