@@ -52,6 +52,7 @@ pytestmark = pytest.mark.gpu
 HEADS, INDEX_HEADS, INDEX_DIM, CONTEXT = 128, 64, 128, 65536
 CASES = [(b, s_q) for b in (64, 128) for s_q in (1, 2)]
 ITERS = 20
+DEV = "cuda"  # where the peers' buffers live (tests run the case's plumbing on the CPU with stand-ins)
 RADIX_WORKSPACE = 1 << 20  # bytes: vLLM's RADIX_TOPK_WORKSPACE_SIZE for persistent_topk
 PEER_BASELINE = "deepgemm+vllm+flashmla"
 _VLLM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peer", "vllm")
@@ -177,7 +178,7 @@ def test_layer_step(bench, batch, s_q):
     # Peers, each optional.
     checks = {}
     ref = dsa_ops.reference.paged_indexer_logits(x.q_index[:1], x.index_cache, x.weights[:s_q], x.context_lens[:1],
-                                                 x.block_table[:1], max_context_len=CONTEXT)
+                                                 x.block_table[:1], max_context_len=x.max_context_len)
     vis = torch.isfinite(ref)
 
     def score_err(scores):
@@ -190,12 +191,12 @@ def test_layer_step(bench, batch, s_q):
     if dg is None:
         log(f"  deepgemm: skipped: {why}")
     else:
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        sms = torch.cuda.get_device_properties(x.q.device).multi_processor_count
         ctx2d = x.row_lengths.view(batch, s_q)  # each query token's own context length
 
         def dg_logits(meta):
             return dg.fp8_fp4_paged_mqa_logits(x.q_index, None, x.index_cache, x.weights, ctx2d, x.block_table, meta,
-                                               CONTEXT, None)
+                                               x.max_context_len, None)
 
         meta0 = _try("deepgemm get_paged_mqa_logits_metadata",
                      lambda: dg.get_paged_mqa_logits_metadata(ctx2d, PAGE, sms, None))
@@ -209,16 +210,16 @@ def test_layer_step(bench, batch, s_q):
     # vLLM's decode top-k on the peers' scores (ours when DeepGEMM is absent), values checked against dsa.topk.
     vops, why = _vllm_topk()
     topk_fns = {}
-    idx_p = torch.full((rows, TOPK), -1, dtype=torch.int32, device="cuda")
+    idx_p = torch.full((rows, x.k), -1, dtype=torch.int32, device=DEV)
     if vops is None:
         log(f"  vllm top-k: skipped: {why}")
     else:
-        ws = torch.zeros(RADIX_WORKSPACE, dtype=torch.uint8, device="cuda")
-        want = torch.ops.dsa.topk(peer_scores, TOPK, lengths=x.row_lengths)
+        ws = torch.zeros(RADIX_WORKSPACE, dtype=torch.uint8, device=DEV)
+        want = torch.ops.dsa.topk(peer_scores, x.k, lengths=x.row_lengths)
         cands = {
-            "vllm_persistent_topk": lambda s: vops.persistent_topk(s, x.row_lengths, idx_p, ws, TOPK, CONTEXT),
+            "vllm_persistent_topk": lambda s: vops.persistent_topk(s, x.row_lengths, idx_p, ws, x.k, x.max_context_len),
             "vllm_top_k_per_row_decode": lambda s: vops.top_k_per_row_decode(
-                s, s_q, x.context_lens, idx_p, rows, s.stride(0), s.stride(1), TOPK),
+                s, s_q, x.context_lens, idx_p, rows, s.stride(0), s.stride(1), x.k),
         }
         for name, f in cands.items():
             if _try(name, lambda f=f: f(peer_scores) or True) is None:
@@ -229,7 +230,7 @@ def test_layer_step(bench, batch, s_q):
             topk_fns[name] = f
             fns[name] = lambda f=f: f(peer_scores)
 
-    slots_p = torch.empty((rows, TOPK), dtype=torch.int32, device="cuda")
+    slots_p = torch.empty((rows, x.k), dtype=torch.int32, device=DEV)
 
     def peer_map():
         return dsa_ops.page_table_transform(idx_p, x.block_table, row_to_batch=x.row_to_batch, page_size=PAGE,
@@ -243,17 +244,17 @@ def test_layer_step(bench, batch, s_q):
     if fm is None:
         log(f"  flashmla: skipped: no loadable FlashMLA library in {_VLLM_DIR}")
     else:
-        ind = (slots_p if topk_fns else slots).view(batch, s_q, TOPK)
+        ind = (slots_p if topk_fns else slots).view(batch, s_q, x.k)
         first = _try("flashmla sparse_decode_fwd", lambda: fm.sparse_decode_fwd(
-            x.q, x.mla_cache, ind, None, None, None, None, None, None, None, D_V, SCALE, None, False))
+            x.q, x.mla_cache, ind, None, None, None, None, None, None, None, D_V, x.softmax_scale, None, False))
         if first is not None:
             fm_out, _, fm_meta, fm_nsp = first
-            ro, _, _ = demo.attention_oracle(x.q[0], x.mla_cache, ind[0], SCALE)
+            ro, _, _ = demo.attention_oracle(x.q[0], x.mla_cache, ind[0], x.softmax_scale)
             checks["flashmla_max_rel_err"] = float(
                 f"{((fm_out[0].double() - ro).abs().max() / ro.abs().max()).item():.3g}")
             fm_args = (ind, fm_meta, fm_nsp)
             fns["flashmla_sparse_decode"] = lambda: fm.sparse_decode_fwd(
-                x.q, x.mla_cache, ind, None, None, fm_meta, fm_nsp, None, None, None, D_V, SCALE, None, False)
+                x.q, x.mla_cache, ind, None, None, fm_meta, fm_nsp, None, None, None, D_V, x.softmax_scale, None, False)
     log(f"  checks: {checks}")
 
     # Every step alone, then the two whole steps (the peers' with their faster top-k) sampled in turn.
@@ -279,7 +280,7 @@ def test_layer_step(bench, batch, s_q):
             top(scores)
             peer_map()
             return fm.sparse_decode_fwd(x.q, x.mla_cache, ind, None, None, fm_meta, fm_nsp, None, None, None, D_V,
-                                        SCALE, None, False)
+                                        x.softmax_scale, None, False)
 
         g = _try("capture the peers' step", lambda: capture_graph(peer_step))
         if g is not None:
@@ -305,9 +306,9 @@ def test_layer_step(bench, batch, s_q):
                      "(vLLM: once per forward pass); FlashMLA metadata outside; mapping by dsa.page_table_transform")
     bench.add(record(
         "layer_step", "dsa",
-        {"batch": batch, "s_q": s_q, "heads": HEADS, "index_heads": INDEX_HEADS, "tokens": CONTEXT, "topk": TOPK,
-         "layout": "v32", "page_size": PAGE},
-        ours_us, floor_us=bench.floor_us(floor_bytes(batch, s_q, CONTEXT, TOPK)),
+        {"batch": batch, "s_q": s_q, "heads": x.q.shape[2], "index_heads": x.q_index.shape[2],
+         "tokens": x.max_context_len, "topk": x.k, "layout": "v32", "page_size": PAGE},
+        ours_us, floor_us=bench.floor_us(floor_bytes(batch, s_q, x.max_context_len, x.k)),
         floor_kind="memory (indexer cache, scores written and read, selected MLA tokens, at copy rate)",
         baselines={PEER_BASELINE: peer_us} if peer_us else {}, **extra))
     log(f"  case done in {time.perf_counter() - t0:.1f} s")

@@ -148,8 +148,10 @@ def _kernel_args(name, args, kwargs):
 
 
 def provider_of(name: str, args: tuple, kwargs: dict) -> str:
-    """The backend that serves torch.ops.dsa.<name>(*args, **kwargs) on the arguments' GPU (raises
-    registry.DispatchError when none does)."""
+    """The backend that serves torch.ops.dsa.<name>(*args, **kwargs): "reference (CPU)" for CPU tensors, else the
+    GPU provider the registry picks (registry.DispatchError when none serves)."""
+    if args[0].device.type == "cpu":
+        return "reference (CPU)"
     return registry.select(name, _kernel_args(name, args, kwargs)).backend
 
 
