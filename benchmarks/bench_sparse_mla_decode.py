@@ -1,4 +1,4 @@
-"""sparse_mla_decode: the Triton provider against FlashMLA's sparse decode, the copy floor and the bf16 ceiling.
+"""sparse_mla_decode: our providers (cuda, triton) against FlashMLA's sparse decode, the copy floor and bf16 ceiling.
 
 FlashMLA's DeepSeek-V3.2 decode shapes: FP8 v32 cache (656 bytes a token), pages of 64 drawn at random
 from a 65536-page pool (2.6 GiB, far past L2), every request 65536 tokens, each query token 2048
@@ -8,7 +8,8 @@ batch 32/64/128, plus batch 1 and 4. Every figure is a CUDA-graph replay of one 
 selected cache bytes (B * s_q * topk * 656) read once at the device-copy rate of the same run;
 ceiling_tflops is the bf16 matmul rate of the same run. Baselines: `flashmla` (vLLM 0.33.0's
 _flashmla_C.sparse_decode_fwd from .peer/vllm, when present: a measuring stick, never imported by
-project code), timed on the same inputs.
+project code), timed on the same inputs. Each of our providers that runs on the device (cuda: SM90 only)
+gets its own row, with the other provider and flashmla as its baselines.
 
     python -m pytest benchmarks/bench_sparse_mla_decode.py -m gpu -s --dsa-results OUT.json
 """
@@ -97,17 +98,33 @@ def _bf16_ceiling(bench) -> float:
     return bench.ceilings["bf16_tflops"]
 
 
+def _ours() -> dict:
+    """Our providers that run here: name -> (launch, split_count(batch, s_q, heads, topk))."""
+    from dsa_ops.backends import cuda
+    from dsa_ops.backends.cuda import providers_sparse_mla_decode as mc
+    from dsa_ops.backends.triton import sparse_mla_decode as mt
+
+    found = {"triton": (mt.launch, lambda b, s, h, k: mt.split_count(b, s, h, k, mt._sm_count(None)))}
+    dev = torch.device("cuda")
+    why = cuda.available(dev) or cuda.sm90_only(torch.zeros(1, device=dev), "CUDA sparse MLA decode")
+    if why is None:
+        found["cuda"] = (mc.launch, lambda b, s, h, k: mc.split_count(b, s, h, k, mc._sm_count(None)))
+    else:
+        print(f"\n  cuda provider not timed: {why}")
+    return found
+
+
 @pytest.mark.parametrize("heads,s_q,batch", CASES)
 def test_sparse_mla_decode(bench, heads, s_q, batch):
-    from dsa_ops.backends.triton import sparse_mla_decode as m
     from dsa_ops.ops.sparse_mla_decode import reference
 
     cache = _pool()
     q, idx = _inputs(batch, s_q, heads)
-    out = torch.empty((batch, s_q, heads, D_V), dtype=torch.bfloat16, device="cuda")
-    lse = torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")
-    ours = lambda: m.launch(q, cache, idx, SCALE, "v32", out=out, lse=lse)  # noqa: E731
-    fns = {"triton": ours}
+    ours = _ours()
+    outs = {name: (torch.empty((batch, s_q, heads, D_V), dtype=torch.bfloat16, device="cuda"),
+                   torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")) for name in ours}
+    fns = {name: functools.partial(launch, q, cache, idx, SCALE, "v32", out=outs[name][0], lse=outs[name][1])
+           for name, (launch, _) in ours.items()}
     fm = _flashmla()
     peer_out = None
     if fm is not None:
@@ -121,26 +138,30 @@ def test_sparse_mla_decode(bench, heads, s_q, batch):
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
 
-    # The timed output against the reference on the first request (float32 math on the dequantised rows).
+    # Each timed output against the reference on the first request (float32 math on the dequantised rows).
     ro, rl = reference(q[:1], cache, idx[:1], SCALE, "v32", None, None)
-    err = ((out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item()
-    lse_err = ((lse[:1] - rl).abs() / rl.abs().clamp(min=1)).max().item()
-    assert err < 2 / 128 and lse_err < 1e-5, (err, lse_err)
-
     flops = 2 * (D_QK + D_V) * TOPK * batch * s_q * heads
     nbytes = batch * s_q * TOPK * BPT
-    us = times.pop("triton")
-    extra = {"timing": "cuda-graph replay, cold L2", "tflops": round(flops / (us * 1e-6) / 1e12, 1),
-             "ceiling_tflops": _bf16_ceiling(bench), "achieved_gbps": round(nbytes / (us * 1e-6) / 1e9, 1),
-             "splits": m.split_count(batch, s_q, heads, TOPK, m._sm_count(None)),
-             "max_rel_err": float(f"{err:.3g}"), "lse_max_rel_err": float(f"{lse_err:.3g}")}
-    if peer_out is not None:
-        extra["flashmla_max_rel_err"] = float(
-            f"{((peer_out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item():.3g}")
-    if batch <= 4:
-        extra["host_overhead_us"] = round(host_overhead_us(ours)[0], 2)
-    bench.add(record("sparse_mla_decode", "triton",
-                     {"batch": batch, "s_q": s_q, "heads": heads, "topk": TOPK, "tokens": REQ_LEN, "layout": "v32",
-                      "page_size": PAGE, "head_dim": D_QK},
-                     us, floor_us=bench.floor_us(nbytes), floor_kind="memory (selected cache bytes at copy rate)",
-                     baselines=times, **extra))
+    case = {"batch": batch, "s_q": s_q, "heads": heads, "topk": TOPK, "tokens": REQ_LEN, "layout": "v32",
+            "page_size": PAGE, "head_dim": D_QK}
+    failures = []
+    for name, (_, splits) in ours.items():
+        out, lse = outs[name]
+        err = ((out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item()
+        lse_err = ((lse[:1] - rl).abs() / rl.abs().clamp(min=1)).max().item()
+        if not (err < 2 / 128 and lse_err < 1e-5):
+            failures.append((name, err, lse_err))
+        us = times[name]
+        extra = {"timing": "cuda-graph replay, cold L2", "tflops": round(flops / (us * 1e-6) / 1e12, 1),
+                 "ceiling_tflops": _bf16_ceiling(bench), "achieved_gbps": round(nbytes / (us * 1e-6) / 1e9, 1),
+                 "splits": splits(batch, s_q, heads, TOPK),
+                 "max_rel_err": float(f"{err:.3g}"), "lse_max_rel_err": float(f"{lse_err:.3g}")}
+        if peer_out is not None:
+            extra["flashmla_max_rel_err"] = float(
+                f"{((peer_out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item():.3g}")
+        if batch <= 4:
+            extra["host_overhead_us"] = round(host_overhead_us(fns[name])[0], 2)
+        bench.add(record("sparse_mla_decode", name, case, us, floor_us=bench.floor_us(nbytes),
+                         floor_kind="memory (selected cache bytes at copy rate)",
+                         baselines={k: v for k, v in times.items() if k != name}, **extra))
+    assert not failures, failures
