@@ -15,6 +15,7 @@ IMPORT_ERROR: Optional[str] = None
 try:
     from . import dequant_k_cache_paged as _dequant_k_cache_paged
     from . import indexer_logits as _indexer_logits
+    from . import indexer_topk as _indexer_topk
     from . import page_table_transform as _page_table_transform
     from . import paged_indexer_logits as _paged_indexer_logits
     from . import sparse_attention as _sparse_attention
@@ -25,6 +26,7 @@ except ImportError as e:  # triton missing or broken
     _sparse_attention = None
     _sparse_mla_decode = None
     _dequant_k_cache_paged = None
+    _indexer_topk = None
 
 # op name -> its kernel module (each has launch, supports and GATE_KERNELS)
 _MODULES = {
@@ -34,6 +36,7 @@ _MODULES = {
     "sparse_attention": _sparse_attention,
     "sparse_mla_decode": _sparse_mla_decode,
     "dequant_k_cache_paged": _dequant_k_cache_paged,
+    "indexer_topk": _indexer_topk,
 }
 
 # (name, jit_fn, signature, constexprs[, divisible ints]) of every kernel the compile gates build.

@@ -74,6 +74,45 @@ CONFIG_OVERRIDE: Optional[tuple[int, int, int, int]] = None
 
 
 @triton.jit
+def load_query_tile(q_ptr, w_ptr, m_row, m_head, m_ok, d, stride_qt, stride_qh, stride_wt, stride_wh,
+                    F16_MMA: tl.constexpr, SIGNS_IN_KV: tl.constexpr):
+    """The stationary operands of a program's (row, head) pairs m: q^T [D, TH] (K-major B operand) and the
+    weights [TH] (halved for the (x + |x|) relu of SIGNS_IN_KV). Shared with indexer_topk."""
+    w = tl.load(w_ptr + m_row * stride_wt + m_head * stride_wh, mask=m_ok, other=0.0)  # [TH] fp32
+    if SIGNS_IN_KV:  # relu(x) w as (x + |x|) (w / 2) below, exactly (2x and w / 2 round as x and w)
+        w = 0.5 * w
+    q = tl.load(q_ptr + (m_row * stride_qt + m_head * stride_qh)[:, None] + d[None, :],
+                mask=m_ok[:, None], other=0.0)  # [TH, D]
+    if F16_MMA:
+        q = q.to(tl.float16)
+    return tl.trans(q), w
+
+
+@triton.jit
+def score_keys(kv_ptr, scale_ptr, n, n_ok, d, qt, w, stride_kn, stride_s, H: tl.constexpr, BLOCK_T: tl.constexpr,
+               BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, F16_MMA: tl.constexpr, SIGNS_IN_KV: tl.constexpr):
+    """Scores [BLOCK_N, BLOCK_T] of keys n (any BLOCK_N key ids, e.g. a strided sample) for the program's
+    rows, before any window mask. Each key's score depends only on its own kv row and scale, never on the
+    other keys of the tile, so indexer_topk's sample, filter and rescan score a key bitwise alike."""
+    kv = tl.load(kv_ptr + n.to(tl.int64)[:, None] * stride_kn + d[None, :], mask=n_ok[:, None], other=0.0)
+    if F16_MMA:
+        kv = kv.to(tl.float16)
+    acc = tl.dot(kv, qt, out_dtype=tl.float32)  # [BLOCK_N, TH]
+    if HAS_SCALE:
+        s = tl.load(scale_ptr + n.to(tl.int64) * stride_s, mask=n_ok, other=0.0)
+        if not SIGNS_IN_KV:
+            acc = acc * s[:, None]
+    if SIGNS_IN_KV:  # H200: -2.5% on this path, +37% on the in-loop widening path (as max there)
+        acc = (acc + tl.abs(acc)) * w[None, :]
+    else:
+        acc = tl.maximum(acc, 0.0) * w[None, :]
+    score = tl.sum(tl.reshape(acc, (BLOCK_N, BLOCK_T, H)), axis=2)  # [BLOCK_N, BLOCK_T]
+    if HAS_SCALE and SIGNS_IN_KV:  # relu(x s) = |s| relu(x sign(s)): the scale after the head sum
+        score = score * tl.abs(s)[:, None]
+    return score
+
+
+@triton.jit
 def indexer_logits_kernel(
     q_ptr,  # [T, H, D] fp8 e4m3 or bf16, unit last stride
     kv_ptr,  # [N, D], unit last stride
@@ -124,15 +163,9 @@ def indexer_logits_kernel(
     m_row = pid_t.to(tl.int64) * BLOCK_T + m // H
     m_head = m % H
     m_ok = m_row < T
-    w = tl.load(w_ptr + m_row * stride_wt + m_head * stride_wh, mask=m_ok, other=0.0)  # [TH] fp32
-    if SIGNS_IN_KV:  # relu(x) w as (x + |x|) (w / 2) below, exactly (2x and w / 2 round as x and w)
-        w = 0.5 * w
     d = tl.arange(0, D)
-    q = tl.load(q_ptr + (m_row * stride_qt + m_head * stride_qh)[:, None] + d[None, :],
-                mask=m_ok[:, None], other=0.0)  # [TH, D]
-    if F16_MMA:
-        q = q.to(tl.float16)
-    qt = tl.trans(q)  # [D, TH]: K-major B operand
+    qt, w = load_query_tile(q_ptr, w_ptr, m_row, m_head, m_ok, d, stride_qt, stride_qh, stride_wt, stride_wh,
+                            F16_MMA, SIGNS_IN_KV)
 
     # ---- this split's key tiles: [ts, te); computed ones: [a, b) --------------------------------
     n_tiles = tl.cdiv(N, BLOCK_N)
@@ -147,21 +180,8 @@ def indexer_logits_kernel(
     for tile in tl.range(a, b):
         n = tile * BLOCK_N + nn  # [BLOCK_N] int32 (N < 2**31)
         n_ok = n < N
-        kv = tl.load(kv_ptr + n.to(tl.int64)[:, None] * stride_kn + d[None, :], mask=n_ok[:, None], other=0.0)
-        if F16_MMA:
-            kv = kv.to(tl.float16)
-        acc = tl.dot(kv, qt, out_dtype=tl.float32)  # [BLOCK_N, TH]
-        if HAS_SCALE:
-            s = tl.load(scale_ptr + n.to(tl.int64) * stride_s, mask=n_ok, other=0.0)
-            if not SIGNS_IN_KV:
-                acc = acc * s[:, None]
-        if SIGNS_IN_KV:  # H200: -2.5% on this path, +37% on the in-loop widening path (as max there)
-            acc = (acc + tl.abs(acc)) * w[None, :]
-        else:
-            acc = tl.maximum(acc, 0.0) * w[None, :]
-        score = tl.sum(tl.reshape(acc, (BLOCK_N, BLOCK_T, H)), axis=2)  # [BLOCK_N, BLOCK_T]
-        if HAS_SCALE and SIGNS_IN_KV:  # relu(x s) = |s| relu(x sign(s)): the scale after the head sum
-            score = score * tl.abs(s)[:, None]
+        score = score_keys(kv_ptr, scale_ptr, n, n_ok, d, qt, w, stride_kn, stride_s, H, BLOCK_T, BLOCK_N,
+                           HAS_SCALE, F16_MMA, SIGNS_IN_KV)  # [BLOCK_N, BLOCK_T]
         inside = (n[:, None] >= lo[None, :]) & (n[:, None] < hi[None, :])
         score = tl.where(inside, score, float("-inf"))
         tl.store(out_rows[None, :] + n[:, None], score, mask=n_ok[:, None] & row_ok[None, :])
