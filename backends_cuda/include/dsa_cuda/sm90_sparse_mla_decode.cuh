@@ -211,7 +211,7 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t da, uint64_t d
 // O[64 x 256] += A[64 x 16] * B[16 x 256]: A K-major, B MN-major (transpose bit), both in shared memory.
 __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t da, uint64_t db) {
   asm volatile(
-      "{\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -221,9 +221,9 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t da, uint64_t 
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, 1, 1, 1, 0, 1;\n}\n"
+      "%128, %129, p, 1, 1, 0, 1;\n}\n"
       : DSA_O32(0), DSA_O32(32), DSA_O32(64), DSA_O32(96)
-      : "l"(da), "l"(db));
+      : "l"(da), "l"(db), "r"(1u));
 }
 
 #undef DSA_O32
