@@ -9,7 +9,6 @@ import dsa_ops
 import dsa_ops.inductor as di
 import pytest
 import torch
-from dsa_ops import registry
 from dsa_ops.ops._common import INT32_MAX
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -77,11 +76,9 @@ def inputs():
 ])
 def test_compiled_rewrite_matches_eager_on_gpu(name, model, fused):
     args = inputs()[name]
-    # The indexer ops have no GPU kernel yet (issue 4): their rewritten graph runs the reference
-    # provider on the GPU, forced, since nothing falls back silently.
-    with registry.use_backend("reference" if name == "indexer" else None):
-        got = torch.compile(model, fullgraph=True, dynamic=True)(*args)
-        want = model(*args)
+    # The rewritten graph runs the device providers (the indexer case: dsa.indexer_topk's Triton provider).
+    got = torch.compile(model, fullgraph=True, dynamic=True)(*args)
+    want = model(*args)
     assert di.counters[fused] == 1, dict(di.counters)
     assert got.dtype == want.dtype and got.shape == want.shape and got.is_cuda
     bad = (as_sets(got) != as_sets(want)).any(dim=1)
