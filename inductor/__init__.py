@@ -5,11 +5,13 @@
 
 1. ``dsa.topk(dsa.indexer_logits(...), k, row_starts=ks, lengths=ke - ks)`` [+ page mapping]
    -> ``dsa.indexer_topk``;
-2. ``dsa.topk(...)`` + page mapping -> ``dsa.topk_page_table_transform`` (and
-   ``torch.topk(scores, k, sorted=False).indices`` + mapping, only with
-   ``config.rewrite_torch_topk = True``: torch.topk ranks NaN first, dsa ranks it last);
-3. the page-table arithmetic ``where(idx < 0, -1, page_table.gather(1, idx // P) * P + idx % P)`` (and
-   its ``page_table[b, idx // P]`` form) on int32 indices -> ``dsa.page_table_transform``.
+2. ``dsa.topk(...)`` + page mapping -> ``dsa.topk_page_table_transform``, and
+   ``torch.topk(scores, k, sorted=False).indices`` + mapping into its ``nan_first=True`` form (torch's
+   order: NaN above every number); over ``dsa.indexer_logits`` of whole rows (ks all 0, ke all N),
+   with or without a mapping, -> ``dsa.indexer_topk(nan_first=True)``;
+3. the page-table arithmetic ``where(idx < 0, -1, page_table.gather(1, idx // P) * P + idx % P)`` on
+   int32 indices, however it is cast or indexed (``page_table[b, idx // P]``, ``page_table[row_to_batch]``
+   rows, int64 casts of the index, slot, page or offset) -> ``dsa.page_table_transform``.
 
 Turn it off with ``dsa_ops.inductor.uninstall()`` or ``dsa_ops.inductor.config.enabled = False``.
 ``counters`` counts the rewrites done in this process (a warm FX graph cache skips the pass, so it

@@ -30,13 +30,14 @@ class Config:
     """Switches read at compile time; both are part of the pass's uuid (the FX graph cache key).
 
     enabled: run our rewrites (a chained pass still runs when False).
-    rewrite_torch_topk: also rewrite ``torch.topk(scores, k, sorted=False).indices`` + page mapping.
-        Off by default because it is not provably exact: torch.topk ranks NaN above every number,
-        dsa ops rank it below. Set True only if your scores can never hold NaN.
+    rewrite_torch_topk: rewrite ``torch.topk(scores, k, sorted=False).indices`` + page mapping (and
+        over the indexer's logits of whole rows) into the dsa ops' ``nan_first=True`` form, which is
+        torch.topk's order, NaN above every number: the same set, ties to the smaller index (torch
+        leaves which of equal keys it returns unspecified). On by default; False keeps torch.topk.
     """
 
     enabled: bool = True
-    rewrite_torch_topk: bool = False
+    rewrite_torch_topk: bool = True
 
     def snapshot(self) -> tuple:
         return (bool(self.enabled), bool(self.rewrite_torch_topk))

@@ -2,12 +2,16 @@
 
 Written against the real post-grad graph: ``torch.topk`` is ``getitem(aten.topk(..), 1)``, ``//`` is
 ``aten.div.Tensor_mode(.., rounding_mode="floor")``, ``%`` is ``aten.remainder.Scalar``, casts are
-``prims.convert_element_type``, and ``where(c, -1, x)`` takes a 0-d ``aten.full([], -1)``. Ints that
-vary (k, P) are pattern arguments: under ``dynamic=True`` they may be graph inputs (SymInts).
+``prims.convert_element_type``, ``page_table[row_to_batch]`` is ``aten.index.Tensor(pt, [rtb])``,
+``torch.zeros`` / ``torch.full`` are ``aten.full``, and ``where(c, -1, x)`` takes a 0-d
+``aten.full([], -1)``. Ints that vary (k, P) are pattern arguments: under ``dynamic=True`` they may be
+graph inputs (SymInts).
 
 Stages, in order (each a PatternMatcherPass):
   A. page-table arithmetic -> dsa.page_table_transform (pattern 3), or, when the indices come straight
-     from torch.topk and ``config.rewrite_torch_topk``, -> dsa.topk_page_table_transform (pattern 2);
+     from torch.topk, -> dsa.topk_page_table_transform(nan_first=True) (pattern 2), or, when that
+     top-k is over dsa.indexer_logits of whole rows, -> dsa.indexer_topk(nan_first=True, page_table=..);
+  A2. torch.topk over dsa.indexer_logits of whole rows, no mapping -> dsa.indexer_topk(nan_first=True);
   B1. indexer_logits -> dsa.topk -> dsa.page_table_transform  => dsa.indexer_topk(page_table=..);
   B2. indexer_logits -> dsa.topk                                => dsa.indexer_topk;
   B3. dsa.topk -> dsa.page_table_transform                      => dsa.topk_page_table_transform.
@@ -34,7 +38,7 @@ from torch._inductor.pattern_matcher import (
     register_graph_pattern,
 )
 from torch.fx import Node
-from torch.fx.experimental.symbolic_shapes import guard_int, statically_known_true
+from torch.fx.experimental.symbolic_shapes import guard_bool, guard_int, statically_known_true
 
 from . import (
     _pass,  # its `config` is read at compile time
@@ -154,7 +158,8 @@ def _torch_topk_of(idx: Any) -> Optional[Node]:
 
 def _torch_topk_exact(topk: Node) -> bool:
     """torch.topk(scores, k, dim=-1, largest=True, sorted=False), only its indices used, on scores a
-    full-window dsa top-k accepts. (NaN is what keeps this behind config.rewrite_torch_topk.)"""
+    full-window dsa top-k accepts. Its set is the nan_first=True form's (NaN above every number); of
+    equal keys torch returns any, the dsa ops the smaller indices."""
     scores = topk.args[0]
     sv = _tensor(scores, 2, SCORE_DTYPES)
     k = _int_hint(topk.args[1])
@@ -206,16 +211,12 @@ def _dtype_as(out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 # Stage A: page-table arithmetic (pattern 3, and the torch.topk form of pattern 2)
 
 
-def _arith(table_form: str, swapped: bool):
-    """page_table.gather(1, slot) * P + off % P, or page_table[batch, slot] * P + off % P."""
-    if table_form == "gather":
-        page = CallFunction(aten.gather.default, KeywordArg("page_table"), KeywordArg("dim"),
-                            KeywordArg("slot"))
-    else:
-        page = CallFunction(aten.index.Tensor, KeywordArg("page_table"),
-                            [KeywordArg("batch"), KeywordArg("slot")])
-    base = CallFunction(aten.mul.Tensor, page, KeywordArg("P"))
-    off = CallFunction(aten.remainder.Scalar, KeywordArg("offset"), KeywordArg("P"))
+def _arith(swapped: bool):
+    """page * P + off, in either order; what `page` and `off` are (a table lookup, a remainder by the
+    same P, each under any integer casts) is checked by _plan_mapping, so one pattern serves every
+    way a model casts or indexes the mapping."""
+    base = CallFunction(aten.mul.Tensor, KeywordArg("page"), KeywordArg("P"))
+    off = KeywordArg("off")
     return CallFunction(aten.add.Tensor, *((off, base) if swapped else (base, off)))
 
 
@@ -228,41 +229,128 @@ def _guarded(arith, guard: str):
     return CallFunction(aten.where.self, cond, arith, KeywordArg("fill"))
 
 
+def _rows_vector(x: Any, rows: Any, seen: set) -> Optional[Node]:
+    """x (under integer casts) as an integer [rows] tensor node, else None."""
+    t = _strip(x, clamps=False, seen=seen)
+    v = _tensor(t, 1, INDEX_DTYPES)
+    return t if v is not None and statically_known_true(v.shape[0] == rows) else None
+
+
 def _batch_of(batch: Any, rows: Any, seen: set):
     """page_table[batch, ..]'s rows: (True, None) for arange(rows)[:, None], (True, t) for
-    t[:, None] with t an integer [rows] tensor (row_to_batch), (False, None) otherwise."""
+    t[:, None] with t an integer [rows] tensor (row_to_batch), (False, None) otherwise; casts on
+    either side of the unsqueeze allowed."""
+    batch = _strip(batch, clamps=False, seen=seen)
     if not _is_call(batch, aten.unsqueeze.default) or batch.args[1] not in (1, -1):
         return False, None
-    src = batch.args[0]
     seen.add(batch)
+    src = _strip(batch.args[0], clamps=False, seen=seen)
     if _is_call(src, prims.iota.default):
         seen.add(src)
         ok = (src.kwargs.get("start", 0) == 0 and src.kwargs.get("step", 1) == 1
               and statically_known_true(_val(src.args[0]) == rows))
         return ok, None
-    t = _tensor(src, 1, INDEX_DTYPES)
-    return (t is not None and statically_known_true(t.shape[0] == rows)), src
+    t = _rows_vector(src, rows, seen)
+    return t is not None, t
 
 
-def _plan_mapping(match: Match, table_form: str, guard: Optional[str]) -> Optional[dict]:
+def _same_int(a: Any, b: Any) -> bool:
+    """The same int in the graph: one node (a SymInt input) or equal constants."""
+    if isinstance(a, Node) or isinstance(b, Node):
+        return a is b
+    return isinstance(a, int) and not isinstance(a, bool) and a == b
+
+
+def _page_lookup(page: Any, rows: Any, seen: set) -> Optional[dict]:
+    """The page-table read of the mapping, under integer casts: page_table.gather(1, slot) or
+    page_table[b, slot], where page_table may itself be a request table's rows gathered by a
+    row-to-request vector (page_table[row_to_batch], then .gather(1, slot) or [arange[:, None], slot])."""
+    page = _strip(page, clamps=False, seen=seen)
+    if _is_call(page, aten.gather.default):
+        if _arg(page, 1, "dim", None) not in (1, -1) or len(page.args) < 3:
+            return None
+        table, batch, slot = page.args[0], None, page.args[2]
+    elif _is_call(page, aten.index.Tensor) and len(page.args[1]) == 2 and None not in page.args[1]:
+        table, (batch, slot) = page.args[0], page.args[1]
+    else:
+        return None
+    seen.add(page)
+    row_to_batch = None
+    if _is_call(table, aten.index.Tensor) and len(table.args[1]) == 1 and table.args[1][0] is not None:
+        # page_table[row_to_batch]: the rows of the score rows' requests, one per score row
+        row_to_batch = _rows_vector(table.args[1][0], rows, seen)
+        if row_to_batch is None:
+            return None
+        seen.add(table)
+        table = table.args[0]
+    if batch is not None:
+        ok, rtb = _batch_of(batch, rows, seen)
+        if not ok or (rtb is not None and row_to_batch is not None):
+            return None
+        row_to_batch = rtb if rtb is not None else row_to_batch
+    pt = _tensor(table, 2, (torch.int32,))
+    if pt is None or not _unit_last_stride(pt):
+        return None
+    return dict(page_table=table, row_to_batch=row_to_batch, slot=slot)
+
+
+def _full_window(ks: Any, ke: Any, width: Any) -> bool:
+    """ks is all 0 and ke all `width` (aten.full constants): the logits' window is the whole row."""
+    if not (_is_call(ks, aten.full.default) and _is_call(ke, aten.full.default)):
+        return False
+    return _same_int(ks.args[1], 0) and statically_known_true(_val(ke.args[1]) == width)
+
+
+def _indexer_of_topk(topk: Node, expr: set, anchor: Node) -> Optional[Node]:
+    """The dsa.indexer_logits under a torch.topk when its window is provably the whole row (so the
+    top-k's absolute columns are indexer_topk's relative indices, and no -inf position can be
+    picked) and the logits die with the expression; else None."""
+    logits = topk.args[0]
+    if not _is_call(logits, dsa.indexer_logits.default) or len(logits.users) != 1:
+        return None
+    q, kv, _, _, ks, ke = logits.args[:6]
+    lv = _tensor(logits, 2, (torch.float32,))
+    precise = _arg(logits, 7, "precise", False)
+    if lv is None or not isinstance(precise, bool) or not _full_window(ks, ke, lv.shape[1]):
+        return None
+    return logits
+
+
+def _torch_topk_k_fits(topk: Node) -> bool:
+    """k <= the row width (torch.topk raises otherwise; dsa ops would pad with -1). Known from
+    torch.topk's own shape check under dynamic shapes; a hint-judged case is guarded."""
+    kv, w = _val(topk.args[1]), _val(topk.args[0]).shape[1]
+    if statically_known_true(kv <= w):
+        return True
+    c = kv <= w
+    return bool(guard_bool(c)) if isinstance(c, torch.SymBool) else bool(c)
+
+
+def _plan_mapping(match: Match, guard: Optional[str]) -> Optional[dict]:
     kw = match.kwargs
     anchor = match.output_node()
     out = _tensor(anchor, 2, INDEX_DTYPES)
-    P = _pow2(kw["P"])  # the pattern already made the mul's and the remainder's P the same
-    pt = _tensor(kw["page_table"], 2, (torch.int32,))
-    if out is None or P is None or pt is None or not _unit_last_stride(pt):
-        return None
-    if table_form == "gather" and kw["dim"] not in (1, -1):
+    P = _pow2(kw["P"])
+    if out is None or P is None:
         return None
     expr = set(match.nodes)
+    # The offset: [casts] idx % P, with the P of the product.
+    off = _strip(kw["off"], clamps=False, seen=expr)
+    if not (_is_call(off, aten.remainder.Scalar) and _same_int(off.args[1], kw["P"])):
+        return None
+    expr.add(off)
+    rows = out.shape[0]
+    look = _page_lookup(kw["page"], rows, expr)
+    if look is None:
+        return None
     # The page slot: [cast] floor(idx / P), idx possibly cast or clamped at 0.
-    div = _strip(kw["slot"], clamps=False, seen=expr)
+    div = _strip(look["slot"], clamps=False, seen=expr)
     if not (_is_call(div, aten.div.Tensor_mode) and div.kwargs.get("rounding_mode") == "floor"
-            and len(div.args) == 2 and (div.args[1] is kw["P"] or div.args[1] == kw["P"])):
+            and len(div.args) == 2 and _same_int(div.args[1], kw["P"])):
         return None
     expr.add(div)
     root = _strip(div.args[0], clamps=True, seen=expr)
-    if _strip(kw["offset"], clamps=True, seen=expr) is not root:
+    if _strip(off.args[0], clamps=True, seen=expr) is not root:
         return None
     rv = _tensor(root, 2, INDEX_DTYPES)
     if rv is None or not _same_shape(out, rv):  # e.g. a fill that broadcasts the result wider
@@ -273,18 +361,16 @@ def _plan_mapping(match: Match, table_form: str, guard: Optional[str]) -> Option
             return None
         if isinstance(kw["fill"], Node):
             expr.add(kw["fill"])
-    row_to_batch = None
-    if table_form == "index":
-        ok, row_to_batch = _batch_of(kw["batch"], rv.shape[0], expr)
-        if not ok:
-            return None
-    plan = dict(anchor=anchor, root=root, P=kw["P"], page_table=kw["page_table"],
-                row_to_batch=row_to_batch, out_dtype=out.dtype)
+    plan = dict(anchor=anchor, root=root, P=kw["P"], page_table=look["page_table"],
+                row_to_batch=look["row_to_batch"], out_dtype=out.dtype)
     topk = _torch_topk_of(root)
     # Pattern 2, torch form: indices are >= 0 (no guard needed), and the topk must die with the
-    # expression, else the top-k would run twice.
+    # expression, else the top-k would run twice. nan_first=True is torch.topk's order.
     if (topk is not None and _pass.config.rewrite_torch_topk and _torch_topk_exact(topk)
-            and _dies_with(topk, expr | _torch_topk_chain(root), anchor)):
+            and _dies_with(topk, expr | _torch_topk_chain(root), anchor) and _torch_topk_k_fits(topk)):
+        logits = _indexer_of_topk(topk, expr, anchor)
+        if logits is not None:
+            return dict(plan, kind="torch_topk_indexer", topk=topk, logits=logits)
         return dict(plan, kind="torch_topk", topk=topk)
     if rv.dtype != torch.int32 or guard is None:
         # Pattern 3 is for int32 indices; without the where(idx < 0, -1, ..) guard a negative index
@@ -293,8 +379,22 @@ def _plan_mapping(match: Match, table_form: str, guard: Optional[str]) -> Option
     return dict(plan, kind="indices")
 
 
-def _rewrite_mapping(match: Match, form: str, table_form: str, guard: Optional[str]) -> None:
-    plan = _plan_mapping(match, table_form, guard)
+def _indexer_topk_fn(logits: Node, k: int, page_size: int) -> tuple[Callable, dict]:
+    """The replacement of a whole-row torch.topk over dsa.indexer_logits (nan_first: torch's order),
+    and its node inputs (q, kv, kv_scale, weights, ks, ke)."""
+    q, kv, kv_scale, weights, ks, ke = logits.args[:6]
+    precise = _arg(logits, 7, "precise", False)
+
+    def fn(q, kv, weights, ks, ke, kv_scale=None, page_table=None, row_to_batch=None):
+        return dsa.indexer_topk(q, kv, kv_scale, weights, ks, ke, k, precise=precise, page_table=page_table,
+                                page_size=page_size, row_to_batch=row_to_batch, nan_first=True)[0]
+
+    inputs = dict(q=q, kv=kv, weights=weights, ks=ks, ke=ke, kv_scale=kv_scale)
+    return fn, inputs
+
+
+def _rewrite_mapping(match: Match, form: str, guard: Optional[str]) -> None:
+    plan = _plan_mapping(match, guard)
     P, out_dtype = _static_int(plan["P"]), plan["out_dtype"]
     if plan["kind"] == "indices":
 
@@ -309,16 +409,49 @@ def _rewrite_mapping(match: Match, form: str, table_form: str, guard: Optional[s
         return
     topk = plan["topk"]
     k = _static_int(topk.args[1])
+    if plan["kind"] == "torch_topk_indexer":
+        inner, inputs = _indexer_topk_fn(plan["logits"], k, P)
+
+        def fn_indexer(page_table, row_to_batch=None, **kw):
+            rtb = None if row_to_batch is None else row_to_batch.to(torch.int32)
+            return _dtype_as(inner(page_table=page_table, row_to_batch=rtb, **kw), out_dtype)
+
+        _replace(match, fn_indexer, page_table=plan["page_table"], row_to_batch=plan["row_to_batch"], **inputs)
+        _count(f"indexer_topk/logits+torch.topk+{form}")
+        return
 
     def fn(scores, page_table, row_to_batch=None):
         rows, width = scores.shape
         full_rows = torch.full((rows,), width, dtype=torch.int32, device=scores.device)
         rtb = None if row_to_batch is None else row_to_batch.to(torch.int32)
-        out = dsa.topk_page_table_transform(scores, page_table, full_rows, k, row_to_batch=rtb, page_size=P)
+        out = dsa.topk_page_table_transform(scores, page_table, full_rows, k, row_to_batch=rtb, page_size=P,
+                                            nan_first=True)
         return _dtype_as(out, out_dtype)
 
     _replace(match, fn, scores=topk.args[0], page_table=plan["page_table"], row_to_batch=plan["row_to_batch"])
     _count(f"topk_page_table_transform/torch.topk+{form}")
+
+
+def _plan_bare_indexer_topk(match: Match) -> Optional[dict]:
+    """torch.topk(dsa.indexer_logits(..) over whole rows, k, sorted=False).indices with no mapping after
+    it (stage A took the mapped forms) -> dsa.indexer_topk(nan_first=True), cast to int64."""
+    idx = match.output_node()
+    topk = idx.args[0]
+    if not (_is_call(topk, aten.topk.default) and _torch_topk_exact(topk) and _torch_topk_k_fits(topk)):
+        return None
+    logits = _indexer_of_topk(topk, {idx}, idx)
+    return None if logits is None else dict(topk=topk, logits=logits)
+
+
+def _rewrite_bare_indexer_topk(match: Match) -> None:
+    plan = _plan_bare_indexer_topk(match)
+    inner, inputs = _indexer_topk_fn(plan["logits"], _static_int(plan["topk"].args[1]), 64)
+
+    def fn(**kw):
+        return inner(**kw).to(torch.int64)  # torch.topk's index dtype
+
+    _replace(match, fn, **inputs)
+    _count("indexer_topk/logits+torch.topk")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,7 +493,7 @@ def _logits_topk():
     # tensor may remain; `precise` passes on to indexer_topk, which scores in the same mode
     lengths = CallFunction(aten.sub.Tensor, KeywordArg("ke"), KeywordArg("ks"), _users=MULTIPLE)
     return CallFunction(dsa.topk.default, logits, KeywordArg("k"), lengths=lengths,
-                        row_starts=KeywordArg("ks"), deterministic=False)
+                        row_starts=KeywordArg("ks"), deterministic=False, nan_first=KeywordArg("nan_first"))
 
 
 def _mapped(indices):
@@ -380,7 +513,7 @@ def _plain_lengths(match: Match) -> bool:
     # precision mode must be a constant to pass on to indexer_topk.
     sub = _topk_node(match).kwargs["lengths"]
     return (len(sub.args) == 2 and sub.kwargs.get("alpha", 1) == 1
-            and isinstance(match.kwargs["precise"], bool))
+            and isinstance(match.kwargs["precise"], bool) and isinstance(match.kwargs["nan_first"], bool))
 
 
 def _rewrite_indexer(match: Match, paged: bool) -> None:
@@ -389,12 +522,12 @@ def _rewrite_indexer(match: Match, paged: bool) -> None:
                 page_table_row_starts=kw["page_table_row_starts"]) if paged else {}
     page_size = kw["page_size"] if paged else 64
     k = _static_int(kw["k"])
-    precise = kw["precise"]  # a Python bool (_plain_lengths checked it)
+    precise, nan_first = kw["precise"], kw["nan_first"]  # Python bools (_plain_lengths checked them)
 
     def fn(q, kv, kv_scale, weights, ks, ke, page_table=None, row_to_batch=None, page_table_row_starts=None):
         return dsa.indexer_topk(q, kv, kv_scale, weights, ks, ke, k, precise=precise, page_table=page_table,
                                 page_size=page_size, row_to_batch=row_to_batch,
-                                page_table_row_starts=page_table_row_starts)[0]
+                                page_table_row_starts=page_table_row_starts, nan_first=nan_first)[0]
 
     _replace(match, fn, q=kw["q"], kv=kw["kv"], kv_scale=kw["kv_scale"], weights=kw["weights"], ks=kw["ks"],
              ke=kw["ke"], **page)
@@ -405,12 +538,12 @@ def _topk_window_ok(match: Match) -> bool:
     # topk_page_table_transform needs explicit lengths: lengths=None is the full row only without
     # row_starts (with them, W - row_starts could overflow int32 where dsa.topk computes in int64).
     kw = match.kwargs
-    return kw["lengths"] is not None or kw["row_starts"] is None
+    return (kw["lengths"] is not None or kw["row_starts"] is None) and isinstance(kw["nan_first"], bool)
 
 
 def _rewrite_topk_mapped(match: Match) -> None:
     kw = match.kwargs
-    k, page_size, det = kw["k"], kw["page_size"], kw["deterministic"]
+    k, page_size, det, nan_first = kw["k"], kw["page_size"], kw["deterministic"], kw["nan_first"]
 
     def fn(scores, page_table, lengths=None, row_starts=None, row_to_batch=None, page_table_row_starts=None):
         if lengths is None:
@@ -419,7 +552,7 @@ def _rewrite_topk_mapped(match: Match) -> None:
         return dsa.topk_page_table_transform(scores, page_table, lengths, k, row_starts=row_starts,
                                              page_table_row_starts=page_table_row_starts,
                                              row_to_batch=row_to_batch, page_size=page_size,
-                                             deterministic=det)
+                                             deterministic=det, nan_first=nan_first)
 
     _replace(match, fn, scores=kw["scores"], page_table=kw["page_table"], lengths=kw["lengths"],
              row_starts=kw["row_starts"], row_to_batch=kw["row_to_batch"],
@@ -446,28 +579,32 @@ def _safe(check: Callable[[Match], Any]) -> Callable[[Match], bool]:
     return run
 
 
-def _register_mapping(stage: PatternMatcherPass, table_form: str, swapped: bool,
-                      guard: Optional[str]) -> None:
-    arith = _arith(table_form, swapped)
+def _register_mapping(stage: PatternMatcherPass, swapped: bool, guard: Optional[str]) -> None:
+    arith = _arith(swapped)
     pattern = arith if guard is None else _guarded(arith, guard)
-    form = table_form + ("+swapped" if swapped else "") + (f"+where_{guard}" if guard else "")
+    form = "arith" + ("+swapped" if swapped else "") + (f"+where_{guard}" if guard else "")
 
     def plan_mapping(m):
-        return _plan_mapping(m, table_form, guard) is not None
+        return _plan_mapping(m, guard) is not None
 
     def handler(m, *_, **__):
-        _rewrite_mapping(m, form, table_form, guard)
+        _rewrite_mapping(m, form, guard)
 
     register_graph_pattern(pattern, extra_check=_safe(plan_mapping), pass_dict=stage)(handler)
 
 
 def _register() -> None:
-    # Stage A: one pattern per source form of the arithmetic (table access x operand order x guard).
+    # Stage A: one pattern per operand order and guard; the table access and the casts are read by
+    # _plan_mapping. Guarded forms first: their where() is part of what gets replaced.
     mapping = PatternMatcherPass(pass_name="dsa_page_table_arith")
-    for table_form in ("gather", "index"):
+    for guard in ("lt", "ge", None):
         for swapped in (False, True):
-            for guard in ("lt", "ge", None):
-                _register_mapping(mapping, table_form, swapped, guard)
+            _register_mapping(mapping, swapped, guard)
+    # A whole-row torch.topk over the indexer's logits with no mapping after it.
+    bare = PatternMatcherPass(pass_name="dsa_indexer_torch_topk")
+    register_graph_pattern(CallFunction(operator.getitem, KeywordArg("topk"), 1),
+                           extra_check=_safe(lambda m: _plan_bare_indexer_topk(m) is not None),
+                           pass_dict=bare)(lambda m, *_, **__: _rewrite_bare_indexer_topk(m))
 
     # Stage B: separate passes so that the largest fusion gets the first look at a dsa.topk.
     indexer_paged = PatternMatcherPass(pass_name="dsa_indexer_topk_paged")
@@ -481,11 +618,11 @@ def _register() -> None:
     topk_mapped = PatternMatcherPass(pass_name="dsa_topk_page_table")
     topk = CallFunction(dsa.topk.default, KeywordArg("scores"), KeywordArg("k"),
                         lengths=KeywordArg("lengths"), row_starts=KeywordArg("row_starts"),
-                        deterministic=KeywordArg("deterministic"))
+                        deterministic=KeywordArg("deterministic"), nan_first=KeywordArg("nan_first"))
     register_graph_pattern(_mapped(topk), extra_check=_safe(_topk_window_ok), pass_dict=topk_mapped)(
         lambda m, *_, **__: _rewrite_topk_mapped(m))
 
-    _STAGES[:] = [mapping, indexer_paged, indexer, topk_mapped]
+    _STAGES[:] = [mapping, bare, indexer_paged, indexer, topk_mapped]
 
 
 def _erase_dead(graph: torch.fx.Graph, dead_before: set) -> None:
@@ -502,7 +639,7 @@ def rewrite(graph: torch.fx.Graph) -> int:
     dead_before = {n for n in graph.nodes if not n.users}
     total = 0
     for i, stage in enumerate(_STAGES):
-        if i == 1:
+        if i == 2:
             _canonicalize_dsa_calls(graph)
         n = stage.apply(graph)
         if n:

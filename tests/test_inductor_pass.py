@@ -29,7 +29,7 @@ def fresh_compile(monkeypatch):
     # setattr on them by deleting the key (it is not in the module's __dict__), which breaks every
     # later reader of the key.
     monkeypatch.setattr(di.config, "enabled", True)
-    monkeypatch.setattr(di.config, "rewrite_torch_topk", False)
+    monkeypatch.setattr(di.config, "rewrite_torch_topk", True)
     assert di.installed() is not None, "import dsa_ops must install the pass"
     with inductor_config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
         torch._dynamo.reset()
@@ -145,6 +145,81 @@ def test_page_table_arithmetic_becomes_page_table_transform(model, extra):
     assert_same(out, model(*args), exact=True)
 
 
+def map_index_casts_inside(idx, pt):  # int64 casts inside the indexing, the offset cast too
+    rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt[rows, (i // P).long()].long() * P + (i % P).long())
+
+
+def map_index_long_first(idx, pt):  # the index cast to int64 before the division
+    rows = torch.arange(idx.shape[0], device=idx.device).unsqueeze(-1)
+    i = idx.long()
+    return torch.where(idx < 0, -1, pt[rows, i.clamp(min=0) // P] * P + i.clamp(min=0) % P)
+
+
+def map_request_rows_gather(idx, pt, rtb):  # page_table[row_to_batch[r]]: the rows first, then gather
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt[rtb.long()].gather(1, (i // P).long()) * P + i % P)
+
+
+def map_request_rows_index(idx, pt, rtb):  # page_table[row_to_batch][r, slot], int32 row_to_batch
+    rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt[rtb][rows, (i // P).long()] * P + i % P)
+
+
+def map_batch_cast_outside(idx, pt, rtb):  # row_to_batch[:, None] cast after the unsqueeze
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt[rtb[:, None].long(), (i // P).long()] * P + i % P)
+
+
+def map_offset_first(idx, pt, rtb):  # idx % P + page * P
+    i = idx.clamp(min=0)
+    return torch.where(idx >= 0, i % P + pt[rtb.long()].gather(1, (i // P).long()) * P, -1)
+
+
+@pytest.mark.parametrize("model", [
+    map_index_casts_inside, map_index_long_first, map_request_rows_gather, map_request_rows_index,
+    map_batch_cast_outside, map_offset_first,
+])
+def test_page_table_arithmetic_however_cast_or_indexed(model):
+    d = gen()
+    args = (d["idx"], d["pt"]) + ((d["rtb"],) if "rtb" in model.__code__.co_varnames[:3] else ())
+    out, graph = compile_run(model, *args)
+    assert rewrites() == {"page_table_transform": 1}, dict(di.counters)
+    assert "dsa.page_table_transform" in graph and "aten.gather" not in graph and "aten.index" not in graph
+    if len(args) == 3:
+        assert "row_to_batch: %" in graph
+    assert_same(out, model(*args), exact=True)
+
+
+def near_offset_other_page(idx, pt):  # the offset's modulus differs from the product's P
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt.gather(1, (i // P).long()) * P + i % (P // 2))
+
+
+def near_slot_shifted(idx, pt):  # different arithmetic: the next page
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt.gather(1, (i // P + 1).long().clamp(max=PAGES - 1)) * P + i % P)
+
+
+def near_slot_other_page(idx, pt):  # the slot's divisor differs from the product's P
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, pt.gather(1, (i // (P * 2)).long()) * P + i % P)
+
+
+def near_offset_other_index(idx, pt):  # slot from one index tensor, offset from another
+    i = idx.clamp(min=0)
+    j = (idx + 1).clamp(min=0)
+    return torch.where(idx < 0, -1, pt.gather(1, (i // P).long()) * P + j % P)
+
+
+def near_request_rows_reversed(idx, pt):  # page_table[rows][b, slot]: rows of a different length
+    i = idx.clamp(min=0)
+    table = pt[torch.arange(pt.shape[0] - 1, -1, -1, device=pt.device)[: idx.shape[0] - 1]]
+    return torch.where(idx[1:] < 0, -1, table.gather(1, (i[1:] // P).long()) * P + i[1:] % P)
+
+
 def near_no_guard(idx, pt):  # no where(idx < 0, -1, ..): -1 maps to page_table[r, 0] * P + 0 in torch
     i = idx.clamp(min=0)
     return pt.gather(1, (i // P).long()) * P + i % P
@@ -171,7 +246,8 @@ def near_two_page_sizes(idx, pt):  # the slot and the offset disagree on P
 
 
 @pytest.mark.parametrize("model", [
-    near_no_guard, near_eq_guard, near_zero_fill, near_page_48, near_two_page_sizes,
+    near_no_guard, near_eq_guard, near_zero_fill, near_page_48, near_two_page_sizes, near_offset_other_page,
+    near_slot_shifted, near_slot_other_page, near_offset_other_index, near_request_rows_reversed,
 ])
 def test_page_table_near_misses_are_left_alone(model):
     d = gen()
@@ -232,29 +308,70 @@ def test_windowed_deterministic_topk_and_op_keep_order():
     assert_same(out, dsa_topk_window_mapped(*args), exact=True)  # deterministic: order too
 
 
-def test_torch_topk_is_rewritten_only_when_promised_nan_free(monkeypatch):
+def nan_rows(scores: torch.Tensor) -> torch.Tensor:
+    """NaN in rows 1..3: fewer than k, exactly k, more than k (row 0 and the rest: none)."""
+    s = scores.clone()
+    s[1, ::37] = float("nan")
+    s[2, 5:5 + K] = float("nan")
+    s[3, 40:40 + 2 * K] = float("nan")
+    return s
+
+
+def fused_line(graph: str, op: str) -> str:
+    lines = [ln for ln in graph.splitlines() if f"dsa.{op}.default" in ln]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_torch_topk_becomes_the_nan_first_form():
+    d = gen()
+    scores = nan_rows(d["scores"])
+    out, graph = compile_run(torch_topk_mapped, scores, d["pt"], K)
+    assert rewrites() == {"topk_page_table_transform": 1} and "aten.topk" not in graph
+    assert "nan_first: True" in fused_line(graph, "topk_page_table_transform")
+    want = torch_topk_mapped(scores, d["pt"], K)
+    # Rows 0-2: no two equal keys compete for the last places, so torch's set is the only one.
+    assert out.dtype == want.dtype and torch.equal(as_sets(out[:3]), as_sets(want[:3]))
+
+
+def torch_topk_identity_mapped(scores, pt):  # pt[r, j] = j: slots are the indices themselves
+    idx = torch.topk(scores, K, sorted=False).indices
+    return pt.gather(1, idx // P) * P + idx % P
+
+
+def test_torch_topk_rewrite_picks_what_torch_picks_among_nans():
+    """More NaNs than k: torch returns any k of them (on the CPU not the first ones); the nan_first form
+    the first k. Both are k NaN positions: compare the picked values, and that the picks are distinct."""
+    d = gen()
+    scores = nan_rows(d["scores"])
+    pt = torch.arange(PAGES * 10, dtype=torch.int32).repeat(ROWS, 1)[:, : (WIDTH + P - 1) // P].contiguous()
+    out, _ = compile_run(torch_topk_identity_mapped, scores, pt)
+    want = torch_topk_identity_mapped(scores, pt)
+    assert rewrites() == {"topk_page_table_transform": 1}
+    for r in range(ROWS):
+        assert len(set(out[r].tolist())) == K
+        got_v, want_v = scores[r, out[r]].sort().values, scores[r, want[r]].sort().values
+        assert torch.equal(got_v.isnan(), want_v.isnan())
+        assert torch.equal(got_v[~got_v.isnan()], want_v[~want_v.isnan()])
+    assert set(out[3].tolist()) == set(range(40, 40 + K))  # ties to the smaller index
+
+
+def test_torch_topk_rewrite_can_be_switched_off(monkeypatch):
+    monkeypatch.setattr(di.config, "rewrite_torch_topk", False)
     d = gen()
     out, graph = compile_run(torch_topk_mapped, d["scores"], d["pt"], K)
-    assert rewrites() == {} and "aten.topk" in graph  # default: NaN makes it unprovable
+    assert rewrites() == {} and "aten.topk" in graph
     assert_same(out, torch_topk_mapped(d["scores"], d["pt"], K))
 
-    monkeypatch.setattr(di.config, "rewrite_torch_topk", True)
-    torch._dynamo.reset()
-    out, graph = compile_run(torch_topk_mapped, d["scores"], d["pt"], K)
-    assert rewrites() == {"topk_page_table_transform": 1}
-    assert "dsa.topk_page_table_transform" in graph and "topk.default" not in graph
-    assert_same(out, torch_topk_mapped(d["scores"], d["pt"], K))  # int64, like the torch form
+
+def test_nan_first_is_torch_topk_order():
+    scores = torch.tensor([[0.5, float("nan"), 2.0, 1.0, float("inf")]])
+    assert set(torch.topk(scores, 2, sorted=False).indices[0].tolist()) == {1, 4}
+    assert set(dsa_ops.topk(scores, 2, nan_first=True)[0].tolist()) == {1, 4}
+    assert set(dsa_ops.topk(scores, 2)[0].tolist()) == {2, 4}  # the default ranks NaN last
 
 
-def test_why_torch_topk_needs_the_promise():
-    # torch.topk ranks NaN above every number, dsa below: the same call, different sets.
-    scores = torch.tensor([[0.5, float("nan"), 2.0, 1.0]])
-    assert set(torch.topk(scores, 2, sorted=False).indices[0].tolist()) == {1, 2}
-    assert set(dsa_ops.topk(scores, 2)[0].tolist()) == {2, 3}
-
-
-def test_torch_topk_symbolic_k_recompiles_correctly(monkeypatch):
-    monkeypatch.setattr(di.config, "rewrite_torch_topk", True)
+def test_torch_topk_symbolic_k_recompiles_correctly():
     d = gen()
     f = torch.compile(torch_topk_mapped, fullgraph=True, dynamic=True)
     for k in (K, 8):  # the dsa ops take a static k: the rewrite guards it
@@ -283,8 +400,7 @@ def near_indices_reused(scores, pt):  # the raw indices live on: fusing would ru
 
 
 @pytest.mark.parametrize("model", [near_values_used, near_sorted, near_smallest, near_indices_reused])
-def test_torch_topk_near_misses_are_left_alone(model, monkeypatch):
-    monkeypatch.setattr(di.config, "rewrite_torch_topk", True)
+def test_torch_topk_near_misses_are_left_alone(model):
     d = gen()
     out, graph = compile_run(model, d["scores"], d["pt"])
     assert rewrites() == {} and "dsa." not in graph
@@ -348,6 +464,91 @@ def test_indexer_topk_scores_in_the_logits_mode(model, precise):
     # the post-grad graph lists only keywords that differ from the schema default (False)
     assert len(fused) == 1 and ("precise: True" in fused[0]) == precise, fused
     assert_same(out, model(*args))
+
+
+def whole_rows(q, kv):
+    t, n = q.shape[0], kv.shape[0]
+    return torch.zeros(t, dtype=torch.int32), torch.full((t,), n, dtype=torch.int32)
+
+
+def indexer_torch_topk(q, kv, w):  # as a model writes it: whole rows, torch.topk
+    ks, ke = whole_rows(q, kv)
+    return torch.topk(dsa_ops.indexer_logits(q, kv, None, w, ks, ke), K, sorted=False).indices
+
+
+def indexer_torch_topk_paged(q, kv, w, pt, rtb):
+    idx = indexer_torch_topk(q, kv, w)
+    return pt[rtb.long()].gather(1, idx // P) * P + idx % P
+
+
+def indexer_torch_topk_paged_index(q, kv, w, pt):
+    ks, ke = whole_rows(q, kv)
+    idx = torch.topk(dsa_ops.indexer_logits(q, kv, None, w, ks, ke), K, sorted=False).indices.int()
+    rows = torch.arange(idx.shape[0])[:, None]
+    return torch.where(idx < 0, -1, pt[rows, (idx // P).long()] * P + idx % P)
+
+
+def indexer_dsa_topk_nan_first_paged(q, kv, w, ks, ke, pt):
+    logits = dsa_ops.indexer_logits(q, kv, None, w, ks, ke)
+    return map_gather(dsa_ops.topk(logits, K, row_starts=ks, lengths=ke - ks, nan_first=True), pt)
+
+
+def nan_keys(kv: torch.Tensor) -> torch.Tensor:
+    """Three keys NaN: their scores are NaN in every row, ranked first by torch.topk."""
+    kv = kv.clone()
+    kv[[7, 100, 299]] = float("nan")
+    return kv
+
+
+@pytest.mark.parametrize("model,extra", [
+    (indexer_torch_topk, ()), (indexer_torch_topk_paged, ("pt", "rtb")), (indexer_torch_topk_paged_index, ("pt",)),
+])
+def test_indexer_torch_topk_becomes_indexer_topk(model, extra):
+    d = gen()
+    # Positive weights: no row is a relu plateau of zeros, whose ties torch breaks in any order.
+    args = (d["q"], nan_keys(d["kv"]), d["w"].abs()) + tuple(d[e] for e in extra)
+    out, graph = compile_run(model, *args)
+    assert rewrites() == {"indexer_topk": 1}, dict(di.counters)
+    line = fused_line(graph, "indexer_topk")
+    assert "nan_first: True" in line and ("page_table: %" in line) == bool(extra)
+    for gone in ("dsa.indexer_logits", "aten.topk", "dsa.topk", "aten.gather", "aten.index"):
+        assert gone not in graph
+    assert_same(out, model(*args))
+    if not extra:  # the NaN keys are picked in every row, as torch picks them
+        assert all((out == j).any(dim=1).all() for j in (7, 100, 299))
+
+
+def test_indexer_dsa_topk_nan_first_keeps_the_flag():
+    d = gen()
+    args = (d["q"], nan_keys(d["kv"]), d["w"].abs(), d["ks"], d["ke"], d["pt"])
+    out, graph = compile_run(indexer_dsa_topk_nan_first_paged, *args)
+    assert rewrites().get("indexer_topk") == 1 and "nan_first: True" in fused_line(graph, "indexer_topk")
+    assert_same(out, indexer_dsa_topk_nan_first_paged(*args))
+
+
+def near_torch_topk_windowed(q, kv, w, ks, ke):  # windows: torch.topk may pick -inf positions, dsa gives -1
+    return torch.topk(dsa_ops.indexer_logits(q, kv, None, w, ks, ke), K, sorted=False).indices
+
+
+def near_torch_topk_short_end(q, kv, w):  # ke = N - 1: the last column is -inf, not a key
+    t, n = q.shape[0], kv.shape[0]
+    ks, ke = torch.zeros(t, dtype=torch.int32), torch.full((t,), n - 1, dtype=torch.int32)
+    return torch.topk(dsa_ops.indexer_logits(q, kv, None, w, ks, ke), K, sorted=False).indices
+
+
+def near_torch_topk_start_one(q, kv, w):  # ks = 1: absolute columns are not relative indices
+    t, n = q.shape[0], kv.shape[0]
+    ks, ke = torch.ones(t, dtype=torch.int32), torch.full((t,), n, dtype=torch.int32)
+    return torch.topk(dsa_ops.indexer_logits(q, kv, None, w, ks, ke), K, sorted=False).indices
+
+
+@pytest.mark.parametrize("model", [near_torch_topk_windowed, near_torch_topk_short_end, near_torch_topk_start_one])
+def test_indexer_torch_topk_other_windows_are_left_alone(model):
+    d = gen()
+    args = (d["q"], d["kv"], d["w"]) + ((d["ks"], d["ke"]) if model is near_torch_topk_windowed else ())
+    out, graph = compile_run(model, *args)
+    assert rewrites() == {} and "dsa.indexer_logits" in graph and "aten.topk" in graph
+    assert_same(out, model(*args), exact=False)
 
 
 def test_uuid_covers_the_precise_argument():
