@@ -242,9 +242,9 @@ def _select_kernel(
         cut = tl.zeros((1,), tl.int32)
         if tl.sum(eq.to(tl.int32), axis=0) > need:  # more ties than places: the smallest keys
             for b in tl.static_range(31):  # cut: the largest value with count(eq & j < cut) < need
-                cand = cut | (1 << (30 - b))
-                cnt = tl.sum((eq[:, None] & (j[:, None] < cand[None, :])).to(tl.int32), axis=0)
-                cut = tl.where(cnt < need, cand, cut)
+                cand_j = cut | (1 << (30 - b))
+                cnt = tl.sum((eq[:, None] & (j[:, None] < cand_j[None, :])).to(tl.int32), axis=0)
+                cut = tl.where(cnt < need, cand_j, cut)
         else:
             cut = cut + 2147483647
         cut = tl.sum(cut, axis=0)
@@ -295,7 +295,7 @@ def _rescan_kernel(
         ans = tl.zeros((BLOCK_T,), tl.int64)
         above = tl.zeros((BLOCK_T,), tl.int32)
         for p in tl.static_range(32 // BITS):
-            shift: tl.constexpr = 32 - BITS * (p + 1)
+            shift = 32 - BITS * (p + 1)
             cand = ans[:, None] + (digit[None, :].to(tl.int64) << shift)  # [BLOCK_T, R]
             ge = tl.zeros((BLOCK_T, R), tl.int32)
             for tile in tl.range(a, b):
@@ -513,4 +513,38 @@ def supports(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table, pa
     return None if why is None else f"dense route: {why}"
 
 
-GATE_KERNELS: list = []
+_PTR_TYPES = {"q_ptr": "*fp8e4nv", "kv_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "w_ptr": "*fp32",
+              "slab_s_ptr": "*fp32", "score_ptr": "*fp32"}  # every other pointer: int32
+
+
+def _gate(name, fn, constexprs, options):
+    sig = {}
+    for a in fn.arg_names:
+        if a in constexprs:
+            sig[a] = "constexpr"
+        elif a.endswith("_ptr"):
+            sig[a] = _PTR_TYPES.get(a, "*i32")
+        else:
+            sig[a] = "i32"
+    return name, fn, sig, constexprs, [], options
+
+
+def _gate_kernels(h=64):
+    """The fused path's kernels for the compile gates: fp8, D 128, the default mode's config at h heads."""
+    bt, bn, nw, ns = il.config(h)
+    score = dict(H=h, D=128, BLOCK_T=bt, BLOCK_N=bn, HAS_SCALE=True, F16_MMA=False, SIGNS_IN_KV=False,
+                 NAN_FIRST=False)
+    opts = {"num_warps": nw, "num_stages": ns}
+    cap = capacity_for(2048)
+    return [
+        _gate(f"indexer_topk_sample_h{h}", _sample_kernel, dict(score, SLOTS=SAMPLE), opts),
+        _gate("indexer_topk_gate", _gate_kernel, dict(SLOTS=SAMPLE), {"num_warps": 8}),
+        _gate(f"indexer_topk_filter_h{h}", _filter_kernel, score, opts),
+        _gate("indexer_topk_select_k2048", _select_kernel,
+              dict(CAP=cap, KB=2048, EXACT=True, RETURN_SCORES=True, NAN_FIRST=False), {"num_warps": 16}),
+        _gate(f"indexer_topk_rescan_h{h}", _rescan_kernel, dict(score, RETURN_SCORES=True, BITS=RADIX_BITS), opts),
+    ]
+
+
+# For the compile gates: the kernels launch_fused runs for fp8 at 64 heads (k 2048's slab), default mode.
+GATE_KERNELS: list = _gate_kernels(64)
