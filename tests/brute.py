@@ -7,18 +7,20 @@ import math
 import torch
 
 
-def rank_key(x: float):
-    # Larger first; NaN after every number; -0.0 == +0.0 in Python comparisons already.
-    return (1, 0.0) if math.isnan(x) else (0, -x)
+def rank_key(x: float, nan_first: bool = False):
+    # Larger first; NaN after every number (before, with nan_first); -0.0 == +0.0 in Python already.
+    if math.isnan(x):
+        return (-1, 0.0) if nan_first else (1, 0.0)
+    return (0, -x)
 
 
-def topk_row(row: list[float], k: int, start: int, length: int | None) -> set[int]:
+def topk_row(row: list[float], k: int, start: int, length: int | None, nan_first: bool = False) -> set[int]:
     w = len(row)
     length = w - start if length is None else length
     length = max(length, 0)
     lo, hi = min(max(start, 0), w), min(max(start + length, 0), w)
     hi = max(hi, lo)
-    order = sorted(range(lo, hi), key=lambda j: (rank_key(row[j]), j))
+    order = sorted(range(lo, hi), key=lambda j: (rank_key(row[j], nan_first), j))
     return {j - start for j in order[:k]}
 
 

@@ -28,13 +28,13 @@ def topk_case(draw):
     return scores, k, (lengths if use_len else None), (starts if use_start else None)
 
 
-def _expected(scores, k, lengths, starts):
+def _expected(scores, k, lengths, starts, nan_first=False):
     f = scores.float()
     out = []
     for r in range(scores.shape[0]):
         s = int(starts[r]) if starts is not None else 0
         n = int(lengths[r]) if lengths is not None else None
-        out.append(topk_row(f[r].tolist(), k, s, n))
+        out.append(topk_row(f[r].tolist(), k, s, n, nan_first))
     return out
 
 
@@ -48,6 +48,56 @@ def test_topk_matches_brute_force(case):
         picked = [i for i in row if i != -1]
         assert set(picked) == want and len(picked) == len(want)
         assert row == sorted(want) + [-1] * (k - len(want))  # deterministic: ascending, then -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(topk_case(), st.integers(0, 2))
+def test_nan_first_matches_brute_force_in_every_op(case, which):
+    scores, k, lengths, starts = case
+    if which == 0:
+        got = dsa_ops.topk(scores, k, lengths=lengths, row_starts=starts, deterministic=True, nan_first=True)
+    else:
+        rows = scores.shape[0]
+        lengths = lengths if lengths is not None else torch.full((rows,), scores.shape[1], dtype=torch.int32)
+        if which == 1:  # an identity table: slot == relative index
+            pt = torch.arange(64, dtype=torch.int32).repeat(rows, 1)
+            got = dsa_ops.topk_page_table_transform(scores, pt, lengths, k, row_starts=starts, page_size=1,
+                                                    deterministic=True, nan_first=True)
+        else:
+            got = dsa_ops.topk_ragged_transform(scores, torch.zeros(rows, dtype=torch.int32), lengths, k,
+                                                row_starts=starts, nan_first=True)
+    for r, want in enumerate(_expected(scores, k, lengths, starts, nan_first=True)):
+        picked = [i for i in got[r].tolist() if i != -1]
+        assert set(picked) == {i for i in want if i >= 0} and len(picked) == len([i for i in want if i >= 0])
+
+
+def test_nan_first_hand_worked():
+    s = torch.tensor([[1.0, math.nan, 3.0, math.nan, math.inf, math.nan, -math.inf]])
+    assert dsa_ops.topk(s, 2, nan_first=True).tolist() == [[1, 3]]  # NaNs first, ties to the smaller index
+    assert dsa_ops.topk(s, 4, nan_first=True).tolist() == [[1, 3, 4, 5]]  # then +inf
+    assert dsa_ops.topk(s, 5, nan_first=True).tolist() == [[1, 2, 3, 4, 5]]
+    assert dsa_ops.topk(s, 2).tolist() == [[2, 4]]
+    win = dict(lengths=torch.tensor([3], dtype=torch.int32), row_starts=torch.tensor([2], dtype=torch.int32))
+    assert dsa_ops.topk(s, 2, nan_first=True, **win).tolist() == [[1, 2]]  # columns 3, 4: NaN, +inf
+    for bad in (None, 1, torch.tensor(True), "yes"):
+        with pytest.raises(dsa_ops.DsaArgumentError, match="nan_first"):
+            dsa_ops.topk(s, 2, nan_first=bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_nan_first_is_torch_topk_set(dtype):
+    """Whole rows of distinct numbers and NaNs (fewer than k, k, more than k): torch.topk's set, values
+    compared where NaNs tie (torch returns any k of them)."""
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randperm(4 * 500, generator=g).view(4, 500).to(torch.float32).to(dtype)  # distinct in fp16
+    scores[1, ::97] = math.nan
+    scores[2, 10:42] = math.nan
+    scores[3, 5:400:3] = math.nan
+    for k in (1, 32, 200):
+        got = dsa_ops.topk(scores, k, nan_first=True).long()
+        want = torch.topk(scores, k, sorted=False).indices
+        gv, wv = scores.gather(1, got).float().sort(1).values, scores.gather(1, want).float().sort(1).values
+        assert torch.equal(gv.isnan(), wv.isnan()) and torch.equal(gv.nan_to_num(), wv.nan_to_num())
 
 
 def test_topk_hand_worked():
