@@ -573,3 +573,107 @@ def test_cuda_graph_and_side_stream(cluster):
         raw = window_topk(x, 2048, lengths)
         assert torch.equal(out, map_through_page_table(raw, pt, None, None, 64))
         assert torch.equal(as_sets(out_any), as_sets(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# nan_first=True: NaN above every number (torch.topk's order), key 0xFFFFFFFF in both kernels
+
+
+def nan_rows(rows: int, width: int, dtype, k: int, g: torch.Generator) -> torch.Tensor:
+    """Normal rows with, in turn: no NaN; a few; exactly k; k + a few (a threshold at NaN's key, with
+    +inf keys that the widened filter threshold also passes); 90% NaN (a NaN plateau); a +inf plateau
+    with a few NaNs above it; all NaN; NaN and -inf only. Row r gets pattern r % 8."""
+    x = torch.randn(rows, width, device=DEV, generator=g)
+    for r in range(rows):
+        kind = r % 8
+        perm = torch.randperm(width, device=DEV, generator=g)
+        if kind == 1:
+            x[r, perm[:37]] = float("nan")
+        elif kind == 2:
+            x[r, perm[:k]] = float("nan")
+        elif kind == 3:
+            x[r, perm[:k + 300]] = float("nan")
+            x[r, perm[k + 300:k + 800]] = float("inf")
+        elif kind == 4:
+            x[r, perm[: width * 9 // 10]] = float("nan")
+        elif kind == 5:
+            x[r, perm[: width // 2]] = float("inf")
+            x[r, perm[width // 2:width // 2 + 20]] = float("nan")
+        elif kind == 6:
+            x[r] = float("nan")
+        elif kind == 7:
+            x[r] = float("-inf")
+            x[r, perm[:k // 2]] = float("nan")
+    return x.to(dtype)
+
+
+def check_nan_first(scores, k, lengths=None, row_starts=None, what=""):
+    ref = window_topk(scores, k, lengths, row_starts, nan_first=True)
+    with dsa_ops.use_backend("cuda"):
+        got = dsa_ops.topk(scores, k, lengths=lengths, row_starts=row_starts, nan_first=True)
+        got_d = dsa_ops.topk(scores, k, lengths=lengths, row_starts=row_starts, deterministic=True, nan_first=True)
+        last = dsa_ops.topk(scores, k, lengths=lengths, row_starts=row_starts)
+    bad = (as_sets(got) != as_sets(ref)).any(dim=1)
+    assert not bad.any(), f"{what}: rows {bad.nonzero().flatten()[:8].tolist()} differ (nan_first, as sets)"
+    bad = (got_d != ref).any(dim=1)
+    assert not bad.any(), f"{what}: rows {bad.nonzero().flatten()[:8].tolist()} differ (nan_first, deterministic)"
+    bad = (as_sets(last) != as_sets(window_topk(scores, k, lengths, row_starts))).any(dim=1)
+    assert not bad.any(), f"{what}: rows {bad.nonzero().flatten()[:8].tolist()} differ (NaN last)"
+
+
+NAN_SHAPES = [(16, 3000), (16, 40000), (16, 70000), (4, 262144)]
+
+
+@pytest.mark.parametrize("shape", NAN_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_nan_first_rows(dtype, shape, cluster3):
+    g = torch.Generator(device=DEV).manual_seed(31 + NAN_SHAPES.index(shape))
+    for k in (7, 2048):
+        x = nan_rows(*shape, dtype, k, g)
+        check_nan_first(x, k, what=f"nan_first {dtype} {shape} k={k}")
+
+
+def test_nan_first_narrow_rows_and_windows(cluster):
+    g = torch.Generator(device=DEV).manual_seed(37)
+    rows, width = narrow_rows(), 30000
+    x = nan_rows(rows, width, torch.float32, 2048, g)
+    check_nan_first(x, 2048, what="nan_first narrow")
+    starts = torch.randint(-100, width // 2, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    lengths = torch.randint(-10, width, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    lengths[::5] = 2000  # shorter than k
+    for k in (64, 2048):
+        check_nan_first(x, k, lengths, starts, what=f"nan_first windows k={k}")
+
+
+def test_nan_first_page_table_and_ragged(cluster3):
+    g = torch.Generator(device=DEV).manual_seed(41)
+    rows, width, k = 24, 70000, 2048
+    x = nan_rows(rows, width, torch.float32, k, g)
+    lengths = torch.randint(k // 2, width, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    starts = torch.randint(0, 500, (rows,), device=DEV, dtype=torch.int32, generator=g)
+    table = torch.randint(0, 1 << 20, (rows, (width + 63) // 64 + 8), dtype=torch.int32, device=DEV, generator=g)
+    rtb = torch.randperm(rows, device=DEV, generator=g).int()
+    raw = window_topk(x, k, lengths, starts, nan_first=True)
+    out_raw = torch.full((rows, k), POISON, device=DEV, dtype=torch.int32)
+    with dsa_ops.use_backend("cuda"):
+        out = dsa_ops.topk_page_table_transform(x, table, lengths, k, row_starts=starts, row_to_batch=rtb,
+                                                nan_first=True, out_raw=out_raw)
+        out_d = dsa_ops.topk_page_table_transform(x, table, lengths, k, row_starts=starts, row_to_batch=rtb,
+                                                  nan_first=True, deterministic=True)
+        offsets = torch.randint(0, 1 << 20, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        ragged = dsa_ops.topk_ragged_transform(x, offsets, lengths, k, row_starts=starts, nan_first=True)
+    want = map_through_page_table(raw, table, rtb, None, 64)
+    assert torch.equal(as_pair_sets(out_raw, out), as_pair_sets(raw, want))
+    assert torch.equal(out_d, want)
+    assert torch.equal(as_sets(ragged), as_sets(ragged_reference(x, offsets, lengths, k, starts, True)))
+
+
+def test_nan_first_is_torch_topk_set_on_gpu():
+    """torch.topk on the GPU against the nan_first form, whole rows: the same values picked (NaNs tie)."""
+    g = torch.Generator(device=DEV).manual_seed(43)
+    x = nan_rows(16, 50000, torch.float32, 2048, g)
+    with dsa_ops.use_backend("cuda"):
+        got = dsa_ops.topk(x, 2048, nan_first=True).long()
+    want = torch.topk(x, 2048, sorted=False).indices
+    gv, wv = x.gather(1, got).sort(1).values, x.gather(1, want).sort(1).values
+    assert torch.equal(gv.isnan(), wv.isnan()) and torch.equal(gv.nan_to_num(), wv.nan_to_num())

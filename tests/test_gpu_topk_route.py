@@ -73,6 +73,21 @@ def calls():
                                                     out=out, out_raw=out_raw)
         return out, out_raw
 
+    # nan_first=True on rows with NaNs: fewer than K (row 0), more than K (row 1), in a short window (row 2)
+    sn = s.clone()
+    sn[0, ::401] = float("nan")
+    sn[1, 1000:1000 + 2 * K] = float("nan")
+    sn[2, 5:9] = float("nan")
+    raw_n = window_topk(sn, K, n, st, nan_first=True)
+    mapped_n = map_through_page_table(raw_n, t, None, None, P)
+    ragged_n = ragged_reference(sn, off, n, K, st, True)
+    out_n, out_raw_n = torch.full_like(raw, 7), torch.full_like(raw, 7)
+
+    def page_out_n():
+        torch.ops.dsa.topk_page_table_transform.out(sn, t, n, K, row_starts=st, page_size=P, deterministic=True,
+                                                    nan_first=True, out=out_n, out_raw=out_raw_n)
+        return out_n, out_raw_n
+
     return [
         ("topk", lambda: torch.ops.dsa.topk(s, K, lengths=n, row_starts=st, deterministic=True), raw),
         ("topk_unordered", lambda: _as_set(torch.ops.dsa.topk(s, K, lengths=n, row_starts=st)), _as_set(raw)),
@@ -80,7 +95,20 @@ def calls():
                                                                  deterministic=True), mapped),
         ("page_out", page_out, (mapped, raw)),
         ("ragged", lambda: _as_set(torch.ops.dsa.topk_ragged_transform(s, off, n, K, row_starts=st)), _as_set(ragged)),
+        ("topk_nan_first", lambda: torch.ops.dsa.topk(sn, K, lengths=n, row_starts=st, deterministic=True,
+                                                      nan_first=True), raw_n),
+        ("topk_unordered_nan_first", lambda: _as_set(torch.ops.dsa.topk(sn, K, lengths=n, row_starts=st,
+                                                                        nan_first=True)), _as_set(raw_n)),
+        ("page_nan_first", lambda: torch.ops.dsa.topk_page_table_transform(
+            sn, t, n, K, row_starts=st, page_size=P, deterministic=True, nan_first=True), mapped_n),
+        ("page_out_nan_first", page_out_n, (mapped_n, raw_n)),
+        ("ragged_nan_first", lambda: _as_set(torch.ops.dsa.topk_ragged_transform(sn, off, n, K, row_starts=st,
+                                                                                 nan_first=True)),
+         _as_set(ragged_n)),
     ]
+
+
+N_CALLS = 10
 
 
 def _same(got, want):
@@ -89,7 +117,7 @@ def _same(got, want):
     return torch.equal(got, want)
 
 
-@pytest.mark.parametrize("i", range(5))
+@pytest.mark.parametrize("i", range(N_CALLS))
 def test_cpp_kernel_serves_default_calls_exactly(i):
     name, fn, want = calls()[i]
     got = fn()  # warm
@@ -98,7 +126,7 @@ def test_cpp_kernel_serves_default_calls_exactly(i):
     del got
 
 
-@pytest.mark.parametrize("i", range(5))
+@pytest.mark.parametrize("i", range(N_CALLS))
 def test_forced_reference_goes_through_the_router(i):
     name, fn, want = calls()[i]
     with dsa_ops.use_backend("reference"):

@@ -60,7 +60,7 @@ def validate(scores, k, lengths, row_starts, deterministic, nan_first):
     check_nan_first(NAME, nan_first)
 
 
-def reference(scores, k, lengths, row_starts, deterministic, nan_first):
+def reference(scores, k, lengths, row_starts, deterministic, nan_first=False):
     # Ascending indices satisfy both deterministic=True and the unspecified order of False.
     return window_topk(scores, k, lengths, row_starts, nan_first)
 

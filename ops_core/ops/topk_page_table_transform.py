@@ -59,7 +59,7 @@ def _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row
 
 
 def reference(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
-              deterministic, nan_first):
+              deterministic, nan_first=False):
     return _both(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
                  nan_first)[0]
 

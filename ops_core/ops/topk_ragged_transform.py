@@ -30,7 +30,7 @@ def validate(scores, offsets, lengths, k, row_starts, nan_first):
     check_tensor(NAME, "lengths", lengths)
 
 
-def reference(scores, offsets, lengths, k, row_starts, nan_first):
+def reference(scores, offsets, lengths, k, row_starts, nan_first=False):
     rel = window_topk(scores, k, lengths, row_starts, nan_first).long()
     shifted = rel + offsets.long()[:, None]
     ok = (rel >= 0) & (shifted >= 0) & (shifted <= INT32_MAX)
