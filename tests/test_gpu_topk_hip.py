@@ -14,6 +14,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops.ops._common import INT32_MAX, map_through_page_table, window_topk
+from dsa_ops.ops.topk_ragged_transform import reference as ragged_reference
 from dsa_ops.testing import topk_scores
 
 pytestmark = [
@@ -167,3 +168,39 @@ def test_split_heuristic_is_one_function():
     assert h.split_factor(1, 131072, 132) > 1
     assert h.split_factor(64, 1 << 20, 304) > 1
     assert h.split_factor(1000, 1 << 20, 132) == 1
+
+
+def nan_rows(rows, width, dtype, k, g):
+    """Row r % 6: no NaN; 37 NaNs; exactly k; k + 300 with 500 +inf; 90% NaN; all NaN."""
+    x = torch.randn(rows, width, device=DEV, generator=g)
+    for r in range(rows):
+        perm = torch.randperm(width, device=DEV, generator=g)
+        n = (0, 37, k, k + 300, width * 9 // 10, width)[r % 6]
+        x[r, perm[:n]] = float("nan")
+        if r % 6 == 3:
+            x[r, perm[n:n + 500]] = float("inf")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_nan_first(dtype, split):
+    g = torch.Generator(device=DEV).manual_seed(77)
+    for rows, width in ((12, 3000), (6, 70000)):
+        x = nan_rows(rows, width, dtype, 2048, g)
+        starts = torch.randint(0, width // 4, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        lengths = torch.randint(100, width, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        for k, win in ((64, {}), (2048, {}), (2048, dict(lengths=lengths, row_starts=starts))):
+            ref = window_topk(x, k, win.get("lengths"), win.get("row_starts"), nan_first=True)
+            got = dsa_ops.topk(x, k, deterministic=True, nan_first=True, **win)  # every HIP row is ascending
+            bad = (got != ref).any(dim=1)
+            assert not bad.any(), f"{dtype} {width} k={k}: rows {bad.nonzero().flatten()[:8].tolist()} differ"
+            last = dsa_ops.topk(x, k, **win)
+            assert torch.equal(as_sets(last), as_sets(window_topk(x, k, win.get("lengths"), win.get("row_starts"))))
+        full = torch.full((rows,), width, dtype=torch.int32, device=DEV)
+        table = torch.randint(0, 1 << 20, (rows, (width + 63) // 64), dtype=torch.int32, device=DEV, generator=g)
+        got = dsa_ops.topk_page_table_transform(x, table, full, 2048, nan_first=True)
+        want = map_through_page_table(window_topk(x, 2048, nan_first=True), table, None, None, 64)
+        assert torch.equal(got, want)
+        offsets = torch.randint(0, 1 << 20, (rows,), device=DEV, dtype=torch.int32, generator=g)
+        got = dsa_ops.topk_ragged_transform(x, offsets, full, 2048, nan_first=True)
+        assert torch.equal(as_sets(got), as_sets(ragged_reference(x, offsets, full, 2048, None, True)))
