@@ -25,7 +25,7 @@ def test_ragged_form_asks_for_the_filter_kernel():
     providers, calls = _providers_with_recorder()
     scores = torch.zeros(2, 8)
     lengths, offsets = torch.full((2,), 8, dtype=torch.int32), torch.zeros(2, dtype=torch.int32)
-    out = providers["topk_ragged_transform"].fn(scores, offsets, lengths, 4, None)
+    out = providers["topk_ragged_transform"].fn(scores, offsets, lengths, 4, None, False)
     assert out.shape == (2, 4) and out.dtype == torch.int32
     (args,) = calls
     assert args[4] is False  # deterministic
@@ -36,5 +36,19 @@ def test_topk_passes_its_order_flag_through():
     providers, calls = _providers_with_recorder()
     scores = torch.zeros(2, 8)
     for deterministic in (False, True):
-        providers["topk"].fn(scores, 4, None, None, deterministic)
+        providers["topk"].fn(scores, 4, None, None, deterministic, False)
         assert calls[-1][4] is deterministic
+
+
+def test_every_form_passes_nan_first_through():
+    # (topk_out's 13th argument is `nan_first`: NaN's key 0xFFFFFFFF instead of 0 in both kernels)
+    providers, calls = _providers_with_recorder()
+    scores, table = torch.zeros(2, 8), torch.zeros(2, 1, dtype=torch.int32)
+    lengths, offsets = torch.full((2,), 8, dtype=torch.int32), torch.zeros(2, dtype=torch.int32)
+    out = torch.empty(2, 4, dtype=torch.int32)
+    for nan_first in (True, False):
+        providers["topk"].fn(scores, 4, None, None, False, nan_first)
+        providers["topk_page_table_transform"].fn(scores, table, lengths, 4, None, None, None, 64, True, nan_first,
+                                                  out, None)
+        providers["topk_ragged_transform"].fn(scores, offsets, lengths, 4, None, nan_first)
+        assert [c[12] for c in calls[-3:]] == [nan_first] * 3
