@@ -81,7 +81,7 @@ Tensor topk(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::option
 void topk_out(Tensor scores, int64_t k, std::optional<Tensor> lengths, std::optional<Tensor> row_starts,
               bool deterministic, std::optional<Tensor> page_table, std::optional<Tensor> page_table_row_starts,
               std::optional<Tensor> row_to_batch, int64_t page_size, std::optional<Tensor> offsets, Tensor out,
-              std::optional<Tensor> out_raw) {
+              std::optional<Tensor> out_raw, bool nan_first) {
   STD_TORCH_CHECK(out.dim() == 2, "topk_out stub: bad out");
 }
 void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<Tensor> row_to_batch,
@@ -92,7 +92,7 @@ void page_table_transform_out(Tensor indices, Tensor page_table, std::optional<T
 STABLE_TORCH_LIBRARY(dsa_host_overhead_stub, m) {
   m.def("topk_out(Tensor scores, int k, Tensor? lengths, Tensor? row_starts, bool deterministic, "
         "Tensor? page_table, Tensor? page_table_row_starts, Tensor? row_to_batch, int page_size, "
-        "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw) -> ()");
+        "Tensor? offsets, Tensor(a!) out, Tensor(b!)? out_raw, bool nan_first=False) -> ()");
   m.def("page_table_transform_out(Tensor indices, Tensor page_table, Tensor? row_to_batch, "
         "Tensor? page_table_row_starts, int page_size, Tensor(a!) out) -> ()");
   m.def("topk(Tensor scores, int k, *, Tensor? lengths=None, Tensor? row_starts=None, "
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
     pt1 = torch.randint(0, 1 << 20, (1, 4096), dtype=torch.int32)
 
     # The router really runs (and reaches the stub): a wrong path fails here, not in the numbers.
-    assert registry.select("topk", (scores, 2048, None, None, False)).fn is topk_fn
+    assert registry.select("topk", (scores, 2048, None, None, False, False)).fn is topk_fn
     assert dsa_ops.topk(scores, 2048).shape == (1, 2048)
     # The route: served by C++ (the Python router is not entered), else by the router with its errors.
     entered, provider = [], registry.providers("topk")["cuda"]
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
         ("baseline: stub kernel alone (12-arg stable-ABI op)",
          lambda: stub_topk(scores, 2048, None, None, False, None, None, None, 64, None, out_k, None), None),
         ("baseline: topk provider work (torch.empty + stub kernel)", lambda: topk_work(scores, 2048), None),
-        ("topk provider fn alone (real glue, stub kernel)", lambda: topk_fn(scores, 2048, None, None, False), None),
+        ("topk provider fn alone (real glue, stub kernel)", lambda: topk_fn(scores, 2048, None, None, False, False), None),
         ("floor: dispatcher -> Python no-op with topk's schema",
          lambda: torch.ops.dsa.host_overhead_noop(scores, 2048), None),
         ("router alone: topk's CUDA-key function called directly", lambda: _captured["topk"](scores, 2048), None),
