@@ -150,7 +150,7 @@ def stub_topk_on_cpu():
 
     calls = []
 
-    def fn(scores, k, lengths, row_starts, deterministic):
+    def fn(scores, k, lengths, row_starts, deterministic, nan_first):
         calls.append((k, lengths is not None, row_starts is not None, deterministic))
         return torch.full((scores.shape[0], k), 7, dtype=torch.int32)
 
