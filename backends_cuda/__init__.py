@@ -87,6 +87,10 @@ def build_spec(arch: str) -> BuildSpec:
         # USE_CUDA: declares torch's current-CUDA-stream shim in the bindings.
         cflags=["-O3", "-DUSE_CUDA", TORCH_TARGET_VERSION_FLAG],
         cuda_cflags=cuda_flags,
+        # A toolchain that links libstdc++ statically (the H200 image's) would export its symbols, and the
+        # process's own libstdc++ then interposes half of them: the ostream that formats a binding's
+        # STD_TORCH_CHECK message breaks (garbled on the CPU, a segfault on the H200). Keep them local.
+        ldflags=["-Wl,--exclude-libs,ALL"],
     )
 
 
