@@ -41,25 +41,31 @@ LOG2E = 1.4426950408889634
 SLOT_BLOCK = 1024  # slot pass: elements per program (4 warps x 32 lanes x 8 int32)
 INT32_MAX = 2**31 - 1
 
-# Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it. H200 (fp8,
-# 2 KV heads, bf16 widening, the configs below): 64 rows split-K 62.5 us against single pass 71.0; 128 rows
-# split-K 113.8-116.1 against 88.6.
-SPLIT_MAX_PROGRAMS = 128
-# Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head). H200, (32, 4, 2),
-# splits of 32 tokens: 1 row 64 splits 10.8 us, 32 splits 12.5; 16 rows 32 splits 24.3, 8 splits 27.9-29.2;
-# 32 rows 8 splits 35.9, 32 splits 40.4, 5 splits 43.7; 64 rows 8 splits 62.5, 3 splits 68.8.
-SPLIT_TARGET_PROGRAMS = 1024
+# Path gate: split-K while rows x KV heads <= SPLIT_MAX_PROGRAMS, the single pass above it. H200 (fp8 FP8_OPAQUE
+# form, 2 KV heads, the configs below, benchmarks/bench_sparse_attention.py sweep): 32 rows split-K 31.0 us
+# against single pass 46.3; 64 rows 53.5 (best split) against 48.8; 128 rows 87.5 against 69.8.
+SPLIT_MAX_PROGRAMS = 64
+# Split-K: aim for this many programs in all, at most MAX_SPLITS splits of a (row, KV head). H200, FP8_OPAQUE,
+# (64, 2, 2): target 528 gives 11.6 / 20.4 / 31.0 us at 1 / 16 / 32 rows, 264 gives 11.5 / 22.5 / 34.7, 132
+# gives 11.5 / 28.4 / 42.0 (vLLM's kernel 12.6 / 20.9 / 30.5 in the same run).
+SPLIT_TARGET_PROGRAMS = 528
 MAX_SPLITS = 64  # a power of two: the merge kernel's split axis
 
-# (BLOCK_N, num_warps, num_stages): the single pass per cache dtype, and the split-K path. H200 sweep
-# (fp8 KV, 24 q / 2 kv heads, D 128, top-k 2048 of 65536 tokens, cold-L2 graph replay), fp8 widened to
-# bf16 with K and V as int16 pairs: single pass (128, 4, 2) 249.9 / 801.0 / 1972.9 us at 400 / 1600 / 4096
-# rows, (64, 4, 3) 270.9 / 898.7 / 2185.5, (32, 4, 3) 321.9 / 974.9 / 2388.5, 8 warps 13-30% slower;
-# bf16 cache at 1600 rows (128, 4, 2) 792.6 us (4.2 TB/s, the memory rate), (64, 4, 3) 839.8. Split-K
-# at 1 / 16 / 32 rows: (32, 4, 2) 10.8 / 24.3 (32 splits) / 35.9 us (8 splits), (64, 4, 3) 12.2 / 25.1 / 34.9.
-# The fp8 default (FP8_OPAQUE, below) runs the bf16 form's best configs; not swept in its own right.
-SINGLE_CONFIG = {"fp8": (128, 4, 2), "bf16": (128, 4, 2)}
-SPLIT_CONFIG = (32, 4, 2)
+# (BLOCK_N, num_warps, num_stages): the single pass per cache dtype, and the split-K path. H200 sweep of the
+# default fp8 form (FP8_OPAQUE; 24 q / 2 kv heads, D 128, top-k 2048 of 65536 tokens, cold-L2 graph replay,
+# `python benchmarks/bench_sparse_attention.py sweep OUT opaque`), us at 32 / 64 / 128 / 400 / 1600 / 4096 rows:
+#   (32, 1, 3)  88.0 / 91.1 / 104.0 / 193.5 / 669.3 / 1638.4   (more programs an SM: the gathers' latency hides)
+#   (128, 4, 3) 46.3 / 48.8 / 69.8 / 217.5 / 729.3 / 1791.5    (fewer, larger programs: best while the grid is small)
+#   (128, 4, 2) 55.8 / 59.1 / 76.7 / 215.6 / 707.6 / 1708.1; (64, 2, 3) 60.5 / 63.3 / 79.5 / 227.9 / 720.4 / 1738.3;
+#   8 warps or (64, 4, 3) 13-32% slower. vLLM's kernel: 30.5 / 50.3 / 67.3 / 173.5 / 746.4 / 1626.2.
+# bf16 cache at 1600 rows: (64, 2, 2) 771.3 us, (128, 4, 2) 776.5. Split-K: (64, 2, 2) (see SPLIT_TARGET_PROGRAMS);
+# (32, 4, 2) 10.6 us at 1 row but 22.6 / 35.3 at 16 / 32.
+SINGLE_CONFIG = {"fp8": (32, 1, 3), "bf16": (64, 2, 2)}
+# Single pass with few programs (rows x KV heads <= FEW_PROGRAMS): the larger tile (128 rows: 69.8 us against
+# 104.0; 400 rows: 217.5 against 193.5; the crossover between them is not measured).
+SINGLE_CONFIG_FEW = {"fp8": (128, 4, 3), "bf16": (64, 2, 2)}
+FEW_PROGRAMS = 512
+SPLIT_CONFIG = (64, 2, 2)
 # fp8 caches: fp16 MMAs (see attention_kernel, F16), and which of K / V load their codes as int16 pairs.
 # Widening to bf16 made the fp8 loop instruction-bound: at (128, 4, 2) its sm_90a SASS issues 1567 thread
 # instructions per token (1600 rows: 801.0 us, 2.1 TB/s) against 609 for a bf16 cache (792.6 us for twice
@@ -372,17 +378,19 @@ def workspace_bytes(rows: int, q_heads: int, kv_heads: int, v_head_dim: int, top
     """Device workspace one call allocates: the slot table, plus the split-K partials on that path."""
     n = rows * topk * 4 if not (split and _slots_inline()) else 0
     if split:
-        bn = _config(True, True)[0]
+        bn = _config(True, True, rows * kv_heads)[0]
         s = split_count(rows, kv_heads, topk, bn)
         n += rows * kv_heads * s * block_h(q_heads, kv_heads) * (v_head_dim + 2) * 4
     return n
 
 
-def _config(split: bool, fp8: bool) -> tuple:
+def _config(split: bool, fp8: bool, programs: int) -> tuple:
+    """(BLOCK_N, num_warps, num_stages) for a launch of `programs` (row, KV head) pairs."""
     o = CONFIG_OVERRIDE or {}
     if split:
         return o.get("split_config", SPLIT_CONFIG)
-    return o.get("single_config", SINGLE_CONFIG["fp8" if fp8 else "bf16"])
+    table = SINGLE_CONFIG_FEW if programs <= FEW_PROGRAMS else SINGLE_CONFIG
+    return o.get("single_config", table["fp8" if fp8 else "bf16"])
 
 
 def _slots_inline() -> bool:
@@ -422,7 +430,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     g = hq // hkv
     bh = block_h(hq, hkv)
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    bn, nw, ns = _config(split, fp8)
+    bn, nw, ns = _config(split, fp8, t * hkv)
     o = CONFIG_OVERRIDE or {}
     f16 = fp8 and o.get("f16", FP8_F16)
     # OPAQUE's direct loads on CUDA and under the interpreter (which checks them without the PTX move), not ROCm
@@ -519,16 +527,17 @@ def warmup(q_heads: int, kv_heads: int, head_dim: int, *, page_size: int, topk: 
     dv = v_head_dim or head_dim
     dev = torch.device(device)
     before = set(_COMPILED)
-    q = torch.zeros((1, q_heads, head_dim), dtype=torch.bfloat16, device=dev)
-    idx = torch.full((1, topk), -1, dtype=torch.int32, device=dev)
+    rows = FEW_PROGRAMS // kv_heads + 1  # enough rows for the single pass's many-programs config too
+    q = torch.zeros((rows, q_heads, head_dim), dtype=torch.bfloat16, device=dev)
+    idx = torch.full((rows, topk), -1, dtype=torch.int32, device=dev)  # no token: the launches read no cache
     bt = torch.zeros((1, 1), dtype=torch.int32, device=dev)
-    t2r = torch.zeros((1,), dtype=torch.int32, device=dev)
-    out = torch.empty((1, q_heads, dv), dtype=torch.bfloat16, device=dev)
+    t2r = torch.zeros((rows,), dtype=torch.int32, device=dev)
+    out = torch.empty((rows, q_heads, dv), dtype=torch.bfloat16, device=dev)
     for dt in kv_dtypes:
         kc = torch.zeros((1, page_size, kv_heads, head_dim), dtype=dt, device=dev)
         vc = torch.zeros((1, page_size, kv_heads, dv), dtype=dt, device=dev)
-        for split in (False, True):
-            launch(q, kc, vc, idx, bt, t2r, 1.0, 1.0, 1.0, out, split=split)
+        for split, t in ((False, 1), (False, rows), (True, 1)):
+            launch(q[:t], kc, vc, idx[:t], bt, t2r[:t], 1.0, 1.0, 1.0, out[:t], split=split)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return sorted(_COMPILED - before, key=str)
@@ -556,8 +565,8 @@ _ATT_DIV = ["topk", "stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_
             "stride_vh", "stride_st", "stride_it", "stride_ot", "stride_oh"]
 
 
-def _gate_attention(name, cache, split, hip=False):
-    bn, nw, ns = SPLIT_CONFIG if split else SINGLE_CONFIG[cache]
+def _gate_attention(name, cache, split, hip=False, few=False):
+    bn, nw, ns = SPLIT_CONFIG if split else (SINGLE_CONFIG_FEW if few else SINGLE_CONFIG)[cache]
     sig = dict(_ATT_SIG)
     fp8 = cache == "fp8"
     opaque = fp8 and FP8_OPAQUE and not hip
@@ -579,6 +588,7 @@ def _gate_attention(name, cache, split, hip=False):
 
 GATE_KERNELS = [
     _gate_attention("sparse_attention_fp8", "fp8", False),
+    _gate_attention("sparse_attention_fp8_few", "fp8", False, few=True),
     _gate_attention("sparse_attention_fp8_hip", "fp8", False, hip=True),
     _gate_attention("sparse_attention_bf16", "bf16", False),
     _gate_attention("sparse_attention_split_fp8", "fp8", True),

@@ -77,7 +77,8 @@ def test_sparse_attention(bench, dtype, rows):
     if os.environ.get("DSA_SA_BENCH_CONFIG"):  # a sweep's best.json (see sweep()): the configs to time
         with open(os.environ["DSA_SA_BENCH_CONFIG"]) as f:
             apply(sa, json.load(f))
-    config = {"single": sa.SINGLE_CONFIG[dtype], "split": sa.SPLIT_CONFIG, "split_target": sa.SPLIT_TARGET_PROGRAMS,
+    config = {"single": sa._config(False, dtype == "fp8", rows * HKV), "split": sa.SPLIT_CONFIG,
+              "split_target": sa.SPLIT_TARGET_PROGRAMS,
               "split_max_programs": sa.SPLIT_MAX_PROGRAMS, "fp8_f16": sa.FP8_F16, "fp8_k_pairs": sa.FP8_K_PAIRS,
               "fp8_v_pairs": sa.FP8_V_PAIRS, "fp8_v_perm": sa.FP8_V_PERM, "fp8_opaque": sa.FP8_OPAQUE}
     kc, vc = _pool(dtype)
@@ -253,6 +254,7 @@ def apply(sa, best: dict) -> None:
     """Set the kernel module's defaults to a choose() result."""
     sa.SINGLE_CONFIG = {"fp8": tuple(best["single_config_fp8"]),
                         "bf16": tuple(best["single_config_bf16"] or sa.SINGLE_CONFIG["bf16"])}
+    sa.SINGLE_CONFIG_FEW = dict(sa.SINGLE_CONFIG)  # a sweep's choice is one config for every row count
     sa.FP8_K_PAIRS, sa.FP8_V_PAIRS, sa.FP8_F16 = best["k_pairs"], best["v_pairs"], best["f16"]
     sa.FP8_V_PERM, sa.FP8_OPAQUE = best.get("v_perm", False), best.get("opaque", False)
     sa.SPLIT_CONFIG = tuple(best["split_config"])
