@@ -45,19 +45,30 @@ def _ref_dense_cached(key, args):
     return _REF_CACHE[key]
 
 
-def _direct(backend, math_warpgroups=None):
-    """The provider's kernel called directly (launch(..., out=)), for the poisoned-output checks."""
+def _direct(backend, config=0):
+    """The provider's kernel called directly (launch(..., out=)), for the poisoned-output checks; `config`:
+    the CUDA kernel's variant (providers_indexer.make_config)."""
     if backend == "triton":
         from dsa_ops.backends.triton import indexer_logits as il
 
         return lambda *a, out: il.launch(*a, out=out)
     from dsa_ops.backends.cuda import providers_indexer as pi
 
-    return lambda *a, out: pi.run(*a, out=out, math_warpgroups=math_warpgroups)  # a: op args incl. precise
+    return lambda *a, out: pi.run(*a, out=out, config=config)  # a: op args incl. precise
 
 
-# (backend, variant): the CUDA kernel in both CTA shapes (2 or 3 math warpgroups).
-VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3)]
+# CUDA configs (providers_indexer.make_config): 2 or 3 math warpgroups with A from registers; 2, 3 or 4
+# with A from shared memory (the e4m3 MMA only: fp8 operands, precise=False).
+REG_CONFIGS = [2, 3]
+SS_CONFIGS = [22, 23, 24]
+# (backend, variant)
+VARIANTS = [("triton", 0)] + [("cuda", c) for c in REG_CONFIGS + SS_CONFIGS]
+
+
+def _ss_only_fp8_mma(backend, config, dtype, precise):
+    """True when the config takes shared-memory A and the mode cannot (bf16 operands or precise=True):
+    the kernel must refuse it, which the caller asserts instead of comparing scores."""
+    return backend == "cuda" and config in SS_CONFIGS and (precise or dtype != FP8)
 
 
 def _check(out, ref, tol=1e-5, args=None):
@@ -251,8 +262,12 @@ def test_indexer_logits_strided_and_poisoned(backend, wg, dtype, h, precise):
     kse = torch.stack([ks, ke], 1)
     ks, ke = kse[:, 0], kse[:, 1]  # stride 2
     args = (q, kv, s, w, ks, ke)
-    ref = ref_dense(*args, True)
     out = torch.full((t, n), POISON, device="cuda")
+    if _ss_only_fp8_mma(backend, wg, dtype, precise):
+        with pytest.raises(RuntimeError, match="shared-memory A"):
+            _direct(backend, wg)(*args, True, precise, out=out)
+        return
+    ref = ref_dense(*args, True)
     _direct(backend, wg)(*args, True, precise, out=out)
     _check_mode(out, ref, precise, fp8=dtype == FP8, args=args)
     with dsa_ops.use_backend(backend):
@@ -271,6 +286,10 @@ def test_indexer_logits_negative_scales(backend, wg, h, precise):
     s[7::50] = 0.0
     s[5::50] = -0.0
     out = torch.full((500, 3000), POISON, device="cuda")
+    if _ss_only_fp8_mma(backend, wg, FP8, precise):
+        with pytest.raises(RuntimeError, match="shared-memory A"):
+            _direct(backend, wg)(q, kv, s, w, ks, ke, True, precise, out=out)
+        return
     _direct(backend, wg)(q, kv, s, w, ks, ke, True, precise, out=out)
     _check_mode(out, ref_dense(q, kv, s, w, ks, ke, True), precise, args=(q, kv, s, w, ks, ke))
 
@@ -298,17 +317,59 @@ def test_triton_fp8_paths(h, widen):
     _check(out, ref_dense(q, kv, s, w, ks, ke, True), args=(q, kv, s, w, ks, ke))
 
 
-@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
-@pytest.mark.parametrize("case", [c for c in DENSE_CASES if c[0] * c[1] < 1 << 27], ids=_ids)
-def test_cuda_three_warpgroups(case, precise):
-    """The CUDA kernel's 3-warpgroup CTA (192-key stages, weights and windows in shared memory)."""
+# (config, precise): the 3-warpgroup CTA in both modes, every shared-memory-A config in the default mode.
+CONFIG_MODES = [(3, False), (3, True)] + [(c, False) for c in SS_CONFIGS]
+
+
+@pytest.mark.parametrize("config,precise", CONFIG_MODES, ids=lambda v: str(v))
+@pytest.mark.parametrize("case", [c for c in DENSE_CASES if c[0] * c[1] <= 1 << 27], ids=_ids)
+def test_cuda_configs(case, config, precise):
+    """The CUDA kernel's other CTAs on every case into a poisoned output: 3 warpgroups (192-key stages,
+    weights and windows in shared memory), and A from shared memory with 2, 3 or 4 math warpgroups (4: a
+    producer warpgroup, 256-key stages), which bf16 operands refuse."""
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     t, n, h, dtype, windows = case
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
-    pi.run(*args, True, precise, math_warpgroups=3, out=out)
+    if _ss_only_fp8_mma("cuda", config, dtype, precise):
+        with pytest.raises(RuntimeError, match="shared-memory A"):
+            pi.run(*args, True, precise, config=config, out=out)
+        return
+    pi.run(*args, True, precise, config=config, out=out)
     _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
+
+
+@pytest.mark.parametrize("config", SS_CONFIGS)
+@pytest.mark.parametrize("kind", ["random", "clustered"])
+def test_cuda_ss_configs_topk_overlap(config, kind):
+    """The shared-memory-A configs' top-2048 holds >= 99% of the exact scores' top-2048 in every row (the
+    MMA's K order differs from the register-A path's, so their fp8-MMA rounding differs too)."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    args = _overlap_inputs(kind)
+    fast = pi.run(*args, True, False, config=config)
+    _check_topk_overlap(fast, ref_dense(*args, True), f"cuda config {config} {kind}")
+
+
+def test_cuda_config_rejected():
+    """Configs outside the encoding, and shared-memory A where the mode widens (precise, bf16), are refused
+    by the binding with the reason; make_config refuses 4 warpgroups with register A."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    args = _dense(8, 300, 64, FP8, "full")
+    for bad in (1, 5, 14, 21, 25, 30, -1):
+        with pytest.raises(RuntimeError, match="config"):
+            pi.run(*args, True, False, config=bad)
+    for config in SS_CONFIGS:
+        with pytest.raises(RuntimeError, match="shared-memory A"):
+            pi.run(*args, True, True, config=config)
+    bf = _dense(8, 300, 64, torch.bfloat16, "full")
+    with pytest.raises(RuntimeError, match="shared-memory A"):
+        pi.run(*bf, True, False, config=24)
+    with pytest.raises(ValueError, match="SHARED"):
+        pi.make_config(4, pi.REGISTERS)
+    assert pi.variants(False) == REG_CONFIGS and pi.variants(True) == REG_CONFIGS + SS_CONFIGS
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -352,9 +413,11 @@ PAGED_CASES = [
 
 
 # (backend, variant): the CUDA kernel's config (providers_paged_indexer.make_config): 2 or 3 math
-# warpgroups (3 applies to next_n = 1) with the default loader and schedule, then the bulk-copy loader
-# and the balanced schedule (hundreds digit 2: balanced, tens 2: bulk, 1: cp.async).
-PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 213), ("cuda", 222), ("cuda", 223)]
+# warpgroups with the default loader and schedule, then explicit ones (hundreds digit 1: chunks, 2:
+# balanced; tens 1: cp.async, 2: bulk). A config the launcher does not offer for a case (3 warpgroups
+# at MMA N = 128 with the bulk loader or in the precise mode) must be refused by name.
+PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 113), ("cuda", 213), ("cuda", 222),
+                  ("cuda", 223)]
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -369,10 +432,22 @@ def test_paged_indexer_logits(backend, wg, case, precise):
     ref = ref_paged(*args, L, True)
     _check_mode(out, ref, precise, args=_paged_condition(args, L))
     poisoned = torch.full((b * next_n, L), POISON, device="cuda")
+    if backend == "cuda" and not _offered(wg, next_n, h, precise):
+        with pytest.raises(RuntimeError, match="config"):
+            _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
+        return
     _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
     # Every element written, and bitwise the op's result: every config of the CUDA kernel runs the same
-    # per-page arithmetic (the op's default is 3 warpgroups for next_n = 1, 2 otherwise).
+    # per-page arithmetic.
     assert torch.equal(poisoned, out)
+
+
+def _offered(config, next_n, h, precise):
+    """Whether the CUDA launcher takes `config` for the shape and mode (defaults filled as resolve does)."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    wgs, loader = config % 10, config // 10 % 10
+    return wgs != 3 or ppi.three_warpgroups_fit(h, next_n, precise, loader or ppi.BULK)
 
 
 def _paged_direct(backend, wg=None):
@@ -547,20 +622,26 @@ def test_cuda_paged_configs_bitwise(case, precise):
     args = _paged(b, next_n, h, ctx, nb, mb, hostile=True, seed=71)
     ref_out = ppi.run(*args, L, True, precise)
     _check_mode(ref_out, ref_paged(*args, L, True), precise, args=_paged_condition(args, L))
-    for config in ppi.variants(next_n):
+    for config in ppi.variants(next_n, h, precise):
         out = torch.full((b * next_n, L), POISON, device="cuda")
         ppi.run(*args, L, True, precise, config=config, out=out)
         assert torch.equal(out, ref_out), f"config {config}"
 
 
 def test_cuda_paged_config_rejected():
-    """A config outside the three digits is refused by name, never run as another variant."""
+    """A config outside the three digits, or 3 math warpgroups where they are not offered (MMA N = 128
+    with the bulk loader or in the precise mode), is refused by name, never run as another variant."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
     for bad in (4, 31, 300, -1):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
+    args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)
+    for bad, precise in ((3, False), (223, False), (213, True)):
+        with pytest.raises(RuntimeError, match="config"):
+            ppi.run(*args2, 128, True, precise, config=bad)
+    ppi.run(*args2, 128, True, False, config=213)  # offered: fp8 mode, cp.async
     with pytest.raises(ValueError, match="loader"):
         ppi.make_config(3, 5, 2)
 
@@ -612,15 +693,19 @@ def test_default_mode_topk_overlap(backend, kind):
     """The top-2048 (dsa_ops.topk) of the default mode's scores holds >= 99% of the exact scores' top-2048
     in every row; prints the per-row overlap's min and median."""
     args = _overlap_inputs(kind)
-    t, n = args[0].shape[0], args[1].shape[0]
     with dsa_ops.use_backend(backend):
         fast = dsa_ops.indexer_logits(*args)
-    exact = ref_dense(*args, True)
+    _check_topk_overlap(fast, ref_dense(*args, True), f"{backend} {kind}")
+
+
+def _check_topk_overlap(fast, exact, label):
+    """Every row's top-TOPK_K of `fast` holds >= 99% of `exact`'s; prints the overlap's min and median."""
+    t, n = fast.shape
     got, want = dsa_ops.topk(fast, TOPK_K).long(), dsa_ops.topk(exact, TOPK_K).long()
     assert (got >= 0).all() and (want >= 0).all()
     in_exact = torch.zeros(t, n, dtype=torch.bool, device="cuda").scatter_(1, want, True)
     overlap = in_exact.gather(1, got).sum(dim=1).double() / TOPK_K
-    print(f"\n  {backend} {kind}: top-{TOPK_K} overlap with the exact scores' top-{TOPK_K} over {t} rows: "
+    print(f"\n  {label}: top-{TOPK_K} overlap with the exact scores' top-{TOPK_K} over {t} rows: "
           f"min {overlap.min().item():.4f}, median {overlap.median().item():.4f}")
     assert overlap.min().item() >= 0.99
 

@@ -16,36 +16,54 @@ cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
   return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
-// 3 warpgroups only for one token per item (see PagedIndexerLogitsParams::config).
+// Whether 3 math warpgroups compile without spilling (416 threads: 128 registers a thread): at MMA N <= 64
+// always; at N = 128 only fp8 MMAs (A fragments of 4 registers a step, not 8) at 64 heads with the
+// cp.async loader (the bulk loader's variant and the 32-head one spill 8-16 bytes).
+constexpr bool three_wgs_fit(bool fp8_mma, int heads, int rows, bool bulk) {
+  return heads * rows <= 64 || (fp8_mma && heads == 64 && !bulk);
+}
+
+template <int kMode, int kHeads, int kRows, bool kBulk>
+cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, int grid, cudaStream_t stream) {
+  if constexpr (three_wgs_fit(kMode == k::kFp8Mma, kHeads, kRows, kBulk)) {
+    if (wgs == 3) {
+      return launch<kMode, kHeads, kRows, 3, kBulk>(a, grid, stream);
+    }
+  }
+  return wgs == 2 ? launch<kMode, kHeads, kRows, 2, kBulk>(a, grid, stream) : cudaErrorNotSupported;
+}
+
+// heads, rows and wgs as paged_indexer_logits_unsupported and resolve leave them: H 32 or 64,
+// rows * H <= 128, 2 or 3 warpgroups where three_wgs_fit.
 template <int kMode, bool kBulk>
 cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, int grid, cudaStream_t stream) {
   if (heads == 64) {
-    if (rows == 1) {
-      return wgs == 3 ? launch<kMode, 64, 1, 3, kBulk>(a, grid, stream) : launch<kMode, 64, 1, 2, kBulk>(a, grid, stream);
-    }
-    return launch<kMode, 64, 2, 2, kBulk>(a, grid, stream);
+    return rows == 1 ? launch_wgs<kMode, 64, 1, kBulk>(a, wgs, grid, stream)
+                     : launch_wgs<kMode, 64, 2, kBulk>(a, wgs, grid, stream);
   }
   if (rows == 1) {
-    return wgs == 3 ? launch<kMode, 32, 1, 3, kBulk>(a, grid, stream) : launch<kMode, 32, 1, 2, kBulk>(a, grid, stream);
+    return launch_wgs<kMode, 32, 1, kBulk>(a, wgs, grid, stream);
   }
-  if (rows == 2) {
-    return launch<kMode, 32, 2, 2, kBulk>(a, grid, stream);
-  }
-  return launch<kMode, 32, 4, 2, kBulk>(a, grid, stream);
+  return rows == 2 ? launch_wgs<kMode, 32, 2, kBulk>(a, wgs, grid, stream)
+                   : launch_wgs<kMode, 32, 4, kBulk>(a, wgs, grid, stream);
 }
 
 // The variant a config runs (PagedIndexerLogitsParams::config), defaults filled in: the one place the
-// defaults are chosen. Measured on the H200 at 64 x 65536, next_n 1, H 64 (docs/design_indexer.md, Paged
-// CUDA kernel): 3 math warpgroups 188 us against 2's 212 (precise), so 3 wherever one token per item.
+// defaults are chosen. Measured on the H200, fp8 mode, H 64, 64 x 65536 (docs/design_indexer.md, Paged
+// CUDA kernel), next_n 1: balanced + bulk + 3 warpgroups 141.8 us against 163.9 for chunks + cp.async +
+// 3 (2 warpgroups: 153.4 balanced + bulk); next_n 2 with 2 warpgroups: balanced + bulk 207.1, chunks +
+// cp.async 220.7. Defaults: balanced, bulk, 3 warpgroups where they fit with the bulk loader (MMA N <= 64),
+// else 2. Only for a valid config (the caller checks).
 struct Variant {
   int wgs;
   bool bulk;
   bool balanced;
 };
 
-Variant resolve(int32_t config, int rows) {
+Variant resolve(int32_t config, int64_t heads, int rows) {
   const int wgs = config % 10, loader = config / 10 % 10, schedule = config / 100;
-  return Variant{wgs != 2 && rows == 1 ? 3 : 2, loader == 2, schedule == 2};
+  const bool bulk = loader != 1;
+  return Variant{wgs == 0 ? (heads * rows <= 64 ? 3 : 2) : wgs, bulk, schedule != 1};
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
@@ -82,9 +100,14 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   }
   if (p.batch > 0 && p.next_n > 0 && p.max_context_len > 0) {
     const int rows = rows_per_item(p.heads, p.next_n);
-    const int64_t tile_keys = int64_t(k::kPage) * resolve(p.config, rows).wgs;
+    const Variant v = resolve(p.config, p.heads, rows);
+    if (v.wgs == 3 && !three_wgs_fit(p.fp8_mma, int(p.heads), rows, v.bulk)) {
+      return "config: 3 math warpgroups at MMA N = 128 (next_n > 1 at 64 heads, > 2 at 32) take the fp8 mode, "
+             "64 heads and the cp.async loader (config x13)";
+    }
+    const int64_t tile_keys = int64_t(k::kPage) * v.wgs;
     const int64_t tiles = p.batch * ((p.next_n + rows - 1) / rows) * ((p.max_context_len + tile_keys - 1) / tile_keys);
-    if (resolve(p.config, rows).balanced && tiles >= int64_t{INT32_MAX}) {
+    if (v.balanced && tiles >= int64_t{INT32_MAX}) {
       return "the CUDA paged indexer kernel's balanced schedule takes fewer than 2^31 - 1 tiles";
     }
   }
@@ -116,7 +139,7 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   DSA_CUDA_CHECK(current_sm_count(&sms));
 
   const int rows = rows_per_item(p.heads, p.next_n);
-  const Variant v = resolve(p.config, rows);
+  const Variant v = resolve(p.config, p.heads, rows);
   const int wgs = v.wgs;
   const int64_t tile_keys = int64_t(k::kPage) * wgs;
   const int64_t max_chunk_tiles = k::kItemPages / wgs;

@@ -49,9 +49,8 @@ struct PagedIndexerLogitsParams {
   bool clean;  // write -inf outside the visible positions
   // Kernel variant, three decimal digits, each 0 for the launcher's default (resolve in
   // paged_indexer_logits.cu, the one place the defaults are chosen):
-  //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3. 3 applies to
-  //         next_n = 1 (one token per item, MMA N = H); other shapes run 2 (3 warpgroups get 128
-  //         registers a thread, which their larger Q tiles do not fit without spilling).
+  //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3 (at MMA N = 128,
+  //         3 warpgroups keep the head weights in shared memory to fit 152 registers a thread).
   //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA).
   //   hundreds: schedule: 1 fixed chunks strided over the grid, 2 balanced contiguous tile ranges.
   // Every variant computes the same scores bit for bit.
