@@ -5,11 +5,13 @@ from a 65536-page pool (2.6 GiB, far past L2), every request 65536 tokens, each 
 distinct random positions of its request mapped to slots; q bf16 [B, s_q, H, 576]; heads 64/128, s_q 1/2,
 batch 32/64/128, plus batch 1 and 4. Every figure is a CUDA-graph replay of one call after an L2 flush
 (CUDA events, median). tflops counts 2 * (576 + 512) * topk per (query token, head); the floor is the
-selected cache bytes (B * s_q * topk * 656) read once at the device-copy rate of the same run;
+selected cache bytes (B * s_q * topk * bytes a token) read once at the device-copy rate of the same run;
 ceiling_tflops is the bf16 matmul rate of the same run. Baselines: `flashmla` (vLLM 0.33.0's
 _flashmla_C.sparse_decode_fwd from .peer/vllm, when present: a measuring stick, never imported by
 project code), timed on the same inputs. Each of our providers that runs on the device (cuda: SM90 only)
-gets its own row, with the other provider and flashmla as its baselines.
+gets its own row, with the other provider and flashmla as its baselines. The V4 layout (584 bytes a
+token: 448 e4m3 with a ue8m0 scale per 64, 64 bf16 rope, q 512 wide) has its own rows at the batch
+32/64/128 shapes (flops counted with 512 + 512).
 
     python -m pytest benchmarks/bench_sparse_mla_decode.py -m gpu -s --dsa-results OUT.json
 """
@@ -29,10 +31,12 @@ from harness import capture_graph, host_overhead_us, matmul_tflops, record
 
 pytestmark = pytest.mark.gpu
 
-D_QK, D_V, PAGE, TOPK, REQ_LEN, POOL_PAGES, BPT = 576, 512, 64, 2048, 65536, 65536, 656
-SCALE = D_QK**-0.5
-CASES = ([(h, s, b) for h in (64, 128) for s in (1, 2) for b in (32, 64, 128)]
-         + [(h, 1, b) for h in (64, 128) for b in (1, 4)])
+D_V, PAGE, TOPK, REQ_LEN, POOL_PAGES = 512, 64, 2048, 65536, 65536
+D_QK = {"v32": 576, "v4": 512}
+BPT = {"v32": 656, "v4": 584}
+CASES = ([("v32", h, s, b) for h in (64, 128) for s in (1, 2) for b in (32, 64, 128)]
+         + [("v32", h, 1, b) for h in (64, 128) for b in (1, 4)]
+         + [("v4", h, s, b) for h in (64, 128) for s in (1, 2) for b in (32, 64, 128)])
 _PEER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peer", "vllm")
 
 
@@ -61,26 +65,52 @@ def _flashmla():
 
 
 @functools.lru_cache(maxsize=1)
-def _pool() -> torch.Tensor:
+def _pool_v4() -> torch.Tensor:
+    """uint8 [POOL_PAGES, 64, 1, 584] v4 cache: N(0, 1) values, per-64 power-of-two scales (ue8m0) covering
+    the group's amax; a page is its 64 tokens' 576 bytes (448 e4m3, 64 bf16 rope), then their 8 scale bytes."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    cache = torch.empty((POOL_PAGES, PAGE * BPT["v4"]), dtype=torch.uint8, device="cuda")
+    step = 1 << 14  # pages
+    for p0 in range(0, POOL_PAGES, step):
+        p1 = min(POOL_PAGES, p0 + step)
+        x = torch.randn(((p1 - p0) * PAGE, 512), generator=g, device="cuda")
+        grp = x[:, :448].reshape(-1, 7, 64)
+        e = torch.ceil(torch.log2(grp.abs().amax(-1).clamp_min(1e-30) / 448.0)).clamp(-127, 127)
+        codes = (grp / torch.exp2(e)[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+        tok = torch.cat([codes.reshape(-1, 448), x[:, 448:].to(torch.bfloat16).contiguous().view(torch.uint8)], 1)
+        sc = torch.zeros(((p1 - p0) * PAGE, 8), dtype=torch.uint8, device="cuda")
+        sc[:, :7] = (e + 127).to(torch.uint8)
+        page = cache[p0:p1]
+        page[:, :PAGE * 576] = tok.reshape(p1 - p0, PAGE * 576)
+        page[:, PAGE * 576:] = sc.reshape(p1 - p0, PAGE * 8)
+    return cache.view(POOL_PAGES, PAGE, 1, BPT["v4"])
+
+
+def _pool(layout: str = "v32") -> torch.Tensor:
+    return _pool_v32() if layout == "v32" else _pool_v4()
+
+
+@functools.lru_cache(maxsize=1)
+def _pool_v32() -> torch.Tensor:
     """uint8 [POOL_PAGES, 64, 1, 656] v32 cache: N(0, 1) values quantised with per-128 amax scales."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    cache = torch.empty((POOL_PAGES * PAGE, BPT), dtype=torch.uint8, device="cuda")
+    cache = torch.empty((POOL_PAGES * PAGE, BPT["v32"]), dtype=torch.uint8, device="cuda")
     step = 1 << 20
     for t0 in range(0, cache.shape[0], step):
         t1 = min(cache.shape[0], t0 + step)
-        x = torch.randn((t1 - t0, D_QK), generator=g, device="cuda")
+        x = torch.randn((t1 - t0, D_QK["v32"]), generator=g, device="cuda")
         grp = x[:, :512].reshape(-1, 4, 128)
         sc = grp.abs().amax(-1).clamp_min(1e-4) / 448.0
         codes = (grp / sc[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
         cache[t0:t1, :512] = codes.reshape(-1, 512)
         cache[t0:t1, 512:528] = sc.contiguous().view(torch.uint8)
         cache[t0:t1, 528:] = x[:, 512:].to(torch.bfloat16).contiguous().view(torch.uint8)
-    return cache.view(POOL_PAGES, PAGE, 1, BPT)
+    return cache.view(POOL_PAGES, PAGE, 1, BPT["v32"])
 
 
-def _inputs(batch: int, s_q: int, heads: int, seed: int = 1):
+def _inputs(batch: int, s_q: int, heads: int, seed: int = 1, layout: str = "v32"):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn((batch, s_q, heads, D_QK), generator=g, device="cuda").to(torch.bfloat16)
+    q = torch.randn((batch, s_q, heads, D_QK[layout]), generator=g, device="cuda").to(torch.bfloat16)
     bt = torch.randint(0, POOL_PAGES, (batch, REQ_LEN // PAGE), generator=g, device="cuda", dtype=torch.int32)
     rows = batch * s_q
     pos = torch.empty((rows, TOPK), dtype=torch.int64, device="cuda")
@@ -114,36 +144,37 @@ def _ours() -> dict:
     return found
 
 
-@pytest.mark.parametrize("heads,s_q,batch", CASES)
-def test_sparse_mla_decode(bench, heads, s_q, batch):
+@pytest.mark.parametrize("layout,heads,s_q,batch", CASES)
+def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
     from dsa_ops.ops.sparse_mla_decode import reference
 
-    cache = _pool()
-    q, idx = _inputs(batch, s_q, heads)
+    cache = _pool(layout)
+    q, idx = _inputs(batch, s_q, heads, layout=layout)
+    scale = D_QK[layout]**-0.5
     ours = _ours()
     outs = {name: (torch.empty((batch, s_q, heads, D_V), dtype=torch.bfloat16, device="cuda"),
                    torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")) for name in ours}
-    fns = {name: functools.partial(launch, q, cache, idx, SCALE, "v32", out=outs[name][0], lse=outs[name][1])
+    fns = {name: functools.partial(launch, q, cache, idx, scale, layout, out=outs[name][0], lse=outs[name][1])
            for name, (launch, _) in ours.items()}
     fm = _flashmla()
     peer_out = None
     if fm is not None:
         try:
             peer_out, _, meta, nsp = fm.sparse_decode_fwd(q, cache, idx, None, None, None, None, None, None, None,
-                                                          D_V, SCALE, None, False)
+                                                          D_V, scale, None, False)
             fns["flashmla"] = lambda: fm.sparse_decode_fwd(  # noqa: E731
-                q, cache, idx, None, None, meta, nsp, None, None, None, D_V, SCALE, None, False)
+                q, cache, idx, None, None, meta, nsp, None, None, None, D_V, scale, None, False)
         except Exception as e:  # noqa: BLE001  (reported; ours is still timed)
             print(f"\n  flashmla failed: {type(e).__name__}: {str(e)[:200]}")
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
 
     # Each timed output against the reference on the first request (float32 math on the dequantised rows).
-    ro, rl = reference(q[:1], cache, idx[:1], SCALE, "v32", None, None)
-    flops = 2 * (D_QK + D_V) * TOPK * batch * s_q * heads
-    nbytes = batch * s_q * TOPK * BPT
-    case = {"batch": batch, "s_q": s_q, "heads": heads, "topk": TOPK, "tokens": REQ_LEN, "layout": "v32",
-            "page_size": PAGE, "head_dim": D_QK}
+    ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
+    flops = 2 * (D_QK[layout] + D_V) * TOPK * batch * s_q * heads
+    nbytes = batch * s_q * TOPK * BPT[layout]
+    case = {"batch": batch, "s_q": s_q, "heads": heads, "topk": TOPK, "tokens": REQ_LEN, "layout": layout,
+            "page_size": PAGE, "head_dim": D_QK[layout]}
     failures = []
     for name, (_, splits) in ours.items():
         out, lse = outs[name]

@@ -209,3 +209,41 @@ def test_providers_agree(mc):
     o2, l2 = _run(_provider("triton"), case, "v32")
     assert (o1.float() - o2.float()).abs().max().item() < 2e-2
     assert ((l1 - l2).abs() / l2.abs().clamp(min=1)).max().item() < 1e-5
+
+
+@pytest.mark.parametrize("prefetch", [0, 2, 7])
+@pytest.mark.parametrize("cluster", [False, True], ids=["pairs-off", "pairs-on"])
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_cuda_cluster_and_prefetch(mc, layout, cluster, prefetch):
+    """Cluster pairs forced on and off, L2 prefetch off, at the tile being sliced and far ahead, single pass
+    and 3 splits; request 1 ends inside a tile (its tail points at NaN slots), request 2 is empty."""
+    q, cache, idx, lens, sink = case = make_case(layout, 3, 2, 128, 2048, page=64, num_blocks=96,
+                                                  lens=[2048, 700, 0], seed=5 + prefetch, invalid_every=5,
+                                                  device=DEV)
+    b, s_q, h, _ = q.shape
+    for splits in (1, 3):
+        out = torch.full((b, s_q, h, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+        lse = torch.full((b, h, s_q), float("nan"), dtype=torch.float32, device=DEV)
+        mc.launch(q, cache, idx, SCALE[layout], layout, lens, sink, splits=splits, out=out, lse=lse,
+                  cluster=cluster, prefetch=prefetch)
+        torch.cuda.synchronize()
+        _check(out, lse, case, layout)
+
+
+def test_cuda_cluster_pairs_256_heads(mc):
+    """Four head blocks a token: two cluster pairs, each sharing its own tiles."""
+    case = make_case("v32", 2, 1, 256, 1024, page=64, num_blocks=64, lens=[1024, 333], seed=17, sink=True,
+                     device=DEV)
+    out, lse = _run(mc, case, "v32")
+    _check(out, lse, case, "v32")
+
+
+def test_cuda_cluster_and_prefetch_arguments(mc):
+    q, cache, idx, lens, sink = make_case("v32", 1, 1, 64, 256, page=64, num_blocks=8, seed=2, device=DEV)
+    with pytest.raises(ValueError, match="multiple of 128 heads"):
+        mc.launch(q, cache, idx, SCALE["v32"], "v32", lens, sink, cluster=True)
+    for bad in (1, 17, -1):
+        with pytest.raises(ValueError, match="prefetch"):
+            mc.launch(q, cache, idx, SCALE["v32"], "v32", lens, sink, prefetch=bad)
+    with pytest.raises(TypeError, match="cluster"):
+        mc.launch(q, cache, idx, SCALE["v32"], "v32", lens, sink, cluster=1)

@@ -2,6 +2,12 @@
 exact reference, one line each with the max errors, so a failure is easy to place from a log.
 
     python tools/smoke_sparse_mla_decode.py            # exits 1 if any case is off or NaN
+    python tools/smoke_sparse_mla_decode.py --time     # also times the kernel's variants beside FlashMLA
+
+--time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
+FlashMLA from .peer) for the default kernel, L2 prefetch off (prefetch=0) and far (8), and at 128 heads
+cluster pairs off: us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its time over
+ours, and ours against the reference on the first request.
 
 Cases come from tests/sparse_mla_decode_cases.py (NaN-filled unused cache slots, invalid indices,
 topk_lens cutting a request and a request of length 0, attn_sink).
@@ -9,13 +15,15 @@ topk_lens cutting a request and a request of length 0, attn_sink).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(_ROOT, "tests"))
 
 from sparse_mla_decode_cases import compare, make_case, oracle  # noqa: E402
 
@@ -56,7 +64,57 @@ def main() -> int:
                       f"max lse rel err {lerr:.3g}, NaN {nan}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
                 failed += why is not None
     print("smoke:", "ok" if failed == 0 else f"{failed} failed")
+    if "--time" in sys.argv[1:]:
+        failed += time_variants()
     return 1 if failed else 0
+
+
+def time_variants() -> int:
+    """One line per benchmark shape: each variant's us, FlashMLA's us and its time over the default's."""
+    sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
+    import bench_sparse_mla_decode as bm
+    from dsa_ops.backends.cuda import providers_sparse_mla_decode as pm
+    from dsa_ops.ops.sparse_mla_decode import reference
+    from harness import Timer, capture_graph
+
+    timer = Timer()
+    fm = bm._flashmla()
+    bad = 0
+    for layout, heads, s_q, batch in bm.CASES:
+        cache = bm._pool(layout)
+        q, idx = bm._inputs(batch, s_q, heads, layout=layout)
+        scale = bm.D_QK[layout] ** -0.5
+        out = torch.empty((batch, s_q, heads, 512), dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")
+        variants = {"default": {}, "prefetch0": {"prefetch": 0}, "prefetch8": {"prefetch": 8}}
+        if heads % 128 == 0:
+            variants["pairs_off"] = {"cluster": False}
+        times = {}
+        for name, kw in variants.items():
+            fn = functools.partial(pm.launch, q, cache, idx, scale, layout, out=out, lse=lse, **kw)
+            times[name] = timer.median_us(capture_graph(fn).replay, iters=30)
+        ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
+        err = ((out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item()
+        lerr = ((lse[:1] - rl).abs() / rl.abs().clamp(min=1)).max().item()
+        ok = err < 2 / 128 and lerr < 1e-5
+        bad += not ok
+        peer = ""
+        if fm is not None:
+            try:
+                _, _, meta, nsp = fm.sparse_decode_fwd(q, cache, idx, None, None, None, None, None, None, None,
+                                                        512, scale, None, False)
+                g = capture_graph(functools.partial(fm.sparse_decode_fwd, q, cache, idx, None, None, meta, nsp, None,
+                                                    None, None, 512, scale, None, False))
+                tf = timer.median_us(g.replay, iters=30)
+                peer = f" | flashmla {tf:.1f} us, flashmla/ours {tf / times['default']:.3f}"
+            except Exception as e:  # noqa: BLE001  (reported; ours is still timed)
+                peer = f" | flashmla failed: {type(e).__name__}: {str(e)[:120]}"
+        flops = 2 * (bm.D_QK[layout] + 512) * bm.TOPK * batch * s_q * heads
+        cells = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
+        print(f"{layout} h{heads} s_q{s_q} b{batch} splits {pm.split_count(batch, s_q, heads, bm.TOPK)}: {cells} us "
+              f"({flops / times['default'] / 1e6:.0f} TFLOP/s), err {err:.2g} lse {lerr:.2g}"
+              f"{'' if ok else ' FAIL'}{peer}", flush=True)
+    return bad
 
 
 if __name__ == "__main__":
