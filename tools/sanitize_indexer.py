@@ -43,7 +43,7 @@ for h, wg in ((64, 2), (32, 2), (64, 3), (32, 3)):
         ks[0], ke[0] = 0, kv.shape[0]
         ks[1], ke[1] = 5, 5
         out = torch.full((q.shape[0], kv.shape[0]), 12345.0, device="cuda")
-        pi.run(*args, True, precise, math_warpgroups=wg, out=out)
+        pi.run(*args, True, precise, config=wg, out=out)
         score_error(f"H{h} W{wg} {str(dtype).split('.')[-1]} precise={precise}", out, reference(*args, True),
                     dtype == FP8 and not precise, failed)
 for h in (64, 32):
