@@ -23,7 +23,8 @@ launcher's config, so it is bitwise the score of dsa.indexer_logits in the same 
      of certified rows exit at once): a radix select on the recomputed scores, RADIX_BITS per pass, then
      one emitting pass taking ties in key order. No host sync: CUDA-graph safe. exact=False skips it;
      such rows come back truncated (-1 padded, or the top-k of the first `capacity` candidates).
-Routing is one function, :func:`route`.
+Routing is one function, :func:`route`: the dense route unless the fused path is bitwise it and
+measured faster for the shape (no shape so far).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ SLAB_FACTOR = 4
 CAPACITY_OVERRIDE: Optional[int] = None
 # The select kernel holds one row's slab in registers.
 MAX_CAPACITY = 16384
-# Routing: calls whose keys are fewer than this many times k take the dense route. Not measured yet
-# (the published crossover on Blackwell was about 8 x k).
-ROUTE_MIN_KEYS_PER_K = 8
+# Routing: (min rows, min keys, heads) regions where the fused path was measured faster than the dense
+# route. None: H200, 4096 rows, k 2048, fp8, exact: fused 20069 / dense 12552 us at 131072 keys H 64,
+# 12096 / 6627 at H 32, 6161 / 3082 at 32768 keys H 64.
+FUSED_FASTER: tuple = ()
 # Bits per radix pass of the rescan (32 / RADIX_BITS rescoring passes, then one emitting pass).
 RADIX_BITS = 4
 
@@ -460,11 +462,29 @@ def fused_declines(q, kv, k) -> Optional[str]:
     return None
 
 
-def route(q, kv, kv_scale, weights, ks, ke, k, *rest) -> str:
-    """"fused" or "dense" for a call: the one routing rule. Windows are device values, so the rule reads
-    the key count N (every window's bound): N < ROUTE_MIN_KEYS_PER_K * k goes dense (unmeasured bound),
-    as does every call the fused path declines."""
-    if kv.shape[0] < ROUTE_MIN_KEYS_PER_K * k or fused_declines(q, kv, k) is not None:
+def _logits_backend(q, kv, kv_scale, weights, ks, ke, precise) -> Optional[str]:
+    """The backend dsa.indexer_logits picks for these arguments (None when none serves them)."""
+    from dsa_ops import registry
+
+    args = _schema_args("indexer_logits", q=q, kv=kv, kv_scale=kv_scale, weights=weights, ks=ks, ke=ke,
+                        clean=True, precise=precise)
+    try:
+        return registry.select_on("indexer_logits", q.device, args).backend
+    except registry.DispatchError:
+        return None
+
+
+def route(q, kv, kv_scale, weights, ks, ke, k, exact=True, precise=False, *rest) -> str:
+    """"fused" or "dense" for a call: the one routing rule. The fused path is taken only where it is
+    both bitwise the dense route (dsa.indexer_logits is served by the Triton kernel whose arithmetic it
+    shares) and measured faster (a FUSED_FASTER region); everything else goes dense."""
+    t, h = q.shape[0], q.shape[1]
+    n = kv.shape[0]
+    if not any(t >= rt and n >= rn and h == rh for rt, rn, rh in FUSED_FASTER):
+        return "dense"
+    if fused_declines(q, kv, k) is not None:
+        return "dense"
+    if _logits_backend(q, kv, kv_scale, weights, ks, ke, precise) != "triton":
         return "dense"
     return "fused"
 
@@ -502,7 +522,7 @@ def supports(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table, pa
     """None when this provider serves the call, by the path :func:`route` names. The fused path needs
     only Triton; the dense route needs providers of dsa.indexer_logits and dsa.topk (checked on the
     shapes, through the registry, so a forced backend without a top-k kernel declines here)."""
-    if route(q, kv, kv_scale, weights, ks, ke, k) == "fused":
+    if route(q, kv, kv_scale, weights, ks, ke, k, exact, precise) == "fused":
         return None
     t, n = q.shape[0], kv.shape[0]
     scores = torch.empty((t, n), dtype=torch.float32, device="meta")

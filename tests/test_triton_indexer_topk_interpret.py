@@ -180,18 +180,23 @@ def test_every_case_ran(interpreted):
     assert sorted(interpreted) == sorted(CASES)
 
 
-def test_route_is_one_rule():
+def test_route_is_one_rule(monkeypatch):
     import torch
     from dsa_ops.backends.triton import indexer_topk as it
 
-    q = torch.empty(4, 64, 128, dtype=torch.float8_e4m3fn, device="meta")
-    for n, want in ((8 * 2048 - 1, "dense"), (8 * 2048, "fused"), (131072, "fused")):
-        kv = torch.empty(n, 128, dtype=torch.float8_e4m3fn, device="meta")
-        assert it.route(q, kv, None, None, None, None, 2048) == want, n
+    q = torch.empty(4096, 64, 128, dtype=torch.float8_e4m3fn, device="meta")
     kv = torch.empty(131072, 128, dtype=torch.float8_e4m3fn, device="meta")
+    assert it.FUSED_FASTER == ()  # measured slower than the dense route on every benchmark shape
+    assert it.route(q, kv, None, None, None, None, 2048) == "dense"
+    monkeypatch.setattr(it, "FUSED_FASTER", ((4096, 65536, 64),))
+    monkeypatch.setattr(it, "_logits_backend", lambda *a: "triton")
+    assert it.route(q, kv, None, None, None, None, 2048) == "fused"
+    assert it.route(q[:4095], kv, None, None, None, None, 2048) == "dense"  # fewer rows than the region
+    assert it.route(q, kv[:65535], None, None, None, None, 2048) == "dense"  # fewer keys
+    assert it.route(q[:, :32], kv, None, None, None, None, 2048) == "dense"  # other heads
     assert it.route(q, kv, None, None, None, None, 8192) == "dense"  # slab past MAX_CAPACITY
-    q96 = torch.empty(4, 96, 128, dtype=torch.float8_e4m3fn, device="meta")
-    assert it.route(q96, kv, None, None, None, None, 2048) == "dense"  # heads the Triton kernel declines
+    monkeypatch.setattr(it, "_logits_backend", lambda *a: "cuda")  # other arithmetic: not bitwise
+    assert it.route(q, kv, None, None, None, None, 2048) == "dense"
 
 
 def test_provider_registered():
