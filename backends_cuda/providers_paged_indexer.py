@@ -8,8 +8,8 @@ the one place they are chosen). Every variant gives the same scores bit for bit.
 
 precise=False (the op's default) feeds e4m3 to the fp8 tensor cores (2x the rate, ~14-bit accumulation
 inside the MMA); precise=True widens it to fp16 in registers (exact) for fp16 MMAs with fp32
-accumulation. H200, 64 requests x 65536 positions, next_n 1, fp8: 141.8 us with the defaults (balanced
-schedule, bulk loader, 3 math warpgroups) against 163.9 with chunks, cp.async and 3.
+accumulation. H200, 64 requests x 65536 positions, next_n 1, fp8: 138.6 us with the defaults (balanced
+schedule, bulk loader, 3 math warpgroups) against 162.3 with chunks, cp.async and 3.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ BLOCK = 64
 def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) -> int:
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`), page loader
     (CP_ASYNC or BULK) and schedule (CHUNKS or BALANCED); 0 leaves a field to the launcher's default
-    (BALANCED, BULK, 3 warpgroups at MMA N <= 64 and 2 above)."""
+    (BALANCED, BULK, 3 warpgroups where offered, else 2)."""
     if math_warpgroups not in (0, 2, 3):
         raise ValueError(f"math_warpgroups must be 0, 2 or 3, got {math_warpgroups}")
     if loader not in (0, CP_ASYNC, BULK):
@@ -51,17 +51,16 @@ def rows_per_item(heads: int, next_n: int) -> int:
     return rows
 
 
-def three_warpgroups_fit(heads: int, next_n: int, precise: bool, loader: int) -> bool:
-    """Whether the launcher offers 3 math warpgroups (three_wgs_fit: 128 registers a thread without
-    spilling): at MMA N <= 64 always, at N = 128 in the fp8 mode at 64 heads with the cp.async loader."""
-    n = heads * rows_per_item(heads, next_n)
-    return n <= 64 or (not precise and heads == 64 and loader == CP_ASYNC)
+def three_warpgroups_fit(heads: int, next_n: int) -> bool:
+    """Whether the launcher offers 3 math warpgroups: at MMA N = rows x heads <= 64 (416 threads get 128
+    registers a thread, too few for N = 128's 64 accumulators with the weights in registers)."""
+    return heads * rows_per_item(heads, next_n) <= 64
 
 
-def variants(next_n: int, heads: int = 64, precise: bool = False) -> list[int]:
-    """Every distinct explicit config the launcher takes for a shape and mode."""
+def variants(next_n: int, heads: int = 64) -> list[int]:
+    """Every distinct explicit config the launcher takes for a shape."""
     return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK) for g in (2, 3)
-            if g == 2 or three_warpgroups_fit(heads, next_n, precise, ld)]
+            if g == 2 or three_warpgroups_fit(heads, next_n)]
 
 
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *,

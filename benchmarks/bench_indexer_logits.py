@@ -357,7 +357,7 @@ def test_paged_config_sweep(bench, case):
     ref = ppi.run(*args, L, True, False)
     dg = "" if dg_us is None else f", deepgemm {dg_us:.1f} us (+ metadata {dg_meta_us:.1f} us a batch)"
     print(f"\n  paged sweep {case}: floor {floor:.1f} us{dg}")
-    for config in [0] + ppi.variants(next_n, h, False):
+    for config in [0] + ppi.variants(next_n, h):
         fn = lambda c=config: ppi.run(*args, L, True, False, config=c, out=out)  # noqa: E731
         fn()
         same = torch.equal(out, ref)

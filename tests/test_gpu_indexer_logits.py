@@ -415,7 +415,7 @@ PAGED_CASES = [
 # (backend, variant): the CUDA kernel's config (providers_paged_indexer.make_config): 2 or 3 math
 # warpgroups with the default loader and schedule, then explicit ones (hundreds digit 1: chunks, 2:
 # balanced; tens 1: cp.async, 2: bulk). A config the launcher does not offer for a case (3 warpgroups
-# at MMA N = 128 with the bulk loader or in the precise mode) must be refused by name.
+# at MMA N = 128) must be refused by name.
 PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 113), ("cuda", 213), ("cuda", 222),
                   ("cuda", 223)]
 
@@ -443,11 +443,10 @@ def test_paged_indexer_logits(backend, wg, case, precise):
 
 
 def _offered(config, next_n, h, precise):
-    """Whether the CUDA launcher takes `config` for the shape and mode (defaults filled as resolve does)."""
+    """Whether the CUDA launcher takes `config` for the shape (3 warpgroups at MMA N <= 64 only)."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-    wgs, loader = config % 10, config // 10 % 10
-    return wgs != 3 or ppi.three_warpgroups_fit(h, next_n, precise, loader or ppi.BULK)
+    return config % 10 != 3 or ppi.three_warpgroups_fit(h, next_n)
 
 
 def _paged_direct(backend, wg=None):
@@ -552,6 +551,10 @@ def test_paged_nan_unused_and_poisoned_table(backend, wg, case, precise):
     args = _nan_unused(q, cache, w, ctx_t, table, next_n)
     ref = ref_paged(*args, L, True)
     out = torch.full((b * next_n, L), POISON, device="cuda")
+    if backend == "cuda" and not _offered(wg, next_n, h, precise):
+        with pytest.raises(RuntimeError, match="config"):
+            _paged_direct(backend, wg)(*args, L, True, precise, out=out)
+        return
     _paged_direct(backend, wg)(*args, L, True, precise, out=out)
     cond = _paged_condition(args, L)
     _check_mode(out, ref, precise, args=cond)
@@ -622,15 +625,15 @@ def test_cuda_paged_configs_bitwise(case, precise):
     args = _paged(b, next_n, h, ctx, nb, mb, hostile=True, seed=71)
     ref_out = ppi.run(*args, L, True, precise)
     _check_mode(ref_out, ref_paged(*args, L, True), precise, args=_paged_condition(args, L))
-    for config in ppi.variants(next_n, h, precise):
+    for config in ppi.variants(next_n, h):
         out = torch.full((b * next_n, L), POISON, device="cuda")
         ppi.run(*args, L, True, precise, config=config, out=out)
         assert torch.equal(out, ref_out), f"config {config}"
 
 
 def test_cuda_paged_config_rejected():
-    """A config outside the three digits, or 3 math warpgroups where they are not offered (MMA N = 128
-    with the bulk loader or in the precise mode), is refused by name, never run as another variant."""
+    """A config outside the three digits, or 3 math warpgroups where they are not offered (MMA N = 128),
+    is refused by name, never run as another variant."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
@@ -638,10 +641,9 @@ def test_cuda_paged_config_rejected():
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
     args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)
-    for bad, precise in ((3, False), (223, False), (213, True)):
+    for bad, precise in ((3, False), (223, False), (213, False), (113, True)):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args2, 128, True, precise, config=bad)
-    ppi.run(*args2, 128, True, False, config=213)  # offered: fp8 mode, cp.async
     with pytest.raises(ValueError, match="loader"):
         ppi.make_config(3, 5, 2)
 

@@ -16,16 +16,15 @@ cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
   return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
-// Whether 3 math warpgroups compile without spilling (416 threads: 128 registers a thread): at MMA N <= 64
-// always; at N = 128 only fp8 MMAs (A fragments of 4 registers a step, not 8) at 64 heads with the
-// cp.async loader (the bulk loader's variant and the 32-head one spill 8-16 bytes).
-constexpr bool three_wgs_fit(bool fp8_mma, int heads, int rows, bool bulk) {
-  return heads * rows <= 64 || (fp8_mma && heads == 64 && !bulk);
-}
+// Whether 3 math warpgroups are offered: at MMA N <= 64. 416 threads get 128 registers a thread, too few
+// for N = 128's 64 accumulators and 32 weights; with the weights in shared memory the fp8 cp.async variant
+// fit (126 registers) but was slower than 2 warpgroups (H200, 64 x 65536, next_n 2: 276.4 us against
+// 206.0, balanced schedule).
+constexpr bool three_wgs_fit(int heads, int rows) { return heads * rows <= 64; }
 
 template <int kMode, int kHeads, int kRows, bool kBulk>
 cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, int grid, cudaStream_t stream) {
-  if constexpr (three_wgs_fit(kMode == k::kFp8Mma, kHeads, kRows, kBulk)) {
+  if constexpr (three_wgs_fit(kHeads, kRows)) {
     if (wgs == 3) {
       return launch<kMode, kHeads, kRows, 3, kBulk>(a, grid, stream);
     }
@@ -52,8 +51,8 @@ cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int 
 // defaults are chosen. Measured on the H200, fp8 mode, H 64, 64 x 65536 (docs/design_indexer.md, Paged
 // CUDA kernel), next_n 1: balanced + bulk + 3 warpgroups 141.8 us against 163.9 for chunks + cp.async +
 // 3 (2 warpgroups: 153.4 balanced + bulk); next_n 2 with 2 warpgroups: balanced + bulk 207.1, chunks +
-// cp.async 220.7. Defaults: balanced, bulk, 3 warpgroups where they fit with the bulk loader (MMA N <= 64),
-// else 2. Only for a valid config (the caller checks).
+// cp.async 220.7. Defaults: balanced, bulk, 3 warpgroups where offered (MMA N <= 64), else 2. Only for a
+// valid config (the caller checks).
 struct Variant {
   int wgs;
   bool bulk;
@@ -101,9 +100,9 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.batch > 0 && p.next_n > 0 && p.max_context_len > 0) {
     const int rows = rows_per_item(p.heads, p.next_n);
     const Variant v = resolve(p.config, p.heads, rows);
-    if (v.wgs == 3 && !three_wgs_fit(p.fp8_mma, int(p.heads), rows, v.bulk)) {
-      return "config: 3 math warpgroups at MMA N = 128 (next_n > 1 at 64 heads, > 2 at 32) take the fp8 mode, "
-             "64 heads and the cp.async loader (config x13)";
+    if (v.wgs == 3 && !three_wgs_fit(int(p.heads), rows)) {
+      return "config: 3 math warpgroups are offered at MMA N = next_n tokens x heads <= 64 only (next_n 1 at "
+             "64 heads, <= 2 at 32)";
     }
     const int64_t tile_keys = int64_t(k::kPage) * v.wgs;
     const int64_t tiles = p.batch * ((p.next_n + rows - 1) / rows) * ((p.max_context_len + tile_keys - 1) / tile_keys);

@@ -49,8 +49,9 @@ struct PagedIndexerLogitsParams {
   bool clean;  // write -inf outside the visible positions
   // Kernel variant, three decimal digits, each 0 for the launcher's default (resolve in
   // paged_indexer_logits.cu, the one place the defaults are chosen):
-  //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3 (at MMA N = 128,
-  //         3 warpgroups keep the head weights in shared memory to fit 152 registers a thread).
+  //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3. 3 are offered at
+  //         MMA N = next_n tokens x H <= 64 (416 threads get 128 registers a thread, too few at N = 128);
+  //         elsewhere 3 is refused by name.
   //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA).
   //   hundreds: schedule: 1 fixed chunks strided over the grid, 2 balanced contiguous tile ranges.
   // Every variant computes the same scores bit for bit.

@@ -55,9 +55,6 @@ enum Schedule : int32_t {
 // kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile.
 template <int kMode, int kN, int kWgs>
 struct Cfg {
-  // 3 warpgroups at N = 128 hold the head weights in shared memory: 416 threads get at most 128
-  // registers, and the 32 weight registers of a thread do not fit beside the 64 accumulators.
-  static constexpr bool kWSmem = kWgs == 3 && kN == 128;
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
   static constexpr int kProducerWarp = kMathThreads / 32;
@@ -69,9 +66,8 @@ struct Cfg {
   static constexpr int kStages = 8;
   static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
   // 1024 of slack: the swizzled tiles start 1024-aligned. Then Q, the key stages, the scale stages,
-  // the full / empty barriers, the weights (kWSmem).
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8 + (kWSmem ? kN * 4 : 0);
+  // the full / empty barriers.
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
 };
 
 struct KernelArgs {
@@ -399,20 +395,19 @@ __device__ __forceinline__ void load_a_fragments_rows(uint32_t tile_smem, int kr
 
 // score_tile (sm90_indexer_core.cuh) over plain rows: the same fragments, MMA and epilogue, so the same
 // scores bit for bit.
-template <int kMode, int kHeads, int kN, bool kWSmem>
+template <int kMode, int kHeads, int kN>
 __device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t empty_bar,
                                                 uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4],
-                                                uint32_t w_smem, float s0, float s1,
-                                                float (&part)[2 * (kN / kHeads)]) {
+                                                float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
   uint32_t fa[ModeTraits<kMode>::kSteps][4];
   load_a_fragments_rows<kMode>(tile_smem, kr0, kr1, c, fa);
   mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
   mma_tile<kMode, kN>(acc, fa, q_desc);
   const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
   if (any_negative) {
-    head_sums<kHeads, kN, true, kWSmem>(acc, w, w_smem, s0, s1, part);
+    head_sums<kHeads, kN, true, false>(acc, w, 0u, s0, s1, part);
   } else {
-    head_sums<kHeads, kN, false, kWSmem>(acc, w, w_smem, s0, s1, part);
+    head_sums<kHeads, kN, false, false>(acc, w, 0u, s0, s1, part);
   }
 }
 
@@ -490,7 +485,6 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
   const uint32_t scales = stages + C::kStages * C::kStageBytes;
   const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
-  const uint32_t w_smem = empty + C::kStages * 8;  // kWSmem: [c][i][e], lane column c's weights contiguous
 
   if constexpr (kBulk) {
     init_bulk_barriers<C::kStages, kMathThreads>(full, empty);
@@ -537,27 +531,15 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
                              int64_t(n % kHeads) * a.q_head_stride;
         stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
       }
-      if constexpr (C::kWSmem) {
-        if (threadIdx.x < kN) {  // thread 32 c + 2 i + e writes column 8 i + 2 c + e
-          const int cc = threadIdx.x >> 5, i = (threadIdx.x & 31) >> 1, e = threadIdx.x & 1;
-          const int col = 8 * i + 2 * cc + e;
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * i + 2 * c + e;
           const int r = col / kHeads;
-          const float v =
-              r < t.ntok ? __ldg(a.weights + (t.row0 + r) * a.w_row_stride + (col % kHeads) * a.w_head_stride)
-                         : 0.f;
-          sts32(w_smem + threadIdx.x * 4, __float_as_uint(v));
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kN / 8; ++i) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * i + 2 * c + e;
-            const int r = col / kHeads;
-            w[2 * i + e] = r < t.ntok ? __ldg(a.weights + (t.row0 + r) * a.w_row_stride +
-                                              (col % kHeads) * a.w_head_stride)
-                                      : 0.f;
-          }
+          w[2 * i + e] = r < t.ntok ? __ldg(a.weights + (t.row0 + r) * a.w_row_stride +
+                                            (col % kHeads) * a.w_head_stride)
+                                    : 0.f;
         }
       }
       // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
@@ -591,12 +573,11 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
       }
       float part[2 * kRows];
       if constexpr (kBulk) {
-        score_tile_rows<kMode, kHeads, kN, C::kWSmem>(stages + stage * C::kStageBytes, kr0, kr1, c,
-                                                      empty + stage * 8, q_desc, acc, w, w_smem + c * 128, s0, s1,
-                                                      part);
+        score_tile_rows<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                           acc, w, s0, s1, part);
       } else {
-        score_tile<kMode, kHeads, kN, C::kWSmem>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8,
-                                                 q_desc, acc, w, w_smem + c * 128, s0, s1, part);
+        score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                             acc, w, 0u, s0, s1, part);
       }
       if constexpr (kRows == 1) {
         // Lanes c = 0, 1 hold key a's total, c = 2, 3 key b's; the even lane stores.
