@@ -165,9 +165,12 @@ def _filter_kernel(
     T, N, stride_qt, stride_qh, stride_kn, stride_s, stride_wt, stride_wh, stride_ks, stride_ke,
     capacity, tiles_per_split,
     H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr,
-    F16_MMA: tl.constexpr, SIGNS_IN_KV: tl.constexpr, NAN_FIRST: tl.constexpr,
+    F16_MMA: tl.constexpr, SIGNS_IN_KV: tl.constexpr, NAN_FIRST: tl.constexpr, EMIT: tl.constexpr = 1,
 ):
-    """indexer_logits' scoring pass whose epilogue emits the (score, key) pairs at or above each row's gate."""
+    """indexer_logits' scoring pass whose epilogue emits the (score, key) pairs at or above each row's gate.
+    EMIT 1: slab positions from one atomic per (tile, row) (any split count); 2: from a running count in
+    registers, one atomic per row at the end (only when one program holds all of a row's key tiles);
+    0: counts only, nothing emitted (to time the scoring pass with the gate)."""
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
     TH: tl.constexpr = BLOCK_T * H
@@ -187,6 +190,7 @@ def _filter_kernel(
     b = tl.minimum(tl.maximum(tl.cdiv(hi_max, BLOCK_N), a), te)
     slab_rows = rows * capacity
     nn = tl.arange(0, BLOCK_N)
+    held = tl.zeros((BLOCK_T,), tl.int32)
     for tile in tl.range(a, b):
         n = tile * BLOCK_N + nn
         n_ok = n < N
@@ -195,12 +199,19 @@ def _filter_kernel(
         inside = (n[:, None] >= lo[None, :]) & (n[:, None] < hi[None, :])
         hit = (inside & (ordered_key(score, NAN_FIRST) >= gate[None, :])).to(tl.int32)  # [BLOCK_N, BLOCK_T]
         got = tl.sum(hit, axis=0)
-        base = tl.atomic_add(count_ptr + rows, got, mask=row_ok & (got > 0), sem="relaxed")
-        pos = base[None, :] + tl.cumsum(hit, axis=0) - 1
-        ok = (hit != 0) & (pos < capacity)
-        at = slab_rows[None, :] + pos
-        tl.store(slab_s_ptr + at, score, mask=ok)
-        tl.store(slab_k_ptr + at, tl.broadcast_to(n[:, None], (BLOCK_N, BLOCK_T)), mask=ok)
+        if EMIT == 1:
+            base = tl.atomic_add(count_ptr + rows, got, mask=row_ok & (got > 0), sem="relaxed")
+        else:
+            base = held
+        if EMIT != 0:
+            pos = base[None, :] + tl.cumsum(hit, axis=0) - 1
+            ok = (hit != 0) & (pos < capacity)
+            at = slab_rows[None, :] + pos
+            tl.store(slab_s_ptr + at, score, mask=ok)
+            tl.store(slab_k_ptr + at, tl.broadcast_to(n[:, None], (BLOCK_N, BLOCK_T)), mask=ok)
+        held += got
+    if EMIT != 1:
+        tl.atomic_add(count_ptr + rows, held, mask=row_ok & (held > 0), sem="relaxed")
 
 
 @triton.jit
@@ -362,28 +373,29 @@ def _plan(q, kv, kv_scale, precise):
     return f16_mma, has_scale, widened, cfg, sms
 
 
-def launch_fused(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table=None, page_size=64,
+def fused_stages(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table=None, page_size=64,
                  row_to_batch=None, page_table_row_starts=None, return_scores=False, nan_first=False, *,
-                 counts=None, wrap=None):
-    """The fused path (arguments validated by the op). `counts`, an int32 [T] tensor when given, receives
-    each row's candidate count (keys at or above its gate; more than the capacity means overflow)."""
+                 counts=None, wrap=None, emit=None):
+    """The fused path as ([(stage name, launch)], {"out", "scores"}): each launch runs one kernel on buffers
+    allocated here, in order. `emit` forces the filter's EMIT mode (None: 2 with one key split, else 1)."""
     t, h, d = q.shape
     n = kv.shape[0]
     dev = q.device
     out = torch.empty((t, k), dtype=torch.int32, device=dev)
     scores = torch.empty((t, k if return_scores else 0), dtype=torch.float32, device=dev)
+    result = {"out": out, "scores": scores}
     if t == 0:
-        return out, scores
+        return [], result
     cap = capacity_for(k)
     if cap > MAX_CAPACITY:
         raise ValueError(f"dsa.indexer_topk fused path: k={k} needs a slab of {cap} slots (at most {MAX_CAPACITY})")
     f16_mma, has_scale, widened, (bt, bn, nw, ns), sms = _plan(q, kv, kv_scale, precise)
     w = (lambda f: f) if wrap is None else wrap
-    kv_in = il.widen_kv(kv, kv_scale, wrap) if widened else kv
+    holder = {"kv": kv}
     scale = kv_scale if has_scale else weights
     s_stride = kv_scale.stride(0) if has_scale else 0
-    common = (q.stride(0), q.stride(1), kv_in.stride(0), s_stride, weights.stride(0), weights.stride(1),
-              ks.stride(0), ke.stride(0))
+    common = (q.stride(0), q.stride(1), kv.stride(0) if not widened else d, s_stride, weights.stride(0),
+              weights.stride(1), ks.stride(0), ke.stride(0))
     meta = dict(H=h, D=d, BLOCK_T=bt, BLOCK_N=bn, HAS_SCALE=has_scale, F16_MMA=f16_mma, SIGNS_IN_KV=widened,
                 NAN_FIRST=bool(nan_first))
     row_tiles = triton.cdiv(t, bt)
@@ -391,34 +403,58 @@ def launch_fused(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table
     samp = torch.empty((t, slots), dtype=torch.int32, device=dev)
     gate = torch.empty((t,), dtype=torch.int32, device=dev)
     count = counts if counts is not None else torch.empty((t,), dtype=torch.int32, device=dev)
-    count.zero_()
     slab_s = torch.empty((t, cap), dtype=torch.float32, device=dev)
     slab_k = torch.empty((t, cap), dtype=torch.int32, device=dev)
-    w(_sample_kernel)[(row_tiles,)](q, kv_in, scale, weights, ks, ke, samp, t, n, *common, SLOTS=slots, **meta,
-                                    num_warps=nw, num_stages=ns)
-    target = max(1, math.ceil(PASS_FACTOR * k))
-    w(_gate_kernel)[(t,)](samp, ks, ke, gate, n, ks.stride(0), ke.stride(0), target, SLOTS=slots,
-                          num_warps=4 if slots <= 2048 else 8)
     key_tiles = triton.cdiv(n, bn)
     splits = il.split_count(row_tiles, key_tiles, sms)
     per_split = triton.cdiv(key_tiles, splits)
     splits = triton.cdiv(key_tiles, per_split)
-    w(_filter_kernel)[(row_tiles, splits)](q, kv_in, scale, weights, ks, ke, gate, count, slab_s, slab_k, t, n,
-                                           *common, cap, per_split, **meta, num_warps=nw, num_stages=ns)
+    mode = (2 if splits == 1 else 1) if emit is None else int(emit)
+    if mode == 2 and splits != 1:
+        raise ValueError(f"emit=2 needs one key split, got {splits}")
+    target = max(1, math.ceil(PASS_FACTOR * k))
     kb = triton.next_power_of_2(k)
-    w(_select_kernel)[(t,)](count, slab_s, slab_k, ks, ke, out, scores, n, k, cap, ks.stride(0), ke.stride(0),
-                            out.stride(0), scores.stride(0) if return_scores else 0, CAP=cap, KB=kb,
-                            EXACT=bool(exact), RETURN_SCORES=bool(return_scores), NAN_FIRST=bool(nan_first),
-                            num_warps=4 if cap <= 2048 else (8 if cap <= 4096 else 16))
+    stages = []
+    if widened:
+        stages.append(("widen", lambda: holder.__setitem__("kv", il.widen_kv(kv, kv_scale, wrap))))
+    stages.append(("sample", lambda: w(_sample_kernel)[(row_tiles,)](
+        q, holder["kv"], scale, weights, ks, ke, samp, t, n, *common, SLOTS=slots, **meta, num_warps=nw,
+        num_stages=ns)))
+    stages.append(("gate", lambda: w(_gate_kernel)[(t,)](
+        samp, ks, ke, gate, n, ks.stride(0), ke.stride(0), target, SLOTS=slots,
+        num_warps=4 if slots <= 2048 else 8)))
+    stages.append(("zero", lambda: count.zero_()))
+    stages.append(("filter", lambda: w(_filter_kernel)[(row_tiles, splits)](
+        q, holder["kv"], scale, weights, ks, ke, gate, count, slab_s, slab_k, t, n, *common, cap, per_split,
+        **meta, EMIT=mode, num_warps=nw, num_stages=ns)))
+    stages.append(("select", lambda: w(_select_kernel)[(t,)](
+        count, slab_s, slab_k, ks, ke, out, scores, n, k, cap, ks.stride(0), ke.stride(0), out.stride(0),
+        scores.stride(0) if return_scores else 0, CAP=cap, KB=kb, EXACT=bool(exact),
+        RETURN_SCORES=bool(return_scores), NAN_FIRST=bool(nan_first),
+        num_warps=4 if cap <= 2048 else (8 if cap <= 4096 else 16))))
     if exact:
-        w(_rescan_kernel)[(row_tiles,)](q, kv_in, scale, weights, ks, ke, count, out, scores, t, n, k, cap,
-                                        *common, out.stride(0), scores.stride(0) if return_scores else 0,
-                                        **meta, RETURN_SCORES=bool(return_scores), BITS=RADIX_BITS,
-                                        num_warps=nw, num_stages=ns)
+        stages.append(("rescan", lambda: w(_rescan_kernel)[(row_tiles,)](
+            q, holder["kv"], scale, weights, ks, ke, count, out, scores, t, n, k, cap, *common, out.stride(0),
+            scores.stride(0) if return_scores else 0, **meta, RETURN_SCORES=bool(return_scores),
+            BITS=RADIX_BITS, num_warps=nw, num_stages=ns)))
     if page_table is not None:
-        out = torch.ops.dsa.page_table_transform(out, page_table, row_to_batch=row_to_batch,
-                                                 page_table_row_starts=page_table_row_starts, page_size=page_size)
-    return out, scores
+        stages.append(("page_map", lambda: result.__setitem__("out", torch.ops.dsa.page_table_transform(
+            out, page_table, row_to_batch=row_to_batch, page_table_row_starts=page_table_row_starts,
+            page_size=page_size))))
+    return stages, result
+
+
+def launch_fused(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table=None, page_size=64,
+                 row_to_batch=None, page_table_row_starts=None, return_scores=False, nan_first=False, *,
+                 counts=None, wrap=None, emit=None):
+    """The fused path (arguments validated by the op). `counts`, an int32 [T] tensor when given, receives
+    each row's candidate count (keys at or above its gate; more than the capacity means overflow)."""
+    stages, result = fused_stages(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table, page_size,
+                                  row_to_batch, page_table_row_starts, return_scores, nan_first, counts=counts,
+                                  wrap=wrap, emit=emit)
+    for _, run in stages:
+        run()
+    return result["out"], result["scores"]
 
 
 def _window_lengths(ks, ke):

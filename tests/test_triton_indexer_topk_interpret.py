@@ -156,6 +156,22 @@ SCRIPT = textwrap.dedent(
     it.launch_fused(q, kv, s, w, ks, ke, K, True, False, counts=counts)
     results["underfill_counts"] = "ok" if (counts[:2] < K).any() else f"counts {counts.tolist()} not below K"
     it.PASS_FACTOR = 2.5
+    # One key split per row tile: the filter's running-count emission (EMIT 2), also overflowing.
+    split_count = il.split_count
+    il.split_count = lambda *a: 1
+    for name, kw in (("one_split_random", dict(kind="random", dtype=FP8, precise=False, paged=False)),
+                     ("one_split_clustered", dict(kind="clustered", dtype=FP8, precise=True, paged=True))):
+        try:
+            results[name] = check(**kw)
+        except Exception as e:  # noqa: BLE001
+            results[name] = f"raised {type(e).__name__}: {e}"
+    it.CAPACITY_OVERRIDE = K
+    try:
+        results["one_split_overflow"] = check("random", FP8, False, False)
+    except Exception as e:  # noqa: BLE001
+        results["one_split_overflow"] = f"raised {type(e).__name__}: {e}"
+    it.CAPACITY_OVERRIDE = None
+    il.split_count = split_count
     print("RESULTS " + json.dumps(results))
     """
 ).replace("HERE", repr(HERE))
@@ -163,7 +179,8 @@ SCRIPT = textwrap.dedent(
 CASES = ["random_fp8", "random_fp8_precise_paged", "random_bf16_paged", "clustered", "clustered_paged",
          "periodic_stride", "periodic_64", "all_equal", "all_equal_paged", "mostly_zero", "nan_last", "nan_first",
          "nan_scales_first", "overflow_random", "overflow_clustered", "overflow_all_equal", "underfill_random",
-         "underfill_periodic", "underfill_inexact", "underfill_counts"]
+         "underfill_periodic", "underfill_inexact", "underfill_counts", "one_split_random", "one_split_clustered",
+         "one_split_overflow"]
 
 
 @pytest.fixture(scope="module")
