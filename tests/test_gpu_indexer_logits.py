@@ -369,7 +369,7 @@ def test_cuda_config_rejected():
         pi.run(*bf, True, False, config=24)
     with pytest.raises(ValueError, match="SHARED"):
         pi.make_config(4, pi.REGISTERS)
-    assert pi.variants(False) == REG_CONFIGS and pi.variants(True) == REG_CONFIGS + SS_CONFIGS
+    assert pi.variants(False) == [12, 13] and pi.variants(True) == [12, 13] + SS_CONFIGS
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
