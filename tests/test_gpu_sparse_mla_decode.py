@@ -232,9 +232,12 @@ def test_cuda_cluster_and_prefetch(mc, layout, cluster, prefetch):
 
 def test_cuda_cluster_pairs_256_heads(mc):
     """Four head blocks a token: two cluster pairs, each sharing its own tiles."""
-    case = make_case("v32", 2, 1, 256, 1024, page=64, num_blocks=64, lens=[1024, 333], seed=17, sink=True,
-                     device=DEV)
-    out, lse = _run(mc, case, "v32")
+    q, cache, idx, lens, sink = case = make_case("v32", 2, 1, 256, 1024, page=64, num_blocks=64, lens=[1024, 333],
+                                                  seed=17, sink=True, device=DEV)
+    out = torch.full((2, 1, 256, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    lse = torch.full((2, 256, 1), float("nan"), dtype=torch.float32, device=DEV)
+    mc.launch(q, cache, idx, SCALE["v32"], "v32", lens, sink, out=out, lse=lse, cluster=True)
+    torch.cuda.synchronize()
     _check(out, lse, case, "v32")
 
 

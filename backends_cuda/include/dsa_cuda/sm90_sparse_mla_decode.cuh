@@ -1,10 +1,11 @@
 // dsa.sparse_mla_decode on Hopper (sm_90a): FlashMLA's sparse decode design with wgmma, both cache layouts.
 //
 // Work: one CTA = one query token (b, i) x one block of 64 heads x one split of its top-k positions.
-// 1-D grid: ((b * s_q + i) * splits + split) * head blocks + head block. With an even number of head
-// blocks (128 heads) the CTAs of head blocks 2m, 2m + 1 form a cluster pair: each gathers and
+// 1-D grid: ((b * s_q + i) * splits + split) * head blocks + head block. Asked for (cluster = 1, an even
+// number of head blocks), the CTAs of head blocks 2m, 2m + 1 form a cluster pair: each gathers and
 // dequantises 32 of every tile's 64 tokens and stores them into both CTAs' K tile (st.shared::cluster),
-// so a token is read and dequantised once per pair, not once per 64 heads.
+// so a token is read and dequantised once per pair, not once per 64 heads. Off by default: it measured
+// no faster (below).
 //
 // CTA: two warpgroups (256 threads), both math and both producers.
 // - Q [64 heads x D] bf16 is staged once (cp.async) as the MMA's A operand: K-major, 128-byte swizzle,
@@ -17,12 +18,11 @@
 //   v32 (656 B a token): 512 e4m3, 4 fp32 scales (one per 128), 64 bf16 rope -> columns 0..575.
 //   v4 (576 B a token + 8 B of scales elsewhere in the page): 448 e4m3 with one ue8m0 scale per 64,
 //   64 bf16 rope -> columns 448..511 (so V holds the rope values too, as the reference's).
-// - Double-buffered: tile t + 1's global loads are issued before tile t's QK^T; half of them are
-//   dequantised into the other K buffer while tile t's QK^T runs (wgmma in flight, waited after), the
-//   rest while tile t's PV runs. One barrier (C) ends a tile: the CTA's, or in a pair the cluster's
-//   (release / acquire, after fence.proxy.async: the peer's stores reach this CTA's wgmma reads).
-// - L2 prefetch: the 64 (pair: 32) offset threads bulk-prefetch the cache rows of tile t + prefetch
-//   (default 4) into L2, so tile t + 1's loads, issued one tile ahead, hit L2 instead of DRAM.
+// - Double-buffered: tile t + 1's global loads are issued before tile t's QK^T, and dequantised into
+//   the other K buffer while tile t's PV runs. One barrier (C) ends a tile: the CTA's, or in a pair the
+//   cluster's (release / acquire, after fence.proxy.async: the peer's stores reach this CTA's wgmma reads).
+// - L2 prefetch (prefetch = d, off by default): the 64 (pair: 32) offset threads bulk-prefetch the cache
+//   rows of tile t + d into L2.
 // - S = Q K^T: warpgroup w computes S[64 heads x tokens 32w .. 32w + 31] (wgmma m64n32k16, A and B
 //   from shared memory, fp32), so QK^T is not computed twice.
 // - Online softmax in fp32, base 2 (log2(e) folded into the scale): masked tokens take the finite
@@ -46,7 +46,15 @@
 // (~50 cycles a token of conversion throughput on SM90, the bound FlashMLA's analysis gives); MMAs
 // 64 x 64 x (576 + 512) x 2 flops = 2176 cycles at 4096 flops a cycle; QK^T is bound by shared-memory
 // reads (both warpgroups read all of Q: 6 KiB a k-step). Registers: 128 fp32 of O, 16 of S, 50 of a
-// tile's raw bytes (25 in a pair): 239-255 a thread, no spills.
+// tile's raw bytes (25 in a pair): 230-255 a thread, no spills.
+//
+// Measured (H200, v32, top-k 2048, CUDA-graph replay after an L2 flush, us; FlashMLA in the same run):
+// with half of tile t + 1 dequantised under QK^T: 64 heads batch 128 s_q 1 179.8 (FlashMLA 118.4);
+// 128 heads batch 128 s_q 2 paired 677.1 (414.1). All of it under PV (this code), unpaired, in another
+// run: 170.6 and 636.9 against FlashMLA's 117.8 and 415.7. With a 4-tile L2 prefetch: 206.7 at 64
+// heads; 760.7 paired against 742.8 unpaired at 128. Halving a CTA's gather and dequantisation does
+// not move its time, so the bound is the per-tile chain of QK^T (shared-memory reads), softmax
+// barriers and PV, not the dequant.
 //
 // Torch-free. Included by sparse_mla_decode.cuh under __CUDACC__.
 #pragma once
@@ -275,7 +283,6 @@ struct Part {
   static constexpr int kPieces = kTokens * Cfg<kV4>::kPieces;
   static constexpr int kUnits = (kPieces + kThreads - 1) / kThreads;  // 10 / 9, cluster 5 / 5
   static constexpr bool kRagged = kPieces % kThreads != 0;
-  static constexpr int kFirst = kUnits / 2;  // units dequantised while QK^T runs; the rest during PV
 };
 
 // This thread's pieces of its part of a tile, global -> registers. Invalid tokens: zero bytes, scale 0.
@@ -535,8 +542,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       pslot = load_slot(a, idx_row, t + a.prefetch, t1, n_end, tid);
     }
 
-    // 2. S = Q K^T for this warpgroup's 32 tokens; the first units of tile t + 1 are dequantised into the
-    //    other K buffer while the MMAs run.
+    // 2. S = Q K^T for this warpgroup's 32 tokens. (Dequantising half of tile t + 1 here, under the
+    //    MMAs, measured slower on the H200: 179.8 against 170.6 us at 64 heads, batch 128.)
     float s[16];
     {
       const uint64_t k_desc = sw128_desc(kt + uint32_t(wg) * 32u * 128u);
@@ -547,9 +554,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
         wgmma_qk(s, q_desc + (off >> 4), k_desc + (off >> 4), ks > 0 ? 1u : 0u);
       }
       wgmma_commit();
-      if (has_next) {
-        store_tile<kV4, kCluster, 0, Pt::kFirst>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, rdelta, tok0, r);
-      }
       wgmma_wait_all();
       fence_acc(s);
     }
@@ -630,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       store_offsets<kV4>(a, slot2, tid, offs + st * kOffsStride);
     }
     if (has_next) {
-      store_tile<kV4, kCluster, Pt::kFirst, Pt::kUnits>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, rdelta, tok0, r);
+      store_tile<kV4, kCluster, 0, Pt::kUnits>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, rdelta, tok0, r);
     }
     if (prefetcher && a.prefetch > 0) {
       prefetch_token<kV4>(a, a.prefetch == 2 ? slot2 : pslot);
