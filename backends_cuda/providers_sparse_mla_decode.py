@@ -1,12 +1,11 @@
 """CUDA C++ provider of dsa.sparse_mla_decode (kernel: include/dsa_cuda/sm90_sparse_mla_decode.cuh, Hopper only).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
-v4, splits, out, lse, workspace, cluster, prefetch)``. One CTA is one query token x 64 heads x one split of its top-k
+v4, splits, out, lse, workspace)``. One CTA is one query token x 64 heads x one split of its top-k
 positions and holds 227 KiB of shared memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill
 less than one wave, the top-k axis is cut into splits (split-KV) whose fp32 partials go to a workspace
 sized from the shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out
-and lse. `cluster=True` runs 128 heads and more as cluster pairs that share each tile's gather and
-dequantisation (off by default: measured no faster on the H200).
+and lse.
 """
 
 from __future__ import annotations
@@ -60,13 +59,11 @@ def workspace_floats(batch: int, s_q: int, heads: int, splits: int) -> int:
 
 def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None, *,
            split: Optional[bool] = None, splits: Optional[int] = None, out: Optional[torch.Tensor] = None,
-           lse: Optional[torch.Tensor] = None, cluster: Optional[bool] = None, prefetch: Optional[int] = None):
+           lse: Optional[torch.Tensor] = None):
     """Kernel form of dsa::sparse_mla_decode (arguments validated by the op): returns (out, lse).
 
     `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
-    `splits` sets the split count outright (sweeps). `cluster=True` runs cluster pairs (a multiple of 128
-    heads; None and False: off); `prefetch` sets the L2 prefetch distance in tiles (None: the kernel's
-    default, none; 0: none; else 2 to 16). `out` (bf16 [B, s_q, H, 512], unit last stride) and
+    `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
     `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first)."""
     global _fn
     fn = _fn
@@ -90,14 +87,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     if splits < 1:
         raise ValueError(f"`splits` must be >= 1, got {splits}")
     ws = torch.empty((workspace_floats(b, s_q, h, splits),), dtype=torch.float32, device=q.device)
-    if cluster is not None and not isinstance(cluster, bool):
-        raise TypeError(f"`cluster` must be a bool or None, got {type(cluster).__name__}")
-    if prefetch is not None and not (prefetch == 0 or 2 <= prefetch <= 16):
-        raise ValueError(f"`prefetch` must be None, 0 or 2 to 16 tiles, got {prefetch}")
-    if cluster and (h // HEADS_PER_CTA) % 2:
-        raise ValueError(f"`cluster=True` needs a multiple of 128 heads, got {h}")
-    fn(q, kv_cache, indices, topk_lens, attn_sink, float(softmax_scale), layout == "v4", splits, out, lse, ws,
-       -1 if cluster is None else int(cluster), -1 if prefetch is None else int(prefetch))
+    fn(q, kv_cache, indices, topk_lens, attn_sink, float(softmax_scale), layout == "v4", splits, out, lse, ws)
     return out, lse
 
 

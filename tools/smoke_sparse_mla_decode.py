@@ -2,12 +2,11 @@
 exact reference, one line each with the max errors, so a failure is easy to place from a log.
 
     python tools/smoke_sparse_mla_decode.py            # exits 1 if any case is off or NaN
-    python tools/smoke_sparse_mla_decode.py --time     # also times the kernel's variants beside FlashMLA
+    python tools/smoke_sparse_mla_decode.py --time     # also times the kernel beside FlashMLA
 
 --time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
-FlashMLA from .peer) for the default kernel (no L2 prefetch, no cluster pairs), L2 prefetch 4 tiles
-ahead, and at 128 heads cluster pairs on: us by CUDA-graph replay after an L2 flush (median of 30),
-FlashMLA's us, its time over ours, and ours against the reference on the first request.
+FlashMLA from .peer): us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its
+time over ours, and ours against the reference on the first request.
 
 Cases come from tests/sparse_mla_decode_cases.py (NaN-filled unused cache slots, invalid indices,
 topk_lens cutting a request and a request of length 0, attn_sink).
@@ -86,9 +85,7 @@ def time_variants() -> int:
         scale = bm.D_QK[layout] ** -0.5
         out = torch.empty((batch, s_q, heads, 512), dtype=torch.bfloat16, device="cuda")
         lse = torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")
-        variants = {"default": {}, "prefetch4": {"prefetch": 4}}
-        if heads % 128 == 0:
-            variants["pairs"] = {"cluster": True}
+        variants = {"default": {}}
         times = {}
         for name, kw in variants.items():
             fn = functools.partial(pm.launch, q, cache, idx, scale, layout, out=out, lse=lse, **kw)

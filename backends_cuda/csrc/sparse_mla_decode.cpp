@@ -23,7 +23,7 @@ bool on(const Tensor& t, int32_t device) { return t.is_cuda() && t.get_device_in
 
 void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optional<Tensor> topk_lens,
                            std::optional<Tensor> attn_sink, double softmax_scale, bool v4, int64_t splits, Tensor out,
-                           Tensor lse, Tensor workspace, int64_t cluster, int64_t prefetch) {
+                           Tensor lse, Tensor workspace) {
   const int64_t d = v4 ? 512 : 576;
   const int64_t bpt = v4 ? 584 : 656;
   STD_TORCH_CHECK(q.dim() == 4 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(3) == d &&
@@ -93,8 +93,6 @@ void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optio
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.v4 = v4;
   p.splits = splits;
-  p.cluster = cluster;
-  p.prefetch = prefetch;
   if (b == 0 || s_q == 0 || h == 0) {
     return;
   }
@@ -114,8 +112,7 @@ void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optio
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_lens, Tensor? attn_sink, "
-      "float softmax_scale, bool v4, int splits, Tensor(a!) out, Tensor(b!) lse, Tensor(c!) workspace, int cluster, "
-      "int prefetch) -> ()");
+      "float softmax_scale, bool v4, int splits, Tensor(a!) out, Tensor(b!) lse, Tensor(c!) workspace) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {

@@ -3,7 +3,6 @@
 #include "dsa_cuda/sparse_mla_decode.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 namespace dsa_cuda {
 namespace {
@@ -14,34 +13,10 @@ constexpr int64_t kMaxGrid = int64_t{1} << 31;
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
-// Default L2 prefetch distance in tiles: none. Measured on the H200 (v32, top-k 2048, us): 64 heads
-// batch 128 179.8 without, 206.7 at 4 tiles, 206.6 at 8; every benchmark shape 7-15% slower with it.
-constexpr int kDefaultPrefetch = 0;
-
-template <bool kV4, bool kSplit, bool kCluster>
-cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, cudaStream_t stream) {
-  constexpr auto kernel = &k::sparse_mla_decode_kernel<kV4, kSplit, kCluster>;
-  if constexpr (!kCluster) {
-    return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k::kThreads), k::Cfg<kV4>::kSmemBytes, stream, a);
-  } else {
-    static std::atomic<bool> configured[kMaxDevices] = {};
-    int device = 0;
-    DSA_CUDA_CHECK(cudaGetDevice(&device));
-    const bool cached = device >= 0 && device < kMaxDevices;
-    if (!cached || !configured[device].load(std::memory_order_acquire)) {
-      DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k::Cfg<kV4>::kSmemBytes));
-      if (cached) {
-        configured[device].store(true, std::memory_order_release);
-      }
-    }
-    return launch_pdl_clustered(kernel, dim3(unsigned(grid)), dim3(k::kThreads), size_t(k::Cfg<kV4>::kSmemBytes),
-                                stream, 2, a);
-  }
-}
-
 template <bool kV4, bool kSplit>
-cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool cluster, cudaStream_t stream) {
-  return cluster ? launch_decode<kV4, kSplit, true>(a, grid, stream) : launch_decode<kV4, kSplit, false>(a, grid, stream);
+cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, cudaStream_t stream) {
+  constexpr auto kernel = &k::sparse_mla_decode_kernel<kV4, kSplit>;
+  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k::kThreads), k::Cfg<kV4>::kSmemBytes, stream, a);
 }
 
 }  // namespace
@@ -59,12 +34,6 @@ const char* sparse_mla_decode_unsupported(const SparseMlaDecodeParams& p) {
   }
   if (p.splits < 1 || p.splits > 1024) {
     return "splits must be in [1, 1024]";
-  }
-  if (p.cluster < -1 || p.cluster > 1 || (p.cluster == 1 && (p.heads / k::kHeads) % 2 != 0)) {
-    return "cluster must be -1 (auto), 0 or 1, and 1 needs a multiple of 128 heads";
-  }
-  if (p.prefetch < -1 || p.prefetch == 1 || p.prefetch > k::kMaxPrefetch) {
-    return "prefetch must be -1 (auto), 0 (none) or a distance of 2 to 16 tiles";
   }
   if (p.topk >= int64_t{INT32_MAX} - 2 * k::kTile) {
     return "the CUDA sparse MLA decode kernel takes top-k below 2^31 - 128";
@@ -139,21 +108,13 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   a.page = int32_t(p.page_size);
   a.splits = int32_t(splits);
   a.tiles_per_split = int32_t(per);
-  a.prefetch = p.prefetch < 0 ? kDefaultPrefetch : int32_t(p.prefetch);
-  // Cluster pairs only when asked: measured on the H200 (v32, top-k 2048) they do not pay, halving a
-  // CTA's gather and dequantisation leaves its time unchanged (128 heads, batch 128, s_q 2, both with a
-  // 4-tile L2 prefetch: 760.7 us paired, 742.8 not; FlashMLA 414.1), so that time is the MMA / softmax
-  // chain's, not the dequant's.
-  const bool cluster = p.cluster == 1;
   a.qk_scale = p.softmax_scale * k::kLog2e;
   const int64_t grid = programs * splits;
 
   if (splits == 1) {
-    return p.v4 ? launch_decode<true, false>(a, grid, cluster, stream)
-                : launch_decode<false, false>(a, grid, cluster, stream);
+    return p.v4 ? launch_decode<true, false>(a, grid, stream) : launch_decode<false, false>(a, grid, stream);
   }
-  const cudaError_t err = p.v4 ? launch_decode<true, true>(a, grid, cluster, stream)
-                               : launch_decode<false, true>(a, grid, cluster, stream);
+  const cudaError_t err = p.v4 ? launch_decode<true, true>(a, grid, stream) : launch_decode<false, true>(a, grid, stream);
   DSA_CUDA_CHECK(err);
   k::CombineArgs c;
   c.part = a.part;

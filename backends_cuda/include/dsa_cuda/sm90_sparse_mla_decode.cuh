@@ -1,11 +1,8 @@
 // dsa.sparse_mla_decode on Hopper (sm_90a): FlashMLA's sparse decode design with wgmma, both cache layouts.
 //
-// Work: one CTA = one query token (b, i) x one block of 64 heads x one split of its top-k positions.
-// 1-D grid: ((b * s_q + i) * splits + split) * head blocks + head block. Asked for (cluster = 1, an even
-// number of head blocks), the CTAs of head blocks 2m, 2m + 1 form a cluster pair: each gathers and
-// dequantises 32 of every tile's 64 tokens and stores them into both CTAs' K tile (st.shared::cluster),
-// so a token is read and dequantised once per pair, not once per 64 heads. Off by default: it measured
-// no faster (below).
+// Work: one CTA = one query token (b, i) x one block of 64 heads x one split of its top-k positions
+// (128 heads are two CTAs, adjacent in the grid so they read each token's cache bytes from L2 the
+// second time). 1-D grid: ((b * s_q + i) * splits + split) * head blocks + head block.
 //
 // CTA: two warpgroups (256 threads), both math and both producers.
 // - Q [64 heads x D] bf16 is staged once (cp.async) as the MMA's A operand: K-major, 128-byte swizzle,
@@ -19,10 +16,7 @@
 //   v4 (576 B a token + 8 B of scales elsewhere in the page): 448 e4m3 with one ue8m0 scale per 64,
 //   64 bf16 rope -> columns 448..511 (so V holds the rope values too, as the reference's).
 // - Double-buffered: tile t + 1's global loads are issued before tile t's QK^T, and dequantised into
-//   the other K buffer while tile t's PV runs. One barrier (C) ends a tile: the CTA's, or in a pair the
-//   cluster's (release / acquire, after fence.proxy.async: the peer's stores reach this CTA's wgmma reads).
-// - L2 prefetch (prefetch = d, off by default): the 64 (pair: 32) offset threads bulk-prefetch the cache
-//   rows of tile t + d into L2.
+//   the other K buffer while tile t's PV runs.
 // - S = Q K^T: warpgroup w computes S[64 heads x tokens 32w .. 32w + 31] (wgmma m64n32k16, A and B
 //   from shared memory, fp32), so QK^T is not computed twice.
 // - Online softmax in fp32, base 2 (log2(e) folded into the scale): masked tokens take the finite
@@ -41,20 +35,9 @@
 // 2 x 72 KiB + P 8 KiB + tile offsets 2 x 64 x 8 B + row exchange 2 x 64 x 4 B = 231936 B of the
 // 232448 B an SM90 CTA may have (v4: 208384 B with the extra scale offsets).
 //
-// Where a tile's time goes (64 tokens, 64 heads): 42 KiB gathered (64 x 656 B, random rows); 32768
-// e4m3 values dequantised, 128 a thread, each e4m3 -> f16 -> f32, an fp32 multiply and a bf16 pack
-// (~50 cycles a token of conversion throughput on SM90, the bound FlashMLA's analysis gives); MMAs
-// 64 x 64 x (576 + 512) x 2 flops = 2176 cycles at 4096 flops a cycle; QK^T is bound by shared-memory
-// reads (both warpgroups read all of Q: 6 KiB a k-step). Registers: 128 fp32 of O, 16 of S, 50 of a
-// tile's raw bytes (25 in a pair): 230-255 a thread, no spills.
-//
-// Measured (H200, v32, top-k 2048, CUDA-graph replay after an L2 flush, us; FlashMLA in the same run):
-// with half of tile t + 1 dequantised under QK^T: 64 heads batch 128 s_q 1 179.8 (FlashMLA 118.4);
-// 128 heads batch 128 s_q 2 paired 677.1 (414.1). All of it under PV (this code), unpaired, in another
-// run: 170.6 and 636.9 against FlashMLA's 117.8 and 415.7. With a 4-tile L2 prefetch: 206.7 at 64
-// heads; 760.7 paired against 742.8 unpaired at 128. Halving a CTA's gather and dequantisation does
-// not move its time, so the bound is the per-tile chain of QK^T (shared-memory reads), softmax
-// barriers and PV, not the dequant.
+// Cluster variant (the issue's 410 TFLOP/s design): the two CTAs of a 128-head token would form a
+// cluster and each dequantise half of a tile into both CTAs' shared memory (DSMEM), halving the CUDA-core
+// dequant work a token; it goes where load_tile / store_tile are called in the main loop.
 //
 // Torch-free. Included by sparse_mla_decode.cuh under __CUDACC__.
 #pragma once
@@ -79,7 +62,6 @@ constexpr int kBlockBytes = 64 * 128;  // one 128-byte column block of a 64-row 
 constexpr float kNeg = -1.0e30f;       // masked-score sentinel (log2 domain)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kMaxPrefetch = 16;
 
 template <bool kV4>
 struct Cfg {
@@ -126,7 +108,6 @@ struct KernelArgs {
   int32_t page;                    // P
   int32_t splits;
   int32_t tiles_per_split;
-  int32_t prefetch;                // L2 prefetch distance in tiles: 0 none, else 2 .. kMaxPrefetch
   float qk_scale;                  // softmax_scale * log2(e)
 };
 
@@ -273,40 +254,25 @@ __device__ __forceinline__ void store_offsets(const KernelArgs& a, int32_t slot,
   }
 }
 
-// The tile tokens one CTA gathers and dequantises: all 64, or in a cluster pair the 32 of its rank
-// (it writes them into both CTAs' K tiles). Piece u = tid + 256 k is token u / kPieces of the part,
-// piece u % kPieces (e4m3 pieces first, then rope); v4's half tile (32 x 36 pieces) leaves the last
-// unit to the first 128 threads.
-template <bool kV4, bool kCluster>
-struct Part {
-  static constexpr int kTokens = kCluster ? kTile / 2 : kTile;
-  static constexpr int kPieces = kTokens * Cfg<kV4>::kPieces;
-  static constexpr int kUnits = (kPieces + kThreads - 1) / kThreads;  // 10 / 9, cluster 5 / 5
-  static constexpr bool kRagged = kPieces % kThreads != 0;
-};
-
-// This thread's pieces of its part of a tile, global -> registers. Invalid tokens: zero bytes, scale 0.
-template <bool kV4, bool kCluster>
+// This thread's pieces of a tile, global -> registers: piece u = tid + 256 k is token u / kPieces,
+// piece u % kPieces (e4m3 pieces first, then rope). Invalid tokens: zero bytes and scale 0.
+template <bool kV4>
 struct Raw {
-  uint4 v[Part<kV4, kCluster>::kUnits];
-  uint32_t s[Part<kV4, kCluster>::kUnits];  // v32: fp32 scale bits; v4: the ue8m0 byte
+  uint4 v[Cfg<kV4>::kUnits];
+  uint32_t s[Cfg<kV4>::kUnits];  // v32: fp32 scale bits; v4: the ue8m0 byte
 };
 
-template <bool kV4, bool kCluster>
-__device__ __forceinline__ void load_tile(const KernelArgs& a, const int64_t* offs, int tok0, Raw<kV4, kCluster>& r) {
+template <bool kV4>
+__device__ __forceinline__ void load_tile(const KernelArgs& a, const int64_t* offs, Raw<kV4>& r) {
   using C = Cfg<kV4>;
-  using Pt = Part<kV4, kCluster>;
 #pragma unroll
-  for (int k = 0; k < Pt::kUnits; ++k) {
+  for (int k = 0; k < C::kUnits; ++k) {
     const int u = int(threadIdx.x) + kThreads * k;
-    const int tok = tok0 + u / C::kPieces;
-    const int pc = u % C::kPieces;
+    const int tok = u / C::kPieces;
+    const int pc = u - tok * C::kPieces;
+    const int64_t off = offs[tok];
     r.v[k] = make_uint4(0u, 0u, 0u, 0u);
     r.s[k] = 0u;
-    if (Pt::kRagged && k == Pt::kUnits - 1 && u >= Pt::kPieces) {
-      continue;
-    }
-    const int64_t off = offs[tok];
     if (off >= 0) {
       const uint8_t* t = a.cache + off;
       if (pc < C::kFp8Pieces) {
@@ -323,32 +289,15 @@ __device__ __forceinline__ void load_tile(const KernelArgs& a, const int64_t* of
   }
 }
 
-// 16 bytes into this CTA's shared memory at `addr`, and in a cluster pair also into the peer's at
-// addr + rdelta (st.shared::cluster: the peer's window of the same layout).
-template <bool kCluster>
-__device__ __forceinline__ void put16(uint32_t addr, uint32_t rdelta, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  sts128(addr, a, b, c, d);
-  if constexpr (kCluster) {
-    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr + rdelta), "r"(a), "r"(b), "r"(c),
-                 "r"(d)
-                 : "memory");
-  }
-}
-
-// Units [kBeg, kEnd) of this thread's registers -> the K tile at `kt` (bf16, K-major, 128-byte swizzle):
-// 16 e4m3 give two 16-byte chunks.
-template <bool kV4, bool kCluster, int kBeg, int kEnd>
-__device__ __forceinline__ void store_tile(uint32_t kt, uint32_t rdelta, int tok0, const Raw<kV4, kCluster>& r) {
+// Registers -> the K tile at `kt` (bf16, K-major, 128-byte swizzle): 16 e4m3 give two 16-byte chunks.
+template <bool kV4>
+__device__ __forceinline__ void store_tile(uint32_t kt, const Raw<kV4>& r) {
   using C = Cfg<kV4>;
-  using Pt = Part<kV4, kCluster>;
 #pragma unroll
-  for (int k = kBeg; k < kEnd; ++k) {
+  for (int k = 0; k < C::kUnits; ++k) {
     const int u = int(threadIdx.x) + kThreads * k;
-    if (Pt::kRagged && k == Pt::kUnits - 1 && u >= Pt::kPieces) {
-      continue;
-    }
-    const int tok = tok0 + u / C::kPieces;
-    const int pc = u % C::kPieces;
+    const int tok = u / C::kPieces;
+    const int pc = u - tok * C::kPieces;
     const uint32_t row = kt + uint32_t(tok) * 128u;
     const uint32_t sw = uint32_t(tok & 7);
     if (pc < C::kFp8Pieces) {
@@ -360,52 +309,12 @@ __device__ __forceinline__ void store_tile(uint32_t kt, uint32_t rdelta, int tok
       dequant4(r.v[k].w, scale, w[6], w[7]);
       const uint32_t blk = row + uint32_t(pc >> 2) * kBlockBytes;  // 16 columns a piece, 64 a block
       const uint32_t c0 = uint32_t(pc & 3) * 2;
-      put16<kCluster>(blk + ((c0 ^ sw) << 4), rdelta, w[0], w[1], w[2], w[3]);
-      put16<kCluster>(blk + (((c0 + 1) ^ sw) << 4), rdelta, w[4], w[5], w[6], w[7]);
+      sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
+      sts128(blk + (((c0 + 1) ^ sw) << 4), w[4], w[5], w[6], w[7]);
     } else {
       const uint32_t c0 = uint32_t(pc - C::kFp8Pieces);
-      put16<kCluster>(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), rdelta, r.v[k].x, r.v[k].y, r.v[k].z,
-                      r.v[k].w);
+      sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
     }
-  }
-}
-
-// L2 prefetch of one token's bytes (v4: and its scales), from its slot; nothing for an invalid slot.
-template <bool kV4>
-__device__ __forceinline__ void prefetch_token(const KernelArgs& a, int32_t slot) {
-  using C = Cfg<kV4>;
-  if (slot < 0 || int64_t(slot) >= a.nslots) {
-    return;
-  }
-  const int32_t page = slot / a.page;
-  const int32_t off = slot - page * a.page;
-  const uint8_t* pb = a.cache + int64_t(page) * a.page_stride;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pb + int64_t(off) * C::kTokenBytes),
-               "r"(uint32_t(C::kTokenBytes))
-               : "memory");
-  if constexpr (kV4) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + int64_t(a.page) * 576 + int64_t(off) * 8) : "memory");
-  }
-}
-
-// Barrier over the CTA, or over both CTAs of a cluster pair (release / acquire: the peer's stores into
-// this CTA's shared memory are visible after it).
-template <bool kCluster>
-__device__ __forceinline__ void sync_tile() {
-  if constexpr (kCluster) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-  } else {
-    __syncthreads();
-  }
-}
-
-// Generic-proxy stores (this CTA's and, in a pair, the peer's shared memory) -> later wgmma reads.
-template <bool kCluster>
-__device__ __forceinline__ void fence_tile() {
-  if constexpr (kCluster) {
-    asm volatile("fence.proxy.async;" ::: "memory");
-  } else {
-    fence_async_smem();
   }
 }
 
@@ -424,11 +333,10 @@ __device__ __forceinline__ void finish_row(float m, float l, const float* sink, 
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <bool kV4, bool kSplit, bool kCluster>
+template <bool kV4, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   using C = Cfg<kV4>;
-  using Pt = Part<kV4, kCluster>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -456,19 +364,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
   const int32_t b = bi / a.s_q;
   const int32_t i = bi - b * a.s_q;
   const int32_t prog = bi * a.head_blocks + hb;  // (query token, head block)
-  // Cluster pair (head blocks 2m and 2m + 1 of one token and split): rank r gathers tokens 32r .. 32r + 31
-  // of each tile and stores them into both CTAs; rdelta maps a local shared address to the peer's.
-  int tok0 = 0;
-  uint32_t rdelta = 0;
-  if constexpr (kCluster) {
-    uint32_t rank, remote;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(base), "r"(rank ^ 1u));
-    tok0 = int(rank) * Pt::kTokens;
-    rdelta = remote - base;
-  }
-  // Threads that prefetch: one a token of this CTA's part.
-  const bool prefetcher = tid >= tok0 && tid < tok0 + Pt::kTokens;
 
   pdl_wait();
   pdl_launch_dependents();
@@ -498,20 +393,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
     store_offsets<kV4>(a, load_slot(a, idx_row, t0, t1, n_end, tid), tid, offs);
     store_offsets<kV4>(a, load_slot(a, idx_row, t0 + 1, t1, n_end, tid), tid, offs + kOffsStride);
   }
-  if (prefetcher) {  // tiles t0 + 2 .. t0 + prefetch - 1 (the loop prefetches from t0 + prefetch on)
-    for (int32_t u = t0 + 2; u < t0 + a.prefetch && u < t1; ++u) {
-      prefetch_token<kV4>(a, load_slot(a, idx_row, u, t1, n_end, tid));
-    }
-  }
-  sync_tile<kCluster>();  // offsets visible; a pair's peer has started (its shared memory may be written)
+  __syncthreads();
   if (t0 < t1) {
-    Raw<kV4, kCluster> r;
-    load_tile<kV4, kCluster>(a, offs, tok0, r);
-    store_tile<kV4, kCluster, 0, Pt::kUnits>(k_smem, rdelta, tok0, r);
+    Raw<kV4> r;
+    load_tile<kV4>(a, offs, r);
+    store_tile<kV4>(k_smem, r);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
-  fence_tile<kCluster>();  // Q and the first tile (generic-proxy writes) -> the MMAs' async-proxy reads
-  sync_tile<kCluster>();
+  fence_async_smem();  // Q and the first tile (generic-proxy writes) -> the MMAs' async-proxy reads
+  __syncthreads();
 
   float o[128];
 #pragma unroll
@@ -528,22 +418,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
     const uint32_t kt = k_smem + uint32_t(st) * C::kTileBytes;
     const bool has_next = t + 1 < t1;
 
-    // 1. Tile t + 1's bytes (this CTA's part), tile t + 2's slots and tile t + prefetch's slots: loads in
-    //    flight through QK^T.
-    Raw<kV4, kCluster> r;
+    // 1. Tile t + 1's bytes and tile t + 2's slots: loads in flight through QK^T and the softmax.
+    Raw<kV4> r;
     if (has_next) {
-      load_tile<kV4, kCluster>(a, offs + (st ^ 1) * kOffsStride, tok0, r);
+      load_tile<kV4>(a, offs + (st ^ 1) * kOffsStride, r);
     }
-    int32_t slot2 = -1, pslot = -1;
+    int32_t slot2 = -1;
     if (tid < kTile) {
       slot2 = load_slot(a, idx_row, t + 2, t1, n_end, tid);
     }
-    if (prefetcher && a.prefetch > 2) {
-      pslot = load_slot(a, idx_row, t + a.prefetch, t1, n_end, tid);
-    }
 
-    // 2. S = Q K^T for this warpgroup's 32 tokens. (Dequantising half of tile t + 1 here, under the
-    //    MMAs, measured slower on the H200: 179.8 against 170.6 us at 64 heads, batch 128.)
+    // 2. S = Q K^T for this warpgroup's 32 tokens.
     float s[16];
     {
       const uint64_t k_desc = sw128_desc(kt + uint32_t(wg) * 32u * 128u);
@@ -634,16 +519,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       store_offsets<kV4>(a, slot2, tid, offs + st * kOffsStride);
     }
     if (has_next) {
-      store_tile<kV4, kCluster, 0, Pt::kUnits>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, rdelta, tok0, r);
+      store_tile<kV4>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, r);
     }
-    if (prefetcher && a.prefetch > 0) {
-      prefetch_token<kV4>(a, a.prefetch == 2 ? slot2 : pslot);
-    }
-    fence_tile<kCluster>();
+    fence_async_smem();
     wgmma_wait_all();
     fence_acc(o);
-    sync_tile<kCluster>();  // (C) tile t + 1 (both halves in a pair) and tile t + 2's offsets visible; P and
-                            // this K tile free in both CTAs
+    __syncthreads();  // (C) tile t + 1 and tile t + 2's offsets visible; P and this K tile free
   }
 
   // Row sums: the quad's four shares, then the other warpgroup's 32 tokens.

@@ -49,12 +49,6 @@ struct SparseMlaDecodeParams {
   // Splits of each query token's top-k axis (split-KV): 1 is the single pass; more write fp32 partials
   // into the workspace and a combine kernel writes out and lse.
   int64_t splits;
-  // Cluster pairs: the two 64-head CTAs of a token each gather and dequantise half of every tile into
-  // both CTAs' shared memory. -1 and 0: off (measured no faster); 1: on (a multiple of 128 heads).
-  int64_t cluster = -1;
-  // L2 prefetch of the cache rows this many tiles ahead: -1 the default (none, measured faster), 0 none,
-  // 2 to 16.
-  int64_t prefetch = -1;
 };
 
 // fp32 elements of the split-KV workspace: per (query token, 64-head block, split) a [64, 512] partial
