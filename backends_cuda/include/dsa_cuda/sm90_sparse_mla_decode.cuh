@@ -35,9 +35,13 @@
 // 2 x 72 KiB + P 8 KiB + tile offsets 2 x 64 x 8 B + row exchange 2 x 64 x 4 B = 231936 B of the
 // 232448 B an SM90 CTA may have (v4: 208384 B with the extra scale offsets).
 //
-// Cluster variant (the issue's 410 TFLOP/s design): the two CTAs of a 128-head token would form a
-// cluster and each dequantise half of a tile into both CTAs' shared memory (DSMEM), halving the CUDA-core
-// dequant work a token; it goes where load_tile / store_tile are called in the main loop.
+// What bounds it (H200): not the gather or the dequant. Halving both (the two CTAs of a 128-head token as a
+// cluster, each dequantising half of a tile into both CTAs' shared memory) left the time unchanged (742.8
+// -> 760.7 us at batch 128, 128 heads, s_q 2), an L2 prefetch 4 tiles ahead cost 7-15%, dequantising
+// under QK^T instead of PV ~5%. Each tile is a serial chain (QK^T, the row-max exchange and softmax, P
+// through shared memory, PV) with CTA-wide barriers between, one CTA an SM: the next step is warp
+// specialisation (a producer with setmaxnreg, an mbarrier ring, two tiles in flight), see
+// docs/design_attention.md.
 //
 // Torch-free. Included by sparse_mla_decode.cuh under __CUDACC__.
 #pragma once
