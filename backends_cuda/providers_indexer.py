@@ -1,9 +1,7 @@
 """CUDA C++ provider of dsa.indexer_logits (kernel: include/dsa_cuda/sm90_indexer_logits.cuh, Hopper only).
 
-Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, config,
-out)`` with ``fp8_mma = not precise`` (the op's argument is the only switch); ``config`` picks the kernel
-variant (`make_config`), 0 the launcher's defaults (``resolve`` in kernels/indexer_logits.cu, the one
-place they are chosen).
+Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, out)``
+with ``fp8_mma = not precise`` (the op's argument is the only switch).
 
 fp8 operands: precise=False (the op's default) feeds e4m3 to the fp8 tensor cores: twice the fp16
 rate, but Hopper keeps only ~14 mantissa bits while accumulating their products (the op's 1e-3 of the
@@ -22,37 +20,13 @@ from . import aligned16, sm90_only
 
 OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
-# The MMA's A operand in `make_config` (IndexerLogitsParams::config).
-REGISTERS, SHARED = 1, 2
 _fn = None  # the loaded OpOverload, resolved on the first call
-_TILE = 256  # keys of the largest pipeline stage (4 math warpgroups)
+_TILE = 128  # keys of a pipeline stage
 
 
-def make_config(math_warpgroups: int = 0, operand: int = 0) -> int:
-    """The kernel's config int: math warpgroups per CTA (2, 3 or 4; each takes 64 keys of every pipeline
-    stage) and the MMA's A operand (REGISTERS: fragments loaded by the math threads; SHARED: read by the
-    tensor core through a descriptor, e4m3 MMA only, i.e. fp8 operands with precise=False). 4 warpgroups
-    take SHARED. 0 leaves a field to the launcher's default."""
-    if math_warpgroups not in (0, 2, 3, 4):
-        raise ValueError(f"math_warpgroups must be 0, 2, 3 or 4, got {math_warpgroups}")
-    if operand not in (0, REGISTERS, SHARED):
-        raise ValueError(f"operand must be 0, REGISTERS (1) or SHARED (2), got {operand}")
-    if math_warpgroups == 4 and operand == REGISTERS:
-        raise ValueError("4 math warpgroups take the SHARED A operand")
-    return math_warpgroups + 10 * operand
-
-
-def variants(fp8_mma: bool) -> list[int]:
-    """Every distinct explicit config of a mode (SHARED and 4 warpgroups: the e4m3 MMA only)."""
-    configs = [make_config(g, REGISTERS) for g in (2, 3)]
-    if fp8_mma:
-        configs += [make_config(g, SHARED) for g in (2, 3, 4)]
-    return configs
-
-
-def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, out=None):
-    """The op's arguments in schema order (validated by the op); `config` (make_config) for sweeps and
-    tests, 0 for the defaults."""
+def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, out=None):
+    """The op's arguments in schema order (validated by the op), into `out` when given (else a new
+    float32 [T, N] tensor)."""
     global _fn
     fn = _fn
     if fn is None:
@@ -61,7 +35,7 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, ou
         fn = _fn = op(_KERNEL, q.device)
     if out is None:
         out = torch.empty((q.shape[0], kv.shape[0]), dtype=torch.float32, device=q.device)
-    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), not precise, int(config), out)
+    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), not precise, out)
     return out
 
 
@@ -74,7 +48,7 @@ def supports(q, kv, kv_scale, weights, ks, ke, clean, precise) -> Optional[str]:
     if d != 128:
         return f"head dim {d} (the CUDA kernel takes 128)"
     if kv.shape[0] > 2**31 - 1 - 2 * _TILE:
-        return "2^31 - 512 keys or more"
+        return "2^31 - 256 keys or more"
     if not aligned16(q, (q.stride(0), q.stride(1))):
         return "q's data or row/head strides are not 16-byte aligned"
     if not aligned16(kv, (kv.stride(0),)):

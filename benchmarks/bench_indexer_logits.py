@@ -124,8 +124,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES,
                          ids=lambda c: f"T{c[0]}-N{c[1]}-H{c[2]}-{'fp8' if c[3] == FP8 else 'bf16'}-{c[4]}")
 def test_indexer_logits(bench, case):
-    """Both providers (CUDA: its default config and 3 math warpgroups) in both precision modes, the op's automatic
-    choice per mode, plain torch and DeepGEMM, on one case."""
+    """Both providers in both precision modes, the op's automatic choice per mode, plain torch and DeepGEMM,
+    on one case."""
     t, n, h, dtype, windows = case
     ceil = _ceilings(bench)
     args = _inputs(t, n, h, dtype, windows)
@@ -149,32 +149,25 @@ def test_indexer_logits(bench, case):
         if why is not None:
             print(f"\n  indexer_logits [{provider}] {case}: skipped: {why}")
         elif provider == "triton":
-            kernels["triton"] = [(None, lambda m: il.launch(*args, True, m))]
+            kernels["triton"] = lambda m: il.launch(*args, True, m)
         else:
             from dsa_ops.backends.cuda import providers_indexer as pi
 
-            kernels["cuda"] = [(c, lambda m, c=c: pi.run(*args, True, m, config=c)) for c in (0, 3)]
-    times = {}
+            kernels["cuda"] = lambda m: pi.run(*args, True, m)
     for precise in (MODES if dtype == FP8 else (False,)):
-        for provider, variants in kernels.items():
-            for wg, fn in variants:
-                times[provider, wg, precise] = bench.timer.median_us(lambda f=fn, m=precise: f(m), warmup=2,
-                                                                     iters=iters)
+        times = {provider: bench.timer.median_us(lambda f=fn, m=precise: f(m), warmup=2, iters=iters)
+                 for provider, fn in kernels.items()}
         auto = registry.select("indexer_logits", (*args, True, precise)).backend
         print(f"\n  indexer_logits {case} precise={precise}: automatic choice {auto}")
-        for (provider, wg, p), us in times.items():
-            if p != precise:
-                continue
-            other = min((u for (pv, _, pp), u in times.items() if pp == precise and pv != provider), default=None)
+        for provider, us in times.items():
             baselines = {"torch": t_us}
-            if other is not None:
-                baselines["cuda" if provider == "triton" else "triton"] = other
+            for other, other_us in times.items():
+                if other != provider:
+                    baselines[other] = other_us
             if dg_us is not None:
                 baselines["deepgemm"] = dg_us
             case_d = {"rows": t, "keys": n, "heads": h, "head_dim": D,
                       "dtype": "fp8_e4m3" if dtype == FP8 else "bf16", "windows": windows, "precise": precise}
-            if wg is not None:
-                case_d["config"] = wg
             tflops = flops / (us * 1e-6) / 1e12
             # the exact fp8 path multiplies at the 16-bit rate: its tensor-core floor is the bf16 ceiling
             ceil_mode = ceil["bf16_tflops"] if precise else ceiling
@@ -374,62 +367,6 @@ def test_paged_config_sweep(bench, case):
             **({} if dg_meta_us is None else {"deepgemm_metadata_us": round(dg_meta_us, 2)}),
         ))
         assert same, f"config {config} differs from the default config's scores"
-
-
-@pytest.mark.skipif(os.environ.get("DSA_BENCH_SWEEP") != "1", reason="DSA_BENCH_SWEEP=1 runs it")
-@pytest.mark.parametrize("case", [c for c in CASES if c[3] == FP8],
-                         ids=lambda c: f"T{c[0]}-N{c[1]}-H{c[2]}-{c[4]}")
-def test_indexer_config_sweep(bench, case):
-    """Every config of the CUDA dense kernel (math warpgroups x A operand, make_config) in the default mode
-    (fp8 MMAs), beside DeepGEMM and Triton; one row each. Each config's scores are checked against the
-    default config's: within 2e-3 of the row's max |score| (both are within 1e-3 of the exact scores; the
-    shared-memory-A configs multiply in another K order, so they are not bitwise the same)."""
-    from dsa_ops.backends.cuda import providers_indexer as pi
-    from dsa_ops.backends.triton import indexer_logits as il
-
-    t, n, h, dtype, windows = case
-    ceil = _ceilings(bench)
-    args = _inputs(t, n, h, dtype, windows)
-    q, kv, s, w, ks, ke = args
-    p = registry.providers("indexer_logits")["cuda"]
-    why = registry.availability(p, q.device) or p.supports(*args, True, False)
-    if why is not None:
-        pytest.skip(f"CUDA provider: {why}")
-    visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
-    flops = 2 * h * D * visible
-    iters = 10 if t * n >= 1 << 29 else 20
-    dg_us = deepgemm_us(bench, f"indexer sweep {case}",
-                        lambda dg: lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None))
-    tr_us = bench.timer.median_us(lambda: il.launch(*args, True, False), warmup=2, iters=iters)
-    dg = "" if dg_us is None else f", deepgemm {dg_us:.1f} us"
-    print(f"\n  indexer sweep {case}: triton {tr_us:.1f} us{dg}")
-    ref = pi.run(*args, True, False)
-    vis = torch.isfinite(ref)
-    rmax = torch.where(vis, ref, 0).abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
-    out = torch.empty_like(ref)
-    for config in [0] + pi.variants(True):
-        fn = lambda c=config: pi.run(*args, True, False, config=c, out=out)  # noqa: E731
-        fn()
-        same_inf = torch.equal(torch.isfinite(out), vis)
-        dev = float((torch.where(vis, (out - ref).abs(), 0) / rmax).max()) if same_inf else float("inf")
-        us = bench.timer.median_us(fn, warmup=2, iters=iters)
-        tflops = flops / (us * 1e-6) / 1e12
-        vs = "" if dg_us is None else f"  {us / dg_us:.3f}x deepgemm"
-        print(f"  config {config:2d}: {us:8.1f} us  {tflops:6.1f} TFLOP/s  {us / tr_us:.3f}x triton{vs}  "
-              f"max dev from default / row max {dev:.2e}")
-        baselines = {"triton": tr_us}
-        if dg_us is not None:
-            baselines["deepgemm"] = dg_us
-        bench.add(record(
-            "indexer_logits", "cuda",
-            {"rows": t, "keys": n, "heads": h, "head_dim": D, "dtype": "fp8_e4m3", "windows": windows,
-             "precise": False, "config": config},
-            us, floor_us=max(flops / (ceil["fp8_tflops"] * 1e12) * 1e6, bench.floor_us(t * n * 4)),
-            floor_kind="max(tensor-core: flops / fp8 ceiling, memory: [T, N] fp32 write)",
-            baselines=baselines, tflops=round(tflops, 1), ceiling_tflops=ceil["fp8_tflops"],
-            ratio=round(tflops / ceil["fp8_tflops"], 3), dev_from_default=dev,
-        ))
-        assert dev <= 2e-3, f"config {config}: {dev:.3g} of the row max from the default config's scores"
 
 
 SWEEP = [(2, 64, 4, 3), (2, 64, 4, 4), (2, 128, 8, 3), (4, 64, 4, 3), (4, 128, 8, 3), (1, 128, 4, 3)]

@@ -45,30 +45,15 @@ def _ref_dense_cached(key, args):
     return _REF_CACHE[key]
 
 
-def _direct(backend, config=0):
-    """The provider's kernel called directly (launch(..., out=)), for the poisoned-output checks; `config`:
-    the CUDA kernel's variant (providers_indexer.make_config)."""
+def _direct(backend):
+    """The provider's kernel called directly (launch(..., out=)), for the poisoned-output checks."""
     if backend == "triton":
         from dsa_ops.backends.triton import indexer_logits as il
 
         return lambda *a, out: il.launch(*a, out=out)
     from dsa_ops.backends.cuda import providers_indexer as pi
 
-    return lambda *a, out: pi.run(*a, out=out, config=config)  # a: op args incl. precise
-
-
-# CUDA configs (providers_indexer.make_config): 2 or 3 math warpgroups with A from registers; 2, 3 or 4
-# with A from shared memory (the e4m3 MMA only: fp8 operands, precise=False).
-REG_CONFIGS = [2, 3]
-SS_CONFIGS = [22, 23, 24]
-# (backend, variant)
-VARIANTS = [("triton", 0)] + [("cuda", c) for c in REG_CONFIGS + SS_CONFIGS]
-
-
-def _ss_only_fp8_mma(backend, config, dtype, precise):
-    """True when the config takes shared-memory A and the mode cannot (bf16 operands or precise=True):
-    the kernel must refuse it, which the caller asserts instead of comparing scores."""
-    return backend == "cuda" and config in SS_CONFIGS and (precise or dtype != FP8)
+    return lambda *a, out: pi.run(*a, out=out)  # a: op args incl. precise
 
 
 def _check(out, ref, tol=1e-5, args=None):
@@ -243,10 +228,10 @@ def test_indexer_logits_relu_plateau_and_unclean(backend, precise):
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
-@pytest.mark.parametrize("backend,wg", VARIANTS, ids=lambda v: str(v))
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [FP8, torch.bfloat16], ids=["fp8", "bf16"])
 @pytest.mark.parametrize("h", [64, 32])
-def test_indexer_logits_strided_and_poisoned(backend, wg, dtype, h, precise):
+def test_indexer_logits_strided_and_poisoned(backend, dtype, h, precise):
     """Row-strided q and kv (views of wider tensors), strided kv_scale / ks / ke / weights, every head
     count and dtype, into a poisoned output: every element written, hostile windows."""
     t, n, d = 333, 2999, 128
@@ -263,21 +248,17 @@ def test_indexer_logits_strided_and_poisoned(backend, wg, dtype, h, precise):
     ks, ke = kse[:, 0], kse[:, 1]  # stride 2
     args = (q, kv, s, w, ks, ke)
     out = torch.full((t, n), POISON, device="cuda")
-    if _ss_only_fp8_mma(backend, wg, dtype, precise):
-        with pytest.raises(RuntimeError, match="shared-memory A"):
-            _direct(backend, wg)(*args, True, precise, out=out)
-        return
     ref = ref_dense(*args, True)
-    _direct(backend, wg)(*args, True, precise, out=out)
+    _direct(backend)(*args, True, precise, out=out)
     _check_mode(out, ref, precise, fp8=dtype == FP8, args=args)
     with dsa_ops.use_backend(backend):
         _check_mode(dsa_ops.indexer_logits(*args, precise=precise), ref, precise, fp8=dtype == FP8, args=args)
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
-@pytest.mark.parametrize("backend,wg", VARIANTS, ids=lambda v: str(v))
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("h", [64, 32])
-def test_indexer_logits_negative_scales(backend, wg, h, precise):
+def test_indexer_logits_negative_scales(backend, h, precise):
     """kv_scale of both signs (and +0.0, -0.0): relu applies to dot * scale, so a negative scale keeps the
     negative dots. (Triton, precise: 500 x 64 (row, head) pairs take its widened-kv path;
     test_triton_fp8_paths forces each path.)"""
@@ -286,11 +267,7 @@ def test_indexer_logits_negative_scales(backend, wg, h, precise):
     s[7::50] = 0.0
     s[5::50] = -0.0
     out = torch.full((500, 3000), POISON, device="cuda")
-    if _ss_only_fp8_mma(backend, wg, FP8, precise):
-        with pytest.raises(RuntimeError, match="shared-memory A"):
-            _direct(backend, wg)(q, kv, s, w, ks, ke, True, precise, out=out)
-        return
-    _direct(backend, wg)(q, kv, s, w, ks, ke, True, precise, out=out)
+    _direct(backend)(q, kv, s, w, ks, ke, True, precise, out=out)
     _check_mode(out, ref_dense(q, kv, s, w, ks, ke, True), precise, args=(q, kv, s, w, ks, ke))
 
 
@@ -315,61 +292,6 @@ def test_triton_fp8_paths(h, widen):
     finally:
         il.WIDEN_MIN_HEAD_ROWS = floor
     _check(out, ref_dense(q, kv, s, w, ks, ke, True), args=(q, kv, s, w, ks, ke))
-
-
-# (config, precise): the 3-warpgroup CTA in both modes, every shared-memory-A config in the default mode.
-CONFIG_MODES = [(3, False), (3, True)] + [(c, False) for c in SS_CONFIGS]
-
-
-@pytest.mark.parametrize("config,precise", CONFIG_MODES, ids=lambda v: str(v))
-@pytest.mark.parametrize("case", [c for c in DENSE_CASES if c[0] * c[1] <= 1 << 27], ids=_ids)
-def test_cuda_configs(case, config, precise):
-    """The CUDA kernel's other CTAs on every case into a poisoned output: 3 warpgroups (192-key stages,
-    weights and windows in shared memory), and A from shared memory with 2, 3 or 4 math warpgroups (4: a
-    producer warpgroup, 256-key stages), which bf16 operands refuse."""
-    from dsa_ops.backends.cuda import providers_indexer as pi
-
-    t, n, h, dtype, windows = case
-    args = _dense(t, n, h, dtype, windows)
-    out = torch.full((t, n), POISON, device="cuda")
-    if _ss_only_fp8_mma("cuda", config, dtype, precise):
-        with pytest.raises(RuntimeError, match="shared-memory A"):
-            pi.run(*args, True, precise, config=config, out=out)
-        return
-    pi.run(*args, True, precise, config=config, out=out)
-    _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
-
-
-@pytest.mark.parametrize("config", SS_CONFIGS)
-@pytest.mark.parametrize("kind", ["random", "clustered"])
-def test_cuda_ss_configs_topk_overlap(config, kind):
-    """The shared-memory-A configs' top-2048 holds >= 99% of the exact scores' top-2048 in every row (the
-    MMA's K order differs from the register-A path's, so their fp8-MMA rounding differs too)."""
-    from dsa_ops.backends.cuda import providers_indexer as pi
-
-    args = _overlap_inputs(kind)
-    fast = pi.run(*args, True, False, config=config)
-    _check_topk_overlap(fast, ref_dense(*args, True), f"cuda config {config} {kind}")
-
-
-def test_cuda_config_rejected():
-    """Configs outside the encoding, and shared-memory A where the mode widens (precise, bf16), are refused
-    by the binding with the reason; make_config refuses 4 warpgroups with register A."""
-    from dsa_ops.backends.cuda import providers_indexer as pi
-
-    args = _dense(8, 300, 64, FP8, "full")
-    for bad in (1, 5, 14, 21, 25, 30, -1):
-        with pytest.raises(RuntimeError, match="config"):
-            pi.run(*args, True, False, config=bad)
-    for config in SS_CONFIGS:
-        with pytest.raises(RuntimeError, match="shared-memory A"):
-            pi.run(*args, True, True, config=config)
-    bf = _dense(8, 300, 64, torch.bfloat16, "full")
-    with pytest.raises(RuntimeError, match="shared-memory A"):
-        pi.run(*bf, True, False, config=24)
-    with pytest.raises(ValueError, match="SHARED"):
-        pi.make_config(4, pi.REGISTERS)
-    assert pi.variants(False) == [12, 13] and pi.variants(True) == [12, 13] + SS_CONFIGS
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)

@@ -9,46 +9,16 @@ namespace {
 
 namespace k = sm90_indexer;
 
-template <int kMode, int kHeads, int kWgs, bool kSS>
+template <int kMode, int kHeads>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
-  using C = k::Cfg<kMode, kWgs>;
-  constexpr auto kernel = &k::indexer_logits_kernel<kMode, kHeads, kWgs, kSS>;
+  using C = k::Cfg<kMode>;
+  constexpr auto kernel = &k::indexer_logits_kernel<kMode, kHeads>;
   return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
-template <int kMode, int kHeads>
-cudaError_t launch_heads(const k::KernelArgs& a, int wgs, int grid, cudaStream_t stream) {
-  return wgs == 3 ? launch<kMode, kHeads, 3, false>(a, grid, stream) : launch<kMode, kHeads, 2, false>(a, grid, stream);
-}
-
 template <int kMode>
-cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int wgs, int grid, cudaStream_t stream) {
-  return heads == 64 ? launch_heads<kMode, 64>(a, wgs, grid, stream) : launch_heads<kMode, 32>(a, wgs, grid, stream);
-}
-
-// e4m3 MMA with A from shared memory: 2, 3 or 4 math warpgroups.
-template <int kHeads>
-cudaError_t launch_ss(const k::KernelArgs& a, int wgs, int grid, cudaStream_t stream) {
-  if (wgs == 4) {
-    return launch<k::kFp8Mma, kHeads, 4, true>(a, grid, stream);
-  }
-  return wgs == 3 ? launch<k::kFp8Mma, kHeads, 3, true>(a, grid, stream)
-                  : launch<k::kFp8Mma, kHeads, 2, true>(a, grid, stream);
-}
-
-// The variant a config runs (IndexerLogitsParams::config), defaults filled in: the one place the
-// defaults are chosen. Default: 2 math warpgroups, A from registers. H200, 4096 rows, H 64, fp8 MMA, us
-// (32768 causal / 131072 causal): registers 2866 / 11555, 3 warpgroups 4020 / 16358; shared-memory A
-// 2 warpgroups 2970 / 12094, 3: 4038 / 16509, 4: 3847 / 15738 (docs/design_indexer.md).
-struct Variant {
-  int wgs;
-  bool ss;
-};
-
-Variant resolve(int32_t config) {
-  const int wgs = config % 10, operand = config / 10;
-  const bool ss = operand == 2 || (operand == 0 && wgs == 4);
-  return Variant{wgs == 0 ? 2 : wgs, ss};
+cudaError_t launch_mode(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
+  return heads == 64 ? launch<kMode, 64>(a, grid, stream) : launch<kMode, 32>(a, grid, stream);
 }
 
 }  // namespace
@@ -60,22 +30,11 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.head_dim != k::kDim) {
     return "the CUDA indexer kernel takes head dim 128";
   }
-  if (p.config < 0 || p.config > 24 || p.config % 10 == 1 || p.config % 10 > 4) {
-    return "config must be 2 decimal digits: A operand 0-2 (0 default, 1 registers, 2 shared memory), "
-           "math warpgroups 0, 2, 3 or 4";
-  }
-  const Variant v = resolve(p.config);
-  if (v.ss && (p.dtype != IndexerDtype::kFp8E4m3 || !p.fp8_mma)) {
-    return "config's shared-memory A operand (and 4 math warpgroups) takes fp8 operands in the fp8 MMA mode";
-  }
-  if (v.wgs == 4 && !v.ss) {
-    return "config's 4 math warpgroups take the shared-memory A operand";
-  }
   if (p.rows >= int64_t{INT32_MAX}) {
     return "the CUDA indexer kernel takes fewer than 2^31 - 1 rows";
   }
-  if (p.keys > int64_t{INT32_MAX} - 8 * k::kWgKeys) {
-    return "the CUDA indexer kernel takes fewer than 2^31 - 512 keys";
+  if (p.keys > int64_t{INT32_MAX} - 4 * k::kWgKeys) {
+    return "the CUDA indexer kernel takes fewer than 2^31 - 256 keys";
   }
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   if (!is_aligned16(p.q) || (p.q_row_stride * elem) % 16 != 0 || (p.q_head_stride * elem) % 16 != 0) {
@@ -108,9 +67,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
-  const Variant v = resolve(p.config);
-  const int wgs = v.wgs;
-  const int64_t tile_keys = k::kWgKeys * wgs;
+  const int64_t tile_keys = k::Cfg<k::kFp8Mma>::kTileKeys;  // the same in every mode
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles tiles (bounded Q reloads), and enough items for every SM to have
   // several (load balance) when the rows alone do not give that.
@@ -147,13 +104,10 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int grid = int(std::min<int64_t>(items, sms));
 
   if (p.dtype == IndexerDtype::kBf16) {
-    return launch_variant<k::kBf16>(a, p.heads, wgs, grid, stream);
+    return launch_mode<k::kBf16>(a, p.heads, grid, stream);
   }
-  if (v.ss) {
-    return p.heads == 64 ? launch_ss<64>(a, wgs, grid, stream) : launch_ss<32>(a, wgs, grid, stream);
-  }
-  return p.fp8_mma ? launch_variant<k::kFp8Mma>(a, p.heads, wgs, grid, stream)
-                   : launch_variant<k::kFp8AsF16>(a, p.heads, wgs, grid, stream);
+  return p.fp8_mma ? launch_mode<k::kFp8Mma>(a, p.heads, grid, stream)
+                   : launch_mode<k::kFp8AsF16>(a, p.heads, grid, stream);
 }
 
 }  // namespace dsa_cuda

@@ -44,11 +44,6 @@ struct IndexerLogitsParams {
   // in registers (exact) and use the fp16 tensor cores with fp32 accumulation.
   bool fp8_mma;
   bool clean;  // write -inf outside the windows
-  // The kernel variant, 2 decimal digits (0: the launcher's defaults, chosen in one place: resolve() in
-  // kernels/indexer_logits.cu). Ones: math warpgroups per CTA, 2, 3 or 4 (each takes 64 keys of every
-  // pipeline stage). Tens: the MMA's A operand, 1 registers (fragments loaded by the math threads), 2
-  // shared memory (descriptor; e4m3 MMA only, fp8 operands with fp8_mma). 4 warpgroups take shared-memory A.
-  int32_t config;
 };
 
 // Why the shape cannot run (nullptr when it can): the launcher's own limits.

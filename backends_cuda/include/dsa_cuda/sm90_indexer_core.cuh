@@ -267,40 +267,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], uint32_t a0, uint32
   }
 }
 
-// One e4m3 wgmma of N = n, both operands from shared memory (descriptors), accumulator size k.
-#define DSA_WGMMA_SS_FP8(k, n)                                                                           \
-  asm volatile(DSA_PRED_SS##k "wgmma.mma_async.sync.aligned.m64n" #n "k32.f32.e4m3.e4m3 " DSA_REGS##k  \
-                              DSA_AB_SS##k ";\n}\n"                                                     \
-               : DSA_ACC##k                                                                             \
-               : "l"(desc_a), "l"(desc_b), "r"(acc));
-#define DSA_AB_SS16 ", %16, %17, p, 1, 1"
-#define DSA_AB_SS32 ", %32, %33, p, 1, 1"
-#define DSA_AB_SS64 ", %64, %65, p, 1, 1"
-#define DSA_PRED_SS16 "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-#define DSA_PRED_SS32 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-#define DSA_PRED_SS64 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-
-// D[64 x kN] (+)= A[64 x 32] * B[32 x kN], e4m3, both K-major 128-byte-swizzled tiles in shared memory
-// (descriptors); accumulate iff `acc` (0 zeroes D inside the MMA, as wgmma_rs).
-template <int kN>
-__device__ __forceinline__ void wgmma_ss_fp8(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, uint32_t acc) {
-  static_assert(kN == 32 || kN == 64 || kN == 128, "MMA N is 32, 64 or 128");
-  if constexpr (kN == 128) {
-    DSA_WGMMA_SS_FP8(64, 128)
-  } else if constexpr (kN == 64) {
-    DSA_WGMMA_SS_FP8(32, 64)
-  } else {
-    DSA_WGMMA_SS_FP8(16, 32)
-  }
-}
-
-#undef DSA_WGMMA_SS_FP8
-#undef DSA_AB_SS16
-#undef DSA_AB_SS32
-#undef DSA_AB_SS64
-#undef DSA_PRED_SS16
-#undef DSA_PRED_SS32
-#undef DSA_PRED_SS64
 #undef DSA_WGMMA_RS
 #undef DSA_ACC8
 #undef DSA_ACC16
@@ -360,26 +326,6 @@ __device__ __forceinline__ void stage_q_row(bool valid, const uint8_t* src_row, 
       const int c = 2 * half + k / 16, s = (k % 16) / 2, sub = k % 2;
       sts32(q_smem + sw128_offset(n, 32 * s + 16 * sub + 4 * c, kN), w[k]);
     }
-  }
-}
-
-__device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-// Writes e4m3 Q row n (of kN) of the MMA's B operand for the shared-memory-A MMA (wgmma_ss_fp8): D in
-// its natural order (the tensor core reads A's key rows unpermuted), 128-byte swizzle, K-major. This
-// thread's half of the row: D [64 half, 64 half + 64) from `src_row` (zeros when !valid, and src_row is
-// not read). Two threads per row.
-template <int kN>
-__device__ __forceinline__ void stage_q_row_fp8_natural(bool valid, const uint8_t* src_row, int n, int half,
-                                                        uint32_t q_smem) {
-  const uint4* src = reinterpret_cast<const uint4*>(src_row + half * 64);
-#pragma unroll
-  for (int v = 0; v < 4; ++v) {
-    const uint4 x = valid ? __ldg(src + v) : make_uint4(0u, 0u, 0u, 0u);
-    sts128(q_smem + sw128_offset(n, 64 * half + 16 * v, kN), x);
   }
 }
 
@@ -443,8 +389,9 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&
 // relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r], kh = 0 for
 // key g, 1 for key g + 8; kRows = kN / kHeads.
 // kSigned: some key scale is negative, so relu(x * s) = s * min(x, 0) there (not s * max(x, 0)).
-// kWSmem: the weights are read from shared memory at w_smem, 4 at a time as they are used
-// (128-register variant); otherwise from `w` (w[2 i + e]: column 8 i + 2 c + e).
+// kWSmem: the weights are read from shared memory at w_smem, 4 at a time as they are used (for a CTA
+// whose registers cannot hold them; both kernels pass false); otherwise from `w` (w[2 i + e]: column
+// 8 i + 2 c + e).
 template <int kHeads, int kN, bool kSigned, bool kWSmem>
 __device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float (&w)[kN / 4], uint32_t w_smem,
                                           float s0, float s1, float (&v)[2 * (kN / kHeads)]) {
@@ -536,33 +483,6 @@ __device__ __forceinline__ void score_tile(uint32_t tile_smem, int kr0, int kr1,
   load_a_fragments<kMode>(tile_smem, kr0, kr1, c, fa);
   mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
   mma_tile<kMode, kN>(acc, fa, q_desc);
-  const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
-  if (any_negative) {
-    head_sums<kHeads, kN, true, kWSmem>(acc, w, w_smem, s0, s1, part);
-  } else {
-    head_sums<kHeads, kN, false, kWSmem>(acc, w, w_smem, s0, s1, part);
-  }
-}
-
-// One 64-key tile of a math warpgroup with both MMA operands in shared memory (e4m3 only): A, the
-// warpgroup's 64 key rows of the stage (128-byte rows, 128-byte swizzle: a_desc), B the Q tile in natural
-// D order (stage_q_row_fp8_natural; q_desc). Arrives on `empty_bar` once the MMAs have read the stage,
-// then the epilogue of score_tile (relu, weights, key scales; signed where any key of the warp has a
-// negative scale) into part[kh * kRows + r].
-template <int kHeads, int kN, bool kWSmem>
-__device__ __forceinline__ void score_tile_ss(uint64_t a_desc, uint32_t empty_bar, uint64_t q_desc,
-                                              float (&acc)[kN / 2], const float (&w)[kN / 4], uint32_t w_smem,
-                                              float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
-  fence_acc(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < kDim / 32; ++s) {  // k-steps of 32 bytes inside the single 128-byte K block
-    wgmma_ss_fp8<kN>(acc, a_desc + uint64_t(2 * s), q_desc + uint64_t(2 * s), s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  fence_acc(acc);
-  mbar_arrive(empty_bar);  // the MMAs have read the stage: the producer may refill it
   const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
   if (any_negative) {
     head_sums<kHeads, kN, true, kWSmem>(acc, w, w_smem, s0, s1, part);

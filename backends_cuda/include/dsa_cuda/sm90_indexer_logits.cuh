@@ -4,8 +4,8 @@
 // is the MMA's N = 128. Items are ordered chunk-major, so the CTAs running at one time share their
 // keys in L2. A persistent grid (one CTA per SM) strides over the items.
 //
-// CTA: 2, 3 or 4 math warpgroups + 1 producer warp (a producer warpgroup with 4).
-// - The producer streams 128-key (192-key) tiles of kv into a ring of shared-memory stages with cp.async
+// CTA: 2 math warpgroups + 1 producer warp.
+// - The producer streams 128-key tiles of kv into a ring of shared-memory stages with cp.async
 //   (16-byte chunks, 128-byte XOR swizzle, zero fill past N); each stage has a "full" mbarrier (its 32
 //   lanes arrive when their copies land) and an "empty" one (the 256 math threads arrive once they
 //   hold the tile in registers).
@@ -19,11 +19,9 @@
 // - Key tiles outside the hull of the item's windows are not loaded or multiplied; their scores are
 //   written -inf directly when `clean`.
 //
-// Shared-memory A (kSS, e4m3 MMA only): the warpgroup's 64 key rows of the stage are the MMA's A
-// through a descriptor (the stage layout is wgmma's K-major 128-byte swizzle), so the math threads load
-// no fragments; Q is then staged in natural D order, and a warpgroup releases the stage once its MMAs
-// have completed. 4 math warpgroups (kSS only; a producer warpgroup, see Cfg) keep more MMAs in flight
-// and overlap one warpgroup's epilogue with the others' MMAs.
+// 2 math warpgroups with A from registers: on the H200 (fp8 MMA, 4096 rows) 3 or 4 warpgroups were
+// 1.33-1.45x slower, and A read by the tensor core from the stage (2 warpgroups) 1% faster to 7% slower
+// (docs/design_indexer.md, "Tried" under the dense fp8 mode).
 //
 // Operand modes: kFp8AsF16 (default for fp8: e4m3 widened to fp16 exactly, fp16 MMA with fp32
 // accumulation, meets the 1e-5 contract), kFp8Mma (e4m3 MMA: 2x the rate, ~14-bit accumulation inside
@@ -49,32 +47,22 @@ namespace sm90_indexer {
 constexpr int kN = 128;                                   // MMA N: rows * heads of a Q tile
 constexpr int kMaxChunkTiles = 128;                       // key tiles per item at most
 
-template <int kMode, int kWgs>
+template <int kMode>
 struct Cfg {
-  static_assert(kWgs >= 2 && kWgs <= 4, "2, 3 or 4 math warpgroups");
+  static constexpr int kWgs = 2;                      // math warpgroups
   static constexpr int kMathThreads = 128 * kWgs;
-  // 4 math warpgroups: the producer is a whole warpgroup (one warp copies, three exit) that hands
-  // registers to the math threads with setmaxnreg: 20 warps launch at 96 registers (5 a scheduler), then
-  // 112 for math and 32 for the producer (4 x 32 x 112 + 32 x 32 = 96 x 5 x 32). At 96 the math threads
-  // spill.
-  static constexpr int kProducerThreads = kWgs == 4 ? 128 : 32;
-  static constexpr int kMathRegs = 112;
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kThreads = kMathThreads + kProducerThreads;
+  static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
   static constexpr int kProducerWarp = kMathThreads / 32;
   static constexpr int kTileKeys = kWgKeys * kWgs;    // keys per pipeline stage
   static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;
   static constexpr int kKvChunks = ModeTraits<kMode>::kKvChunks;
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
-  static constexpr int kStages = kMode == kBf16 ? (kWgs == 2 ? 4 : 3) : 6;  // 4 warpgroups: 209 KiB in all
+  static constexpr int kStages = kMode == kBf16 ? 4 : 6;
   static constexpr int kQRowBytes = ModeTraits<kMode>::kQRowBytes;  // operand bytes per Q row
   static constexpr int kQBytes = kN * kQRowBytes;
-  // 3 warpgroups + the producer warp get 128 registers a thread (4: 112): the item's head weights and
-  // row windows then live in shared memory (read per tile) instead of registers.
-  static constexpr bool kItemInSmem = kWgs > 2;
   // 1024 of slack: the swizzled tiles must start 1024-aligned in the shared window. Then Q, the
-  // stages, the full / empty barriers, the item's weights (kN floats) and windows (4 x int2).
-  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8 + kN * 4 + 32;
+  // stages and the full / empty barriers.
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
 };
 
 struct KernelArgs {
@@ -150,9 +138,9 @@ __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t 
   return it;
 }
 
-template <int kMode, int kHeads, int kWgs>
+template <int kMode, int kHeads>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t full, uint32_t empty) {
-  using C = Cfg<kMode, kWgs>;
+  using C = Cfg<kMode>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kRows = kN / kHeads;
   // A lane always copies the same 16-byte column `ch` of rows r0, r0 + kStep, ... : the swizzled
@@ -204,31 +192,24 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 }
 
 // Writes the item's Q tile into shared memory as the MMA's B operand: row n = r * H + h (see
-// stage_q_row in the core; kSS: natural D order, stage_q_row_fp8_natural).
-template <int kMode, int kHeads, bool kSS>
+// stage_q_row in the core).
+template <int kMode, int kHeads>
 __device__ __forceinline__ void stage_q(const KernelArgs& a, int64_t row0, uint32_t q_smem) {
   const int tid = threadIdx.x;  // 0 .. 255: two threads per Q row, 64 of D each
   const int n = tid >> 1;
   const int half = tid & 1;
   const int64_t row = row0 + n / kHeads;
   const int h = n % kHeads;
-  const uint8_t* src = a.q + row * a.q_row_stride + h * a.q_head_stride;
-  if constexpr (kSS) {
-    stage_q_row_fp8_natural<kN>(row < a.rows, src, n, half, q_smem);
-  } else {
-    stage_q_row<kMode, kN>(row < a.rows, src, n, half, q_smem);
-  }
+  stage_q_row<kMode, kN>(row < a.rows, a.q + row * a.q_row_stride + h * a.q_head_stride, n, half, q_smem);
 }
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <int kMode, int kHeads, int kWgs, bool kSS>
-__global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
+template <int kMode, int kHeads>
+__global__ void __launch_bounds__(Cfg<kMode>::kThreads, 1)
     indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  static_assert(!kSS || kMode == kFp8Mma, "shared-memory A takes e4m3 operands (no widening)");
-  static_assert(kWgs < 4 || kSS, "4 math warpgroups fit their registers with shared-memory A only");
-  using C = Cfg<kMode, kWgs>;
+  using C = Cfg<kMode>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
@@ -238,25 +219,15 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
   const uint32_t stages = base + C::kQBytes;
   const uint32_t full = stages + C::kStages * C::kStageBytes;
   const uint32_t empty = full + C::kStages * 8;
-  const uint32_t w_smem = empty + C::kStages * 8;  // [c][i][e]: lane column c's 32 weights contiguous
-  const uint32_t win_smem = w_smem + kN * 4;       // [r]: (lo, hi) of the item's row r
 
   init_stage_barriers<C::kStages, kMathThreads>(full, empty);
   pdl_wait();
   pdl_launch_dependents();
 
   const int warp = threadIdx.x >> 5;
-  if (warp >= C::kProducerWarp) {
-    if constexpr (C::kProducerThreads == 128) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
-    }
-    if (warp == C::kProducerWarp) {
-      producer<kMode, kHeads, kWgs>(a, stages, full, empty);
-    }
+  if (warp == C::kProducerWarp) {
+    producer<kMode, kHeads>(a, stages, full, empty);
     return;
-  }
-  if constexpr (C::kProducerThreads == 128) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kMathRegs));
   }
 
   const int lane = threadIdx.x & 31;
@@ -274,36 +245,16 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
     const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb, cur.kc);
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
     if (threadIdx.x < 2 * kN) {
-      stage_q<kMode, kHeads, kSS>(a, t.row0, q_smem);
+      stage_q<kMode, kHeads>(a, t.row0, q_smem);
     }
-    if constexpr (C::kItemInSmem) {
-      if (threadIdx.x < kN) {  // thread c * 32 + 2 i + e writes column 8 i + 2 c + e
-        const int cc = threadIdx.x >> 5, i = (threadIdx.x & 31) >> 1, e = threadIdx.x & 1;
-        const int col = 8 * i + 2 * cc + e;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * i + 2 * c + e;
         const int64_t row = t.row0 + col / kHeads;
-        const float v =
+        w[2 * i + e] =
             row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-        sts32(w_smem + threadIdx.x * 4, __float_as_uint(v));
-      }
-      if (threadIdx.x < kRows) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (int(threadIdx.x) == r) {
-            sts32(win_smem + r * 8, uint32_t(t.lo[r]));
-            sts32(win_smem + r * 8 + 4, uint32_t(t.hi[r]));
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * i + 2 * c + e;
-          const int64_t row = t.row0 + col / kHeads;
-          w[2 * i + e] =
-              row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-        }
       }
     }
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
@@ -338,17 +289,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
       }
       mbar_wait(full + stage * 8, (it / C::kStages) & 1);
       float part[2 * kRows];
-      if constexpr (kSS) {
-        // The stage's cp.async writes (generic proxy) must be visible to the MMA's async-proxy reads.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        const uint64_t a_desc = sw128_desc(stages + stage * C::kStageBytes + (warp >> 2) * kWgKeys * kDim);
-        score_tile_ss<kHeads, kN, C::kItemInSmem>(a_desc, empty + stage * 8, q_desc, acc, w, w_smem + c * 128, s0,
-                                                  s1, part);
-      } else {
-        score_tile<kMode, kHeads, kN, C::kItemInSmem>(stages + stage * C::kStageBytes, kr0, kr1, c,
-                                                      empty + stage * 8, q_desc, acc, w, w_smem + c * 128, s0, s1,
-                                                      part);
-      }
+      score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
+                                           acc, w, 0u, s0, s1, part);
       float total[2 * kRows / 4];
       quad_reduce_scatter<2 * kRows>(part, c, total);
       // Lane c stores value 4 b + c = kh * kRows + r.
@@ -357,14 +299,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kWgs>::kThreads, 1)
         const int v = 4 * b + c;
         const int kh = v / kRows;
         const int r = v % kRows;
-        int32_t lo, hi;
-        if constexpr (C::kItemInSmem) {
-          lo = int32_t(lds32(win_smem + r * 8));
-          hi = int32_t(lds32(win_smem + r * 8 + 4));
-        } else {
-          lo = row_value(t.lo, r);
-          hi = row_value(t.hi, r);
-        }
+        const int32_t lo = row_value(t.lo, r);
+        const int32_t hi = row_value(t.hi, r);
         const int64_t row = t.row0 + r;
         const int32_t key = kh ? key_b : key_a;
         if (row < a.rows && key < a.keys) {
