@@ -44,8 +44,11 @@ import time
 import pytest
 import torch
 from bench_indexer_logits import _paged_inputs, deep_gemm
-from bench_sparse_mla_decode import BPT, D_V, PAGE, POOL_PAGES, SCALE, TOPK, _flashmla, _pool
+from bench_sparse_mla_decode import BPT, D_QK, D_V, PAGE, POOL_PAGES, TOPK, _flashmla, _pool
 from harness import capture_graph, interleaved_medians, record
+
+SCALE = D_QK["v32"] ** -0.5  # the layer's MLA cache is v32
+BPT_V32 = BPT["v32"]
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +69,7 @@ def floor_bytes(batch: int, s_q: int, context: int, topk: int) -> int:
     """Bytes a layer step must move at least: the indexer cache read once, the fp32 scores written and read
     once, the selected MLA cache tokens read once (queries, slots and outputs are under 1% and left out)."""
     rows = batch * s_q
-    return batch * context * (INDEX_DIM + 4) + 2 * rows * context * 4 + rows * topk * BPT
+    return batch * context * (INDEX_DIM + 4) + 2 * rows * context * 4 + rows * topk * BPT_V32
 
 
 def topk_value_mismatches(scores: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> int:
