@@ -388,13 +388,11 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&
 
 // relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r], kh = 0 for
 // key g, 1 for key g + 8; kRows = kN / kHeads.
+// w[2 i + e] weights column 8 i + 2 c + e.
 // kSigned: some key scale is negative, so relu(x * s) = s * min(x, 0) there (not s * max(x, 0)).
-// kWSmem: the weights are read from shared memory at w_smem, 4 at a time as they are used (for a CTA
-// whose registers cannot hold them; both kernels pass false); otherwise from `w` (w[2 i + e]: column
-// 8 i + 2 c + e).
-template <int kHeads, int kN, bool kSigned, bool kWSmem>
-__device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float (&w)[kN / 4], uint32_t w_smem,
-                                          float s0, float s1, float (&v)[2 * (kN / kHeads)]) {
+template <int kHeads, int kN, bool kSigned>
+__device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float (&w)[kN / 4], float s0, float s1,
+                                          float (&v)[2 * (kN / kHeads)]) {
   constexpr int kRows = kN / kHeads;
   float part[2][kRows][2];  // two chains per (key, row): half the dependent FMA latency
 #pragma unroll
@@ -405,22 +403,12 @@ __device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float 
       part[1][r][e] = 0.f;
     }
   }
-  float ws[4];
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
     const int r = (8 * i) / kHeads;
-    if constexpr (kWSmem) {
-      if (i % 2 == 0) {
-        const uint4 x = lds128(w_smem + i * 8);
-        ws[0] = __uint_as_float(x.x);
-        ws[1] = __uint_as_float(x.y);
-        ws[2] = __uint_as_float(x.z);
-        ws[3] = __uint_as_float(x.w);
-      }
-    }
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float wt = kWSmem ? ws[2 * (i % 2) + e] : w[2 * i + e];
+      const float wt = w[2 * i + e];
       const float x0 = d[4 * i + e];
       const float x1 = d[4 * i + 2 + e];
       float v0, v1;
@@ -475,19 +463,19 @@ __device__ __forceinline__ float quad_reduce_pair(const float (&v)[2], int c) {
 // arrive on `empty_bar` (the stage may be refilled), MMA against the Q tile, then relu, weights and
 // key scales (s0 for key kr0, s1 for key kr1). The signed epilogue is taken when any key of the warp
 // has a negative scale.
-template <int kMode, int kHeads, int kN, bool kWSmem>
+template <int kMode, int kHeads, int kN>
 __device__ __forceinline__ void score_tile(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t empty_bar,
-                                           uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4],
-                                           uint32_t w_smem, float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
+                                           uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4], float s0,
+                                           float s1, float (&part)[2 * (kN / kHeads)]) {
   uint32_t fa[ModeTraits<kMode>::kSteps][4];
   load_a_fragments<kMode>(tile_smem, kr0, kr1, c, fa);
   mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
   mma_tile<kMode, kN>(acc, fa, q_desc);
   const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
   if (any_negative) {
-    head_sums<kHeads, kN, true, kWSmem>(acc, w, w_smem, s0, s1, part);
+    head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
   } else {
-    head_sums<kHeads, kN, false, kWSmem>(acc, w, w_smem, s0, s1, part);
+    head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
   }
 }
 

@@ -289,8 +289,8 @@ __global__ void __launch_bounds__(Cfg<kMode>::kThreads, 1)
       }
       mbar_wait(full + stage * 8, (it / C::kStages) & 1);
       float part[2 * kRows];
-      score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
-                                           acc, w, 0u, s0, s1, part);
+      score_tile<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc, acc, w,
+                                    s0, s1, part);
       float total[2 * kRows / 4];
       quad_reduce_scatter<2 * kRows>(part, c, total);
       // Lane c stores value 4 b + c = kh * kRows + r.

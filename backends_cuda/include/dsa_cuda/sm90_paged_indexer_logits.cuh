@@ -405,9 +405,9 @@ __device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int
   mma_tile<kMode, kN>(acc, fa, q_desc);
   const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
   if (any_negative) {
-    head_sums<kHeads, kN, true, false>(acc, w, 0u, s0, s1, part);
+    head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
   } else {
-    head_sums<kHeads, kN, false, false>(acc, w, 0u, s0, s1, part);
+    head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
   }
 }
 
@@ -576,8 +576,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
         score_tile_rows<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
                                            acc, w, s0, s1, part);
       } else {
-        score_tile<kMode, kHeads, kN, false>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
-                                             acc, w, 0u, s0, s1, part);
+        score_tile<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc, acc, w,
+                                      s0, s1, part);
       }
       if constexpr (kRows == 1) {
         // Lanes c = 0, 1 hold key a's total, c = 2, 3 key b's; the even lane stores.
