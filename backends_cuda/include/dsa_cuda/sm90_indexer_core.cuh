@@ -118,13 +118,14 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-// The stage ring's mbarriers: `full` (the producer warp's 32 lanes arrive) and `empty` (the math
-// threads arrive), 8 bytes apart each. Ends with a CTA barrier.
-template <int kStages, int kMathThreads>
+// The stage ring's mbarriers: `full` (kFullArrivals arrivals: 32 for a producer warp's cp.async, 1 for
+// a bulk copy's expect_tx arrival) and `empty` (the math threads arrive), 8 bytes apart each. Ends with
+// a CTA barrier.
+template <int kStages, int kMathThreads, int kFullArrivals>
 __device__ __forceinline__ void init_stage_barriers(uint32_t full, uint32_t empty) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s * 8, 32);
+      mbar_init(full + s * 8, kFullArrivals);
       mbar_init(empty + s * 8, kMathThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(Cfg<kMode>::kThreads, 1)
   const uint32_t full = stages + C::kStages * C::kStageBytes;
   const uint32_t empty = full + C::kStages * 8;
 
-  init_stage_barriers<C::kStages, kMathThreads>(full, empty);
+  init_stage_barriers<C::kStages, kMathThreads, 32>(full, empty);
   pdl_wait();
   pdl_launch_dependents();
 

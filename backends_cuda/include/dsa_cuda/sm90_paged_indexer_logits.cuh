@@ -265,19 +265,6 @@ struct ItemPipeline {
   }
 };
 
-// kBulk ring: `full` completes on the producer's one arrival plus the bytes of the stage's bulk copies.
-template <int kStages, int kMathThreads>
-__device__ __forceinline__ void init_bulk_barriers(uint32_t full, uint32_t empty) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s * 8, 1);
-      mbar_init(empty + s * 8, kMathThreads);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-}
-
 // L2 policy for the key pages: each is read once per call, so they go first.
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t p;
@@ -486,11 +473,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
   const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
 
-  if constexpr (kBulk) {
-    init_bulk_barriers<C::kStages, kMathThreads>(full, empty);
-  } else {
-    init_stage_barriers<C::kStages, kMathThreads>(full, empty);
-  }
+  // kBulk: `full` completes on the producer's one arrival plus the bytes of the stage's bulk copies.
+  init_stage_barriers<C::kStages, kMathThreads, kBulk ? 1 : 32>(full, empty);
   pdl_wait();
   pdl_launch_dependents();
 
