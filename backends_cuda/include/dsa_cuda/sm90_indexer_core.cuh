@@ -330,31 +330,15 @@ __device__ __forceinline__ void stage_q_row(bool valid, const uint8_t* src_row, 
   }
 }
 
-// The A fragments of k-step s: {row kr0 K-lo, row kr1 K-lo, row kr0 K-hi, row kr1 K-hi}, from the
-// thread's 16-byte chunks of its two key rows kr0, kr1 of the tile at tile_smem (rows of kKvRowBytes,
-// 128-byte swizzled; kFp8AsF16 widens e4m3 to fp16 here). c = lane % 4.
+// The A fragments of every k-step s, {row kr0 K-lo, row kr1 K-lo, row kr0 K-hi, row kr1 K-hi}, from
+// the thread's words of its two key rows in K order (r0: row kr0, r1: row kr1); kFp8AsF16 widens e4m3
+// to fp16 here.
 template <int kMode>
-__device__ __forceinline__ void load_a_fragments(uint32_t tile_smem, int kr0, int kr1, int c,
-                                                 uint32_t (&fa)[ModeTraits<kMode>::kSteps][4]) {
-  using T = ModeTraits<kMode>;
-  constexpr int kChunks = T::kRowWords / 4;
-  uint32_t r0[T::kRowWords], r1[T::kRowWords];
+__device__ __forceinline__ void fragments_from_words(const uint32_t (&r0)[ModeTraits<kMode>::kRowWords],
+                                                     const uint32_t (&r1)[ModeTraits<kMode>::kRowWords],
+                                                     uint32_t (&fa)[ModeTraits<kMode>::kSteps][4]) {
 #pragma unroll
-  for (int v = 0; v < kChunks; ++v) {
-    const int ch = kChunks * c + v;
-    const uint4 x = lds128(tile_smem + kr0 * T::kKvRowBytes + ((ch ^ (kr0 & 7)) << 4));
-    const uint4 y = lds128(tile_smem + kr1 * T::kKvRowBytes + ((ch ^ (kr1 & 7)) << 4));
-    r0[4 * v + 0] = x.x;
-    r0[4 * v + 1] = x.y;
-    r0[4 * v + 2] = x.z;
-    r0[4 * v + 3] = x.w;
-    r1[4 * v + 0] = y.x;
-    r1[4 * v + 1] = y.y;
-    r1[4 * v + 2] = y.z;
-    r1[4 * v + 3] = y.w;
-  }
-#pragma unroll
-  for (int s = 0; s < T::kSteps; ++s) {
+  for (int s = 0; s < ModeTraits<kMode>::kSteps; ++s) {
     if constexpr (kMode == kFp8AsF16) {
       fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
       fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
@@ -367,6 +351,35 @@ __device__ __forceinline__ void load_a_fragments(uint32_t tile_smem, int kr0, in
       fa[s][3] = r1[2 * s + 1];
     }
   }
+}
+
+// Chunk v of a row's words: w[4 v .. 4 v + 3] = x.
+template <int kWords>
+__device__ __forceinline__ void put_chunk(uint32_t (&w)[kWords], int v, const uint4& x) {
+  w[4 * v + 0] = x.x;
+  w[4 * v + 1] = x.y;
+  w[4 * v + 2] = x.z;
+  w[4 * v + 3] = x.w;
+}
+
+// The A fragments (fragments_from_words) of the thread's two key rows kr0, kr1 of the tile at tile_smem
+// (rows of kKvRowBytes, 128-byte swizzled): chunks kChunks c .. kChunks c + kChunks - 1 of each row.
+// c = lane % 4.
+template <int kMode>
+__device__ __forceinline__ void load_a_fragments(uint32_t tile_smem, int kr0, int kr1, int c,
+                                                 uint32_t (&fa)[ModeTraits<kMode>::kSteps][4]) {
+  using T = ModeTraits<kMode>;
+  constexpr int kChunks = T::kRowWords / 4;
+  uint32_t r0[T::kRowWords], r1[T::kRowWords];
+#pragma unroll
+  for (int v = 0; v < kChunks; ++v) {
+    const int ch = kChunks * c + v;
+    const uint4 x = lds128(tile_smem + kr0 * T::kKvRowBytes + ((ch ^ (kr0 & 7)) << 4));
+    const uint4 y = lds128(tile_smem + kr1 * T::kKvRowBytes + ((ch ^ (kr1 & 7)) << 4));
+    put_chunk(r0, v, x);
+    put_chunk(r1, v, y);
+  }
+  fragments_from_words<kMode>(r0, r1, fa);
 }
 
 // acc = the tile's A fragments times the Q tile (B, descriptor q_desc of a [kN x D] K-major 128-byte

@@ -355,29 +355,10 @@ __device__ __forceinline__ void load_a_fragments_rows(uint32_t tile_smem, int kr
   for (int v = 0; v < 2; ++v) {  // chunk 2c + v was read by instruction v ^ flip
     const uint4 xv = flip ? x[v ^ 1] : x[v];
     const uint4 yv = flip ? y[v ^ 1] : y[v];
-    r0[4 * v + 0] = xv.x;
-    r0[4 * v + 1] = xv.y;
-    r0[4 * v + 2] = xv.z;
-    r0[4 * v + 3] = xv.w;
-    r1[4 * v + 0] = yv.x;
-    r1[4 * v + 1] = yv.y;
-    r1[4 * v + 2] = yv.z;
-    r1[4 * v + 3] = yv.w;
+    put_chunk(r0, v, xv);
+    put_chunk(r1, v, yv);
   }
-#pragma unroll
-  for (int s = 0; s < T::kSteps; ++s) {  // as load_a_fragments
-    if constexpr (kMode == kFp8AsF16) {
-      fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
-      fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
-      fa[s][2] = e4m3x2_to_f16x2(r0[s] >> 16);
-      fa[s][3] = e4m3x2_to_f16x2(r1[s] >> 16);
-    } else {
-      fa[s][0] = r0[2 * s];
-      fa[s][1] = r1[2 * s];
-      fa[s][2] = r0[2 * s + 1];
-      fa[s][3] = r1[2 * s + 1];
-    }
-  }
+  fragments_from_words<kMode>(r0, r1, fa);
 }
 
 // score_tile (sm90_indexer_core.cuh) over plain rows: the same fragments, MMA and epilogue, so the same
