@@ -472,17 +472,14 @@ __device__ __forceinline__ float quad_reduce_pair(const float (&v)[2], int c) {
   return keep + __shfl_xor_sync(0xffffffffu, keep, 1);
 }
 
-// One 64-key tile of a math warpgroup, from the stage in shared memory to this thread's per-row head
-// sums of its two keys (part[kh * kRows + r], before the quad reduction): A fragments into registers,
-// arrive on `empty_bar` (the stage may be refilled), MMA against the Q tile, then relu, weights and
-// key scales (s0 for key kr0, s1 for key kr1). The signed epilogue is taken when any key of the warp
-// has a negative scale.
+// A 64-key tile of a math warpgroup once its A fragments are in registers, to this thread's per-row
+// head sums of its two keys (part[kh * kRows + r], before the quad reduction): arrive on `empty_bar`
+// (the stage may be refilled), MMA against the Q tile, then relu, weights and key scales (s0 for key
+// kr0, s1 for key kr1). The signed epilogue is taken when any key of the warp has a negative scale.
 template <int kMode, int kHeads, int kN>
-__device__ __forceinline__ void score_tile(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t empty_bar,
-                                           uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4], float s0,
-                                           float s1, float (&part)[2 * (kN / kHeads)]) {
-  uint32_t fa[ModeTraits<kMode>::kSteps][4];
-  load_a_fragments<kMode>(tile_smem, kr0, kr1, c, fa);
+__device__ __forceinline__ void score_fragments(const uint32_t (&fa)[ModeTraits<kMode>::kSteps][4], uint32_t empty_bar,
+                                                uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4],
+                                                float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
   mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
   mma_tile<kMode, kN>(acc, fa, q_desc);
   const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
@@ -491,6 +488,17 @@ __device__ __forceinline__ void score_tile(uint32_t tile_smem, int kr0, int kr1,
   } else {
     head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
   }
+}
+
+// One 64-key tile of a math warpgroup, from the stage in shared memory (load_a_fragments) through
+// score_fragments.
+template <int kMode, int kHeads, int kN>
+__device__ __forceinline__ void score_tile(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t empty_bar,
+                                           uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4], float s0,
+                                           float s1, float (&part)[2 * (kN / kHeads)]) {
+  uint32_t fa[ModeTraits<kMode>::kSteps][4];
+  load_a_fragments<kMode>(tile_smem, kr0, kr1, c, fa);
+  score_fragments<kMode, kHeads, kN>(fa, empty_bar, q_desc, acc, w, s0, s1, part);
 }
 
 #endif  // DSA_SM90_INDEXER_DEVICE

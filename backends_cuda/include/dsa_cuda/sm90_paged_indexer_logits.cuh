@@ -361,22 +361,14 @@ __device__ __forceinline__ void load_a_fragments_rows(uint32_t tile_smem, int kr
   fragments_from_words<kMode>(r0, r1, fa);
 }
 
-// score_tile (sm90_indexer_core.cuh) over plain rows: the same fragments, MMA and epilogue, so the same
-// scores bit for bit.
+// score_tile (sm90_indexer_core.cuh) over plain rows: the same fragments, so the same scores bit for bit.
 template <int kMode, int kHeads, int kN>
 __device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t empty_bar,
                                                 uint64_t q_desc, float (&acc)[kN / 2], const float (&w)[kN / 4],
                                                 float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
   uint32_t fa[ModeTraits<kMode>::kSteps][4];
   load_a_fragments_rows<kMode>(tile_smem, kr0, kr1, c, fa);
-  mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
-  mma_tile<kMode, kN>(acc, fa, q_desc);
-  const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
-  if (any_negative) {
-    head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-  } else {
-    head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-  }
+  score_fragments<kMode, kHeads, kN>(fa, empty_bar, q_desc, acc, w, s0, s1, part);
 }
 
 template <int kMode, int kHeads, int kRows, int kWgs>
