@@ -287,6 +287,26 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
+// The producer warp's walk over this CTA's tiles in order: waits until a tile's stage is free (the math
+// warps have taken its previous use), then fill(stage, ids, page0) copies the tile into it, its pages
+// being the item's pages page0 .. page0 + kWgs - 1 (block ids: page_id(ids, j)).
+template <int kRows, int kWgs, int kStages, class Fill>
+__device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lane, uint32_t empty, Fill&& fill) {
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
+  Item<kRows> t;
+  int32_t rb, ids[2];
+  uint32_t it = 0;
+  while (pipe.take(a, lane, t, rb, ids)) {
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % kStages;
+      if (it >= uint32_t(kStages)) {
+        mbar_wait(empty + stage * 8, ((it / kStages) - 1) & 1);
+      }
+      fill(stage, ids, kWgs * (tile - t.t0));
+    }
+  }
+}
+
 // The kBulk producer: the warp walks the items (the block ids are spread over its lanes) and lane 0
 // issues two bulk copies a valid page, the 8 KB of values into plain 128-byte rows and the 256 bytes of
 // scales, after announcing the stage's byte count on its full barrier.
@@ -297,41 +317,31 @@ __device__ __forceinline__ void producer_bulk(const KernelArgs& a, uint32_t stag
   static_assert(C::kKvRowBytes == kDim, "bulk pages hold fp8 rows");
   const int lane = threadIdx.x & 31;
   const uint64_t policy = evict_first_policy();
-  ItemPipeline<kRows, kWgs> pipe(a, lane);
-  Item<kRows> t;
-  int32_t rb, ids[2];
-  uint32_t it = 0;
-  while (pipe.take(a, lane, t, rb, ids)) {
-    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
-      const uint32_t stage = it % C::kStages;
-      if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
-        mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
+  for_each_free_stage<kRows, kWgs, C::kStages>(a, lane, empty, [&](uint32_t stage, const int32_t(&ids)[2], int page0) {
+    int32_t id[kWgs];
+    uint32_t bytes = 0;
+#pragma unroll
+    for (int w = 0; w < kWgs; ++w) {
+      id[w] = page_id(ids, page0 + w);
+      if (id[w] >= 0 && id[w] < a.num_blocks) {  // warp-uniform
+        bytes += kPageBytes + kPageScaleBytes;
       }
-      int32_t id[kWgs];
-      uint32_t bytes = 0;
+    }
+    if (lane == 0) {
+      const uint32_t bar = full + stage * 8;
+      mbar_arrive_expect_tx(bar, bytes);
 #pragma unroll
       for (int w = 0; w < kWgs; ++w) {
-        id[w] = page_id(ids, kWgs * (tile - t.t0) + w);
-        if (id[w] >= 0 && id[w] < a.num_blocks) {  // warp-uniform
-          bytes += kPageBytes + kPageScaleBytes;
+        if (id[w] >= 0 && id[w] < a.num_blocks) {
+          const uint8_t* blk = a.cache + int64_t(id[w]) * a.block_stride;
+          bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
+          bulk_copy(scales + stage * C::kScaleBytes + w * kPageScaleBytes, blk + kPageBytes, kPageScaleBytes, bar,
+                    policy);
         }
       }
-      if (lane == 0) {
-        const uint32_t bar = full + stage * 8;
-        mbar_arrive_expect_tx(bar, bytes);
-#pragma unroll
-        for (int w = 0; w < kWgs; ++w) {
-          if (id[w] >= 0 && id[w] < a.num_blocks) {
-            const uint8_t* blk = a.cache + int64_t(id[w]) * a.block_stride;
-            bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
-            bulk_copy(scales + stage * C::kScaleBytes + w * kPageScaleBytes, blk + kPageBytes, kPageScaleBytes, bar,
-                      policy);
-          }
-        }
-      }
-      __syncwarp();
     }
-  }
+    __syncwarp();
+  });
 }
 
 // load_a_fragments (sm90_indexer_core.cuh) for a tile of plain (unswizzled) 128-byte fp8 rows: the same
@@ -393,37 +403,26 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
   const int64_t lane_src = int64_t(r0) * C::kKvRowBytes + ch * 16;
   constexpr int kScaleOffset = kPage * kDim;  // the block's scales follow its 64 * D fp8 values
 
-  ItemPipeline<kRows, kWgs> pipe(a, lane);
-  Item<kRows> t;
-  int32_t rb, ids[2];
-  uint32_t it = 0;
-  while (pipe.take(a, lane, t, rb, ids)) {
-    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
-      const uint32_t stage = it % C::kStages;
-      if (it >= uint32_t(C::kStages)) {  // wait until the math warps have taken the previous use
-        mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
-      }
+  for_each_free_stage<kRows, kWgs, C::kStages>(a, lane, empty, [&](uint32_t stage, const int32_t(&ids)[2], int page0) {
 #pragma unroll
-      for (int w = 0; w < kWgs; ++w) {
-        const int32_t id = page_id(ids, kWgs * (tile - t.t0) + w);
-        if (id >= 0 && id < a.num_blocks) {  // warp-uniform
-          const uint8_t* blk = a.cache + int64_t(id) * a.block_stride;
-          const uint8_t* src = blk + lane_src;
-          const uint32_t dst = stages + stage * C::kStageBytes + w * kPage * C::kKvRowBytes;
+    for (int w = 0; w < kWgs; ++w) {
+      const int32_t id = page_id(ids, page0 + w);
+      if (id >= 0 && id < a.num_blocks) {  // warp-uniform
+        const uint8_t* blk = a.cache + int64_t(id) * a.block_stride;
+        const uint8_t* src = blk + lane_src;
+        const uint32_t dst = stages + stage * C::kStageBytes + w * kPage * C::kKvRowBytes;
 #pragma unroll
-          for (int p = 0; p < kPasses; ++p) {
-            cp_async16(dst + dst_off[p % kPeriod] + (p / kPeriod) * 8 * C::kKvRowBytes,
-                       src + p * kStep * C::kKvRowBytes, 16u);
-          }
-          if (lane < kPage * 4 / 16) {
-            cp_async16(scales + stage * C::kScaleBytes + w * kPage * 4 + lane * 16, blk + kScaleOffset + lane * 16,
-                       16u);
-          }
+        for (int p = 0; p < kPasses; ++p) {
+          cp_async16(dst + dst_off[p % kPeriod] + (p / kPeriod) * 8 * C::kKvRowBytes, src + p * kStep * C::kKvRowBytes,
+                     16u);
+        }
+        if (lane < kPage * 4 / 16) {
+          cp_async16(scales + stage * C::kScaleBytes + w * kPage * 4 + lane * 16, blk + kScaleOffset + lane * 16, 16u);
         }
       }
-      cp_async_arrive(full + stage * 8);
     }
-  }
+    cp_async_arrive(full + stage * 8);
+  });
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
