@@ -258,8 +258,17 @@ __device__ __forceinline__ void store_offsets(const KernelArgs& a, int32_t slot,
   }
 }
 
-// This thread's pieces of a tile, global -> registers: piece u = tid + 256 k is token u / kPieces,
-// piece u % kPieces (e4m3 pieces first, then rope). Invalid tokens: zero bytes and scale 0.
+// Token tok and piece pc of this thread's piece k of a tile (k < kUnits): piece u = tid + 256 k is
+// token u / kPieces, piece u % kPieces (e4m3 pieces first, then rope).
+template <bool kV4>
+__device__ __forceinline__ void unit_piece(int k, int& tok, int& pc) {
+  const int u = int(threadIdx.x) + kThreads * k;
+  tok = u / Cfg<kV4>::kPieces;
+  pc = u - tok * Cfg<kV4>::kPieces;
+}
+
+// This thread's pieces of a tile (unit_piece), global -> registers. Invalid tokens: zero bytes and
+// scale 0.
 template <bool kV4>
 struct Raw {
   uint4 v[Cfg<kV4>::kUnits];
@@ -271,9 +280,8 @@ __device__ __forceinline__ void load_tile(const KernelArgs& a, const int64_t* of
   using C = Cfg<kV4>;
 #pragma unroll
   for (int k = 0; k < C::kUnits; ++k) {
-    const int u = int(threadIdx.x) + kThreads * k;
-    const int tok = u / C::kPieces;
-    const int pc = u - tok * C::kPieces;
+    int tok, pc;
+    unit_piece<kV4>(k, tok, pc);
     const int64_t off = offs[tok];
     r.v[k] = make_uint4(0u, 0u, 0u, 0u);
     r.s[k] = 0u;
@@ -299,9 +307,8 @@ __device__ __forceinline__ void store_tile(uint32_t kt, const Raw<kV4>& r) {
   using C = Cfg<kV4>;
 #pragma unroll
   for (int k = 0; k < C::kUnits; ++k) {
-    const int u = int(threadIdx.x) + kThreads * k;
-    const int tok = u / C::kPieces;
-    const int pc = u - tok * C::kPieces;
+    int tok, pc;
+    unit_piece<kV4>(k, tok, pc);
     const uint32_t row = kt + uint32_t(tok) * 128u;
     const uint32_t sw = uint32_t(tok & 7);
     if (pc < C::kFp8Pieces) {
