@@ -56,6 +56,30 @@ def _direct(backend):
     return lambda *a, out: pi.run(*a, out=out)  # a: op args incl. precise
 
 
+def _check_windows(out, ref):
+    """-inf exactly outside the windows (the reference's -inf), finite inside; returns the inside mask."""
+    assert out.shape == ref.shape
+    vis = torch.isfinite(ref)
+    bad_outside = (~vis) & (out != ref)
+    assert not bad_outside.any(), f"not -inf outside the windows at {bad_outside.nonzero()[:5].tolist()}"
+    assert torch.isfinite(out[vis]).all(), "non-finite value inside a window"
+    return vis
+
+
+def _assert_within(err, size, tol, args, size_name):
+    """Every row's errors `err` within tol x its `size` ([rows, 1], named `size_name` in the message). With
+    `args` (see _check), the entries of at most 64 rows past that bound pass within tol x their condition."""
+    bound = tol * size.expand_as(err)
+    over = (err > bound).any(dim=1).nonzero().flatten()
+    if args is not None and 0 < len(over) <= 64:
+        bound = bound.clone()
+        bound[over] = torch.maximum(bound[over], tol * _condition(args, over))
+    excess = (err - bound).amax(dim=1)
+    r = int(excess.argmax())
+    assert excess[r] <= 0, (f"row {r}: max err {err[r].max().item():.3g} > {tol} * {size_name} "
+                            f"{size[r].item():.3g}" + (" (and its condition)" if args is not None else ""))
+
+
 def _check(out, ref, tol=1e-5, args=None):
     """-inf exactly outside the windows, finite inside, and within tol x the row norm there.
 
@@ -67,22 +91,10 @@ def _check(out, ref, tol=1e-5, args=None):
     1e-5 of its norm (docs/design_indexer.md, "Precision modes"); a wrong head, key or window still
     fails, as its error is of the size of the terms themselves.
     """
-    assert out.shape == ref.shape
-    vis = torch.isfinite(ref)
-    bad_outside = (~vis) & (out != ref)
-    assert not bad_outside.any(), f"not -inf outside the windows at {bad_outside.nonzero()[:5].tolist()}"
-    assert torch.isfinite(out[vis]).all(), "non-finite value inside a window"
+    vis = _check_windows(out, ref)
     norm = torch.where(vis, ref, 0).double().norm(dim=1, keepdim=True)
     err = torch.where(vis, (out.double() - ref.double()).abs(), 0)
-    bound = tol * norm.expand_as(err)
-    over = (err > bound).any(dim=1).nonzero().flatten()
-    if args is not None and 0 < len(over) <= 64:
-        bound = bound.clone()
-        bound[over] = torch.maximum(bound[over], tol * _condition(args, over))
-    excess = (err - bound).amax(dim=1)
-    r = int(excess.argmax())
-    assert excess[r] <= 0, (f"row {r}: max err {err[r].max().item():.3g} > {tol} * row norm "
-                            f"{norm[r].item():.3g}" + (" (and its condition)" if args is not None else ""))
+    _assert_within(err, norm, tol, args, "row norm")
 
 
 def _check_default(out, ref, args=None, tol=1e-3):
@@ -90,11 +102,7 @@ def _check_default(out, ref, args=None, tol=1e-3):
     row's largest |ref| there. With `args` (as for _check: the dense op's arguments or a callable), an entry of
     a row past that bound (at most 64 such rows) passes if within tol x its condition (see _check): a
     window of a few keys whose scores cancel across heads. Prints the worst error / row max."""
-    assert out.shape == ref.shape
-    vis = torch.isfinite(ref)
-    bad_outside = (~vis) & (out != ref)
-    assert not bad_outside.any(), f"not -inf outside the windows at {bad_outside.nonzero()[:5].tolist()}"
-    assert torch.isfinite(out[vis]).all(), "non-finite value inside a window"
+    vis = _check_windows(out, ref)
     if not vis.any():
         return
     rmax = torch.where(vis, ref, 0).double().abs().amax(dim=1, keepdim=True)
@@ -102,15 +110,7 @@ def _check_default(out, ref, args=None, tol=1e-3):
     rel = (err.amax(dim=1, keepdim=True) / rmax.clamp_min(1e-30))[rmax > 0]
     if rel.numel():
         print(f"\n  default mode: max err / row max {rel.max().item():.2e}, median {rel.median().item():.2e}")
-    bound = tol * rmax.expand_as(err)
-    over = (err > bound).any(dim=1).nonzero().flatten()
-    if args is not None and 0 < len(over) <= 64:
-        bound = bound.clone()
-        bound[over] = torch.maximum(bound[over], tol * _condition(args, over))
-    excess = (err - bound).amax(dim=1)
-    r = int(excess.argmax())
-    assert excess[r] <= 0, (f"row {r}: max err {err[r].max().item():.3g} > {tol} * row max |score| "
-                            f"{rmax[r].item():.3g}" + (" (and its condition)" if args is not None else ""))
+    _assert_within(err, rmax, tol, args, "row max |score|")
 
 
 def _check_mode(out, ref, precise, *, fp8=True, args=None):
