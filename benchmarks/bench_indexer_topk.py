@@ -19,6 +19,7 @@ import tempfile
 
 import pytest
 import torch
+from bench_indexer_logits import _inputs as _logits_inputs
 from bench_indexer_logits import deep_gemm
 from harness import record
 
@@ -29,8 +30,9 @@ _VLLM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 
 @functools.lru_cache(maxsize=1)
-def vllm_ops():
-    """(torch.ops._C holding vLLM's prefill top-k kernels, None) from .peer/vllm, or (None, why)."""
+def _vllm_library():
+    """(the path of vLLM's library in .peer/vllm, loaded into torch.ops, None), or (None, why). The library is
+    unpacked from its .xz copy into a temp dir when needed; loaded once a process, for every bench here."""
     names = ("_C_stable_libtorch.abi3.so", "_C_sm90.abi3.so")
     so = next((os.path.join(_VLLM_DIR, n) for n in names if os.path.exists(os.path.join(_VLLM_DIR, n))), None)
     if so is None:
@@ -43,25 +45,29 @@ def vllm_ops():
             shutil.copyfileobj(src, dst)
     try:
         torch.ops.load_library(so)
-        ops = torch.ops._C
-        ops.persistent_topk, ops.top_k_per_row_prefill  # noqa: B018  (both must resolve)
+    except Exception as e:  # noqa: BLE001  (an optional peer: its absence is printed, not fatal)
+        return None, f"load {so}: {type(e).__name__}: {str(e)[:200]}"
+    return so, None
+
+
+@functools.lru_cache(maxsize=None)
+def vllm_ops(*kernels: str):
+    """(torch.ops._C holding vLLM's `kernels`, None) from .peer/vllm, or (None, why)."""
+    so, why = _vllm_library()
+    if so is None:
+        return None, why
+    ops = torch.ops._C
+    try:
+        for name in kernels:
+            getattr(ops, name)  # each must resolve
     except Exception as e:  # noqa: BLE001  (an optional peer: its absence is printed, not fatal)
         return None, f"load {so}: {type(e).__name__}: {str(e)[:200]}"
     return ops, None
 
 
 def _inputs(t, n, h, windows):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(t, h, D, device="cuda", generator=g).to(FP8)
-    kv = torch.randn(n, D, device="cuda", generator=g).to(FP8)
-    s = torch.rand(n, device="cuda", generator=g) + 0.5
-    w = torch.randn(t, h, device="cuda", generator=g)
-    ks = torch.zeros(t, dtype=torch.int32, device="cuda")
-    if windows == "causal":
-        ke = (n - t + torch.arange(t, device="cuda") + 1).to(torch.int32)
-    else:
-        ke = torch.full((t,), n, dtype=torch.int32, device="cuda")
-    return q, kv, s, w, ks, ke
+    """bench_indexer_logits' fp8 inputs of a case: q, kv, kv_scale, weights, ks, ke."""
+    return _logits_inputs(t, n, h, FP8, windows)
 
 
 CASES = [
@@ -78,7 +84,7 @@ def _peer_us(bench, args, n, label):
     """DeepGEMM logits + vLLM's faster prefill top-k (us), and each part, or None with the reason printed."""
     q, kv, s, w, ks, ke = args
     dg, why = deep_gemm()
-    vops, why_v = vllm_ops()
+    vops, why_v = vllm_ops("persistent_topk", "top_k_per_row_prefill")
     if dg is None or vops is None:
         print(f"\n  {label}: peer baseline skipped: {why or why_v}")
         return None

@@ -35,15 +35,12 @@ compile on first use included).
 from __future__ import annotations
 
 import functools
-import lzma
-import os
-import shutil
-import tempfile
 import time
 
 import pytest
 import torch
 from bench_indexer_logits import _paged_inputs, deep_gemm
+from bench_indexer_topk import _VLLM_DIR, vllm_ops
 from bench_sparse_mla_decode import BPT, D_QK, D_V, PAGE, POOL_PAGES, TOPK, _flashmla, _pool
 from harness import capture_graph, interleaved_medians, record
 
@@ -58,7 +55,6 @@ ITERS = 20
 DEV = "cuda"  # where the peers' buffers live (tests run the case's plumbing on the CPU with stand-ins)
 RADIX_WORKSPACE = 1 << 20  # bytes: vLLM's RADIX_TOPK_WORKSPACE_SIZE for persistent_topk
 PEER_BASELINE = "deepgemm+vllm+flashmla"
-_VLLM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peer", "vllm")
 
 
 def log(*a):
@@ -91,26 +87,9 @@ def step_lines(ours: dict, peers: dict) -> list:
             for n in names]
 
 
-@functools.lru_cache(maxsize=1)
 def _vllm_topk():
-    """(torch.ops._C with vLLM's decode top-k kernels, None) from .peer/vllm (its stable-ABI library,
-    unpacked from the .xz copy into a temp dir when needed), or (None, why)."""
-    names = ("_C_stable_libtorch.abi3.so", "_C_sm90.abi3.so")
-    so = next((os.path.join(_VLLM_DIR, n) for n in names if os.path.exists(os.path.join(_VLLM_DIR, n))), None)
-    if so is None:
-        packed = os.path.join(_VLLM_DIR, "_C_sm90.abi3.so.xz")
-        if not os.path.exists(packed):
-            return None, f"no vLLM library in {_VLLM_DIR}"
-        so = os.path.join(tempfile.mkdtemp(prefix="vllm_"), "_C_stable_libtorch.abi3.so")
-        with lzma.open(packed) as src, open(so, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    try:
-        torch.ops.load_library(so)
-        ops = torch.ops._C
-        ops.persistent_topk, ops.top_k_per_row_decode  # noqa: B018  (both must resolve)
-    except Exception as e:  # noqa: BLE001  (an optional peer: its absence is printed, not fatal)
-        return None, f"load {so}: {type(e).__name__}: {str(e)[:200]}"
-    return ops, None
+    """(torch.ops._C with vLLM's decode top-k kernels, None) from .peer/vllm, or (None, why)."""
+    return vllm_ops("persistent_topk", "top_k_per_row_decode")
 
 
 @functools.lru_cache(maxsize=1)
