@@ -4,32 +4,25 @@
 // (128 heads are two CTAs, adjacent in the grid so they read each token's cache bytes from L2 the
 // second time). 1-D grid: ((b * s_q + i) * splits + split) * head blocks + head block.
 //
-// CTA: two warpgroups (256 threads), both math and both producers.
+// CTA: two warpgroups (256 threads), both math and both producers (the loaders of
+// smxx_sparse_mla_decode.cuh, which holds everything not wgmma-specific: the slot offsets, the gather,
+// the dequant into the bf16 K tile, the softmax arithmetic, the split-KV partials and the combine).
 // - Q [64 heads x D] bf16 is staged once (cp.async) as the MMA's A operand: K-major, 128-byte swizzle,
 //   D in 128-byte blocks of 64 columns, each block [64 rows x 128 B] = 8 KiB.
 // - A tile is 64 selected positions. Their slots are turned into byte offsets by 64 threads two tiles
-//   ahead (invalid: slot < 0, slot >= num_blocks * P, position >= topk_lens[b]; offset -1, no address is
-//   formed). All 256 threads gather the tile's cache bytes in 16-byte pieces into registers and
-//   dequantise them into a bf16 K tile laid out as Q, exactly as the reference: bf16(f32(e4m3) * scale);
-//   the rope values are copied. Invalid tokens are zero rows (their V must not be NaN).
-//   v32 (656 B a token): 512 e4m3, 4 fp32 scales (one per 128), 64 bf16 rope -> columns 0..575.
-//   v4 (576 B a token + 8 B of scales elsewhere in the page): 448 e4m3 with one ue8m0 scale per 64,
-//   64 bf16 rope -> columns 448..511 (so V holds the rope values too, as the reference's).
+//   ahead; all 256 threads gather the tile and dequantise it into a bf16 K tile laid out as Q.
 // - Double-buffered: tile t + 1's global loads are issued before tile t's QK^T, and dequantised into
 //   the other K buffer while tile t's PV runs.
 // - S = Q K^T: warpgroup w computes S[64 heads x tokens 32w .. 32w + 31] (wgmma m64n32k16, A and B
 //   from shared memory, fp32), so QK^T is not computed twice.
-// - Online softmax in fp32, base 2 (log2(e) folded into the scale): masked tokens take the finite
-//   sentinel kNeg and probability exactly 0, the running max starts at kNeg (no exp2(-inf + inf)); the
-//   row max of the tile is exchanged between the warpgroups through shared memory, so both rescale
-//   with the same factor. A row with no valid token ends with sum 0: out 0, lse +inf.
+// - Online softmax in fp32, base 2: the row max of the tile is exchanged between the warpgroups through
+//   shared memory, so both rescale with the same factor.
 // - O[64 x 512] += P V: P (bf16, [64 x 64], K-major swizzled) goes through shared memory; V is the
 //   first 512 columns of the same K tile, the B operand MN-major (wgmma's transpose bit: the tile's
 //   rows are tokens, the reduction axis). Warpgroup w owns output columns 256 w .. 256 w + 255
 //   (m64n256k16: 128 fp32 accumulators a thread).
-// - Split-KV: the split's unnormalised O, row max (log2 domain) and row sum go to the workspace; the
-//   combine kernel weights the splits by 2^(m_s - M) and writes out (bf16) and lse (natural log),
-//   applying attn_sink. Empty splits write sum 0 and are skipped by the combine.
+// - Split-KV: the split's unnormalised O, row max and row sum go to the workspace; the shared combine
+//   kernel writes out and lse.
 //
 // Shared memory (v32; v4 has 8 column blocks, not 9): 1 KiB alignment slack + Q 72 KiB + two K tiles
 // 2 x 72 KiB + P 8 KiB + tile offsets 2 x 64 x 8 B + row exchange 2 x 64 x 4 B = 231936 B of the
@@ -53,90 +46,37 @@
 #include <cstdint>
 
 #include "common_launch.cuh"
-#include "sm90_indexer_core.cuh"  // PTX helpers: smem_addr, cp_async16, sw128_desc, wgmma fences, e4m3x2_to_f16x2
+#include "sm90_indexer_core.cuh"  // wgmma helpers: sw128_desc, fences, commit / wait
+#include "smxx_sparse_mla_decode.cuh"
 
 namespace dsa_cuda {
 namespace sm90_mla_decode {
 
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kHeads = 64;     // heads a CTA: the MMA's M
-constexpr int kTile = 64;      // selected positions a tile
-constexpr int kDv = 512;       // output columns
-constexpr int kBlockBytes = 64 * 128;  // one 128-byte column block of a 64-row operand
-constexpr float kNeg = -1.0e30f;       // masked-score sentinel (log2 domain)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using smxx_mla_decode::CombineArgs;
+using smxx_mla_decode::KernelArgs;
+using smxx_mla_decode::kBlockBytes;
+using smxx_mla_decode::kDv;
+using smxx_mla_decode::kHeads;
+using smxx_mla_decode::kLog2e;
+using smxx_mla_decode::kNeg;
+using smxx_mla_decode::kTile;
+using smxx_mla_decode::sparse_mla_combine_kernel;
 
+constexpr int kThreads = smxx_mla_decode::kLoaders;  // two warpgroups, all of them loaders
+
+// The shared layout plus the row exchange: fp32 [2 warpgroups][64].
 template <bool kV4>
-struct Cfg {
-  static constexpr int kDqk = kV4 ? 512 : 576;                   // q / K width
-  static constexpr int kBlocks = kDqk / 64;                      // 128-byte column blocks of a row
-  static constexpr int kTileBytes = kBlocks * kBlockBytes;       // 64 rows (Q or a K tile)
-  static constexpr int kTokenBytes = kV4 ? 576 : 656;            // a token's e4m3 + rope bytes
-  static constexpr int kFp8Pieces = kV4 ? 28 : 32;               // 16-byte e4m3 pieces of a token
-  static constexpr int kRopeByte = kV4 ? 448 : 528;              // the rope values' byte offset
-  static constexpr int kRopeBlock = kV4 ? 7 : 8;                 // their column block in the tile
-  static constexpr int kPieces = kFp8Pieces + 8;                 // + 8 pieces of rope
-  static constexpr int kUnits = kTile * kPieces / kThreads;      // pieces a thread: 10 / 9
-  static constexpr int kOffArrays = kV4 ? 2 : 1;                 // token offset (+ v4 scale offset)
-  static constexpr int kQOff = 0;
-  static constexpr int kKOff = kTileBytes;                       // two K tiles
-  static constexpr int kPOff = kKOff + 2 * kTileBytes;
-  static constexpr int kOffsOff = kPOff + kBlockBytes;           // int64 [2 buffers][kOffArrays][64]
-  static constexpr int kRedOff = kOffsOff + 2 * kOffArrays * kTile * 8;  // fp32 [2 warpgroups][64]
+struct Cfg : smxx_mla_decode::Layout<kV4> {
+  using L = smxx_mla_decode::Layout<kV4>;
+  static constexpr int kRedOff = L::kOffsEnd;
   static constexpr int kSmemBytes = 1024 + kRedOff + 2 * kHeads * 4;
-  static_assert(kTile * kPieces % kThreads == 0, "pieces must divide evenly over the threads");
   static_assert(kSmemBytes <= 232448, "over the SM90 shared memory of a CTA");
-};
-
-struct KernelArgs {
-  const uint8_t* q;        // bf16 bytes
-  const uint8_t* cache;
-  const int32_t* idx;
-  const int32_t* lens;     // nullptr: no topk_lens
-  const float* sink;       // nullptr: no attn_sink
-  __nv_bfloat16* out;
-  float* lse;
-  float* part;             // [programs * splits, 64, 512] (split-KV)
-  float* ml;               // [programs * splits, 2, 64]   (split-KV)
-  int64_t q_sb, q_ss, q_sh;        // elements
-  int64_t i_sb, i_ss, i_sn;        // elements
-  int64_t o_sb, o_ss, o_sh;        // elements
-  int64_t lens_stride;             // elements
-  int64_t page_stride;             // bytes
-  int64_t nslots;                  // num_blocks * P
-  int32_t s_q;
-  int32_t heads;
-  int32_t head_blocks;
-  int32_t topk;
-  int32_t page;                    // P
-  int32_t splits;
-  int32_t tiles_per_split;
-  float qk_scale;                  // softmax_scale * log2(e)
-};
-
-struct CombineArgs {
-  const float* part;
-  const float* ml;
-  const float* sink;
-  __nv_bfloat16* out;
-  float* lse;
-  int64_t o_sb, o_ss, o_sh;
-  int32_t s_q;
-  int32_t heads;
-  int32_t head_blocks;
-  int32_t splits;
 };
 
 #if DSA_SM90_INDEXER_DEVICE
 
-using sm90_indexer::cp_async16;
-using sm90_indexer::e4m3x2_to_f16x2;
+using namespace smxx_mla_decode;
 using sm90_indexer::fence_acc;
-using sm90_indexer::lds128;
-using sm90_indexer::ldg_early;
-using sm90_indexer::smem_addr;
-using sm90_indexer::sts32;
 using sm90_indexer::sw128_desc;
 using sm90_indexer::wgmma_commit;
 using sm90_indexer::wgmma_fence;
@@ -147,53 +87,6 @@ using sm90_indexer::wgmma_wait_all;
 __device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t addr, uint32_t lbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
          (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void sts128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-// Global loads kept in program order with the MMAs (asm volatile): issued early, in flight meanwhile.
-__device__ __forceinline__ uint4 ldg128(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t ldg32(const uint8_t* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t ldg8(const uint8_t* p) {
-  uint16_t v;
-  asm volatile("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// 2^(e - 127) from a ue8m0 byte, built from its bits (e = 0: the subnormal 2^-127), as the reference.
-__device__ __forceinline__ float ue8m0(uint32_t e) { return __uint_as_float(e == 0 ? (1u << 22) : (e << 23)); }
-
-// Four e4m3 (low byte first) times `scale`, as two bf16x2: bf16(f32(x) * scale), round to nearest even.
-__device__ __forceinline__ void dequant4(uint32_t x, float scale, uint32_t& lo, uint32_t& hi) {
-  const uint32_t h01 = e4m3x2_to_f16x2(x & 0xFFFFu);
-  const uint32_t h23 = e4m3x2_to_f16x2(x >> 16);
-  const float2 f01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
-  const float2 f23 = __half22float2(*reinterpret_cast<const __half2*>(&h23));
-  const __nv_bfloat162 b01 = __floats2bfloat162_rn(__fmul_rn(f01.x, scale), __fmul_rn(f01.y, scale));
-  const __nv_bfloat162 b23 = __floats2bfloat162_rn(__fmul_rn(f23.x, scale), __fmul_rn(f23.y, scale));
-  lo = *reinterpret_cast<const uint32_t*>(&b01);
-  hi = *reinterpret_cast<const uint32_t*>(&b23);
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // S[64 x 32] (+)= A * B, both from shared memory (K-major descriptors); accumulate iff `acc`.
@@ -232,115 +125,6 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t da, uint64_t 
 
 #undef DSA_O32
 #undef DSA_O8
-
-// Slot of tile position j (a thread < 64), -1 where the position is not to be read.
-__device__ __forceinline__ int32_t load_slot(const KernelArgs& a, const int32_t* idx_row, int32_t tile, int32_t t1,
-                                             int32_t n_end, int j) {
-  const int32_t pos = tile * kTile + j;
-  return tile < t1 && pos < n_end ? ldg_early(idx_row + int64_t(pos) * a.i_sn) : -1;
-}
-
-// The slot's byte offsets into `offs` (token data; v4 also its scales at offs[64 + j]): -1 when invalid.
-template <bool kV4>
-__device__ __forceinline__ void store_offsets(const KernelArgs& a, int32_t slot, int j, int64_t* offs) {
-  using C = Cfg<kV4>;
-  int64_t tok = -1, sc = -1;
-  if (slot >= 0 && int64_t(slot) < a.nslots) {
-    const int32_t page = slot / a.page;
-    const int32_t off = slot - page * a.page;
-    const int64_t pb = int64_t(page) * a.page_stride;
-    tok = pb + int64_t(off) * C::kTokenBytes;
-    sc = pb + int64_t(a.page) * 576 + int64_t(off) * 8;
-  }
-  offs[j] = tok;
-  if constexpr (kV4) {
-    offs[kTile + j] = sc;
-  }
-}
-
-// Token tok and piece pc of this thread's piece k of a tile (k < kUnits): piece u = tid + 256 k is
-// token u / kPieces, piece u % kPieces (e4m3 pieces first, then rope).
-template <bool kV4>
-__device__ __forceinline__ void unit_piece(int k, int& tok, int& pc) {
-  const int u = int(threadIdx.x) + kThreads * k;
-  tok = u / Cfg<kV4>::kPieces;
-  pc = u - tok * Cfg<kV4>::kPieces;
-}
-
-// This thread's pieces of a tile (unit_piece), global -> registers. Invalid tokens: zero bytes and
-// scale 0.
-template <bool kV4>
-struct Raw {
-  uint4 v[Cfg<kV4>::kUnits];
-  uint32_t s[Cfg<kV4>::kUnits];  // v32: fp32 scale bits; v4: the ue8m0 byte
-};
-
-template <bool kV4>
-__device__ __forceinline__ void load_tile(const KernelArgs& a, const int64_t* offs, Raw<kV4>& r) {
-  using C = Cfg<kV4>;
-#pragma unroll
-  for (int k = 0; k < C::kUnits; ++k) {
-    int tok, pc;
-    unit_piece<kV4>(k, tok, pc);
-    const int64_t off = offs[tok];
-    r.v[k] = make_uint4(0u, 0u, 0u, 0u);
-    r.s[k] = 0u;
-    if (off >= 0) {
-      const uint8_t* t = a.cache + off;
-      if (pc < C::kFp8Pieces) {
-        r.v[k] = ldg128(t + pc * 16);
-        if constexpr (kV4) {
-          r.s[k] = ldg8(a.cache + offs[kTile + tok] + (pc >> 2));  // one scale per 64 values
-        } else {
-          r.s[k] = ldg32(t + 512 + 4 * (pc >> 3));  // one fp32 scale per 128 values
-        }
-      } else {
-        r.v[k] = ldg128(t + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
-      }
-    }
-  }
-}
-
-// Registers -> the K tile at `kt` (bf16, K-major, 128-byte swizzle): 16 e4m3 give two 16-byte chunks.
-template <bool kV4>
-__device__ __forceinline__ void store_tile(uint32_t kt, const Raw<kV4>& r) {
-  using C = Cfg<kV4>;
-#pragma unroll
-  for (int k = 0; k < C::kUnits; ++k) {
-    int tok, pc;
-    unit_piece<kV4>(k, tok, pc);
-    const uint32_t row = kt + uint32_t(tok) * 128u;
-    const uint32_t sw = uint32_t(tok & 7);
-    if (pc < C::kFp8Pieces) {
-      const float scale = kV4 ? ue8m0(r.s[k]) : __uint_as_float(r.s[k]);
-      uint32_t w[8];
-      dequant4(r.v[k].x, scale, w[0], w[1]);
-      dequant4(r.v[k].y, scale, w[2], w[3]);
-      dequant4(r.v[k].z, scale, w[4], w[5]);
-      dequant4(r.v[k].w, scale, w[6], w[7]);
-      const uint32_t blk = row + uint32_t(pc >> 2) * kBlockBytes;  // 16 columns a piece, 64 a block
-      const uint32_t c0 = uint32_t(pc & 3) * 2;
-      sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
-      sts128(blk + (((c0 + 1) ^ sw) << 4), w[4], w[5], w[6], w[7]);
-    } else {
-      const uint32_t c0 = uint32_t(pc - C::kFp8Pieces);
-      sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
-    }
-  }
-}
-
-// The output scale of a row from its base-2 max m and sum l: 1 / l times the sink factor (0 for a row
-// with no valid token), and the natural-log lse (+inf for such a row).
-__device__ __forceinline__ void finish_row(float m, float l, const float* sink, int h, float& inv, float& lse) {
-  const bool valid = l > 0.f;
-  const float lse2 = m + __log2f(valid ? l : 1.f);
-  inv = valid ? 1.f / l : 0.f;
-  if (sink != nullptr) {
-    // exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + 2^(sink log2(e) - lse2))
-    inv = inv / (1.f + exp2f(sink[h] * kLog2e - lse2));
-  }
-  lse = valid ? lse2 * kLn2 : __int_as_float(0x7f800000);
-}
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
@@ -388,18 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
   const int32_t t1 = min(t0 + a.tiles_per_split, tiles);
   const int32_t* idx_row = a.idx + int64_t(b) * a.i_sb + int64_t(i) * a.i_ss;
 
-  // Q block -> shared memory (cp.async), 16-byte pieces into the swizzled K-major layout.
-  {
-    const uint8_t* qb = a.q + 2 * (int64_t(b) * a.q_sb + int64_t(i) * a.q_ss + int64_t(hb) * kHeads * a.q_sh);
-    constexpr int kRowPieces = C::kBlocks * 8;
-    for (int u = tid; u < kHeads * kRowPieces; u += kThreads) {
-      const int hh = u / kRowPieces;
-      const int pc = u - hh * kRowPieces;
-      const uint32_t dst = q_smem + uint32_t(pc >> 3) * kBlockBytes + uint32_t(hh) * 128u +
-                           ((uint32_t((pc & 7) ^ (hh & 7))) << 4);
-      cp_async16(dst, qb + 2 * int64_t(hh) * a.q_sh + pc * 16, 16u);
-    }
-  }
+  stage_q<kV4, kThreads>(a, q_smem, b, i, hb, tid);  // Q block -> shared memory (cp.async)
   if (tid < kTile) {  // byte offsets of the first two tiles
     store_offsets<kV4>(a, load_slot(a, idx_row, t0, t1, n_end, tid), tid, offs);
     store_offsets<kV4>(a, load_slot(a, idx_row, t0 + 1, t1, n_end, tid), tid, offs + kOffsStride);
@@ -407,8 +180,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
   __syncthreads();
   if (t0 < t1) {
     Raw<kV4> r;
-    load_tile<kV4>(a, offs, r);
-    store_tile<kV4>(k_smem, r);
+    load_tile<kV4>(a, offs, tid, r);
+    store_tile<kV4>(k_smem, tid, r);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
   fence_async_smem();  // Q and the first tile (generic-proxy writes) -> the MMAs' async-proxy reads
@@ -432,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
     // 1. Tile t + 1's bytes and tile t + 2's slots: loads in flight through QK^T and the softmax.
     Raw<kV4> r;
     if (has_next) {
-      load_tile<kV4>(a, offs + (st ^ 1) * kOffsStride, r);
+      load_tile<kV4>(a, offs + (st ^ 1) * kOffsStride, tid, r);
     }
     int32_t slot2 = -1;
     if (tid < kTile) {
@@ -530,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       store_offsets<kV4>(a, slot2, tid, offs + st * kOffsStride);
     }
     if (has_next) {
-      store_tile<kV4>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, r);
+      store_tile<kV4>(k_smem + uint32_t(st ^ 1) * C::kTileBytes, tid, r);
     }
     fence_async_smem();
     wgmma_wait_all();
@@ -561,8 +334,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       a.ml[pidx * 2 * kHeads + kHeads + row1] = l1;
     }
     if (t0 < t1) {  // the combine skips splits with sum 0, so empty ones write no partial
-      float* p0 = a.part + (pidx * kHeads + row0) * kDv + col0;
-      float* p1 = a.part + (pidx * kHeads + row1) * kDv + col0;
+      float* p0 = part_at(a, pidx, row0, col0);
+      float* p1 = part_at(a, pidx, row1, col0);
 #pragma unroll
       for (int k = 0; k < 32; ++k) {
         *reinterpret_cast<float2*>(p0 + 8 * k) = make_float2(o[4 * k], o[4 * k + 1]);
@@ -587,66 +360,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       a.lse[(int64_t(b) * a.heads + h0) * a.s_q + i] = lse0;
       a.lse[(int64_t(b) * a.heads + h1) * a.s_q + i] = lse1;
     }
-  }
-#endif  // DSA_SM90_INDEXER_DEVICE
-}
-
-// One warp a head row: its 512 columns as 4 float4 a lane. CTA = 8 heads of one (query token, head block).
-__global__ void __launch_bounds__(256) sparse_mla_combine_kernel(const __grid_constant__ CombineArgs a) {
-#if DSA_SM90_INDEXER_DEVICE
-  pdl_wait();
-  pdl_launch_dependents();
-  const int warp = int(threadIdx.x >> 5);
-  const int lane = int(threadIdx.x & 31);
-  const int64_t prog = blockIdx.x >> 3;  // (query token, head block)
-  const int row = int(blockIdx.x & 7) * 8 + warp;
-  const float* ml = a.ml + prog * a.splits * 2 * kHeads;
-  float mx = kNeg;
-  for (int sp = 0; sp < a.splits; ++sp) {
-    const float l = ml[sp * 2 * kHeads + kHeads + row];
-    if (l > 0.f) {
-      mx = fmaxf(mx, ml[sp * 2 * kHeads + row]);
-    }
-  }
-  float4 acc[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  float denom = 0.f;
-  for (int sp = 0; sp < a.splits; ++sp) {
-    const float l = ml[sp * 2 * kHeads + kHeads + row];
-    if (l > 0.f) {  // warp-uniform; empty splits wrote no partial
-      const float w = exp2f(ml[sp * 2 * kHeads + row] - mx);
-      denom += w * l;
-      const float4* p = reinterpret_cast<const float4*>(a.part + ((prog * a.splits + sp) * kHeads + row) * kDv);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float4 v = __ldg(p + lane + 32 * k);
-        acc[k].x += w * v.x;
-        acc[k].y += w * v.y;
-        acc[k].z += w * v.z;
-        acc[k].w += w * v.w;
-      }
-    }
-  }
-  const int32_t bi = int32_t(prog / a.head_blocks);
-  const int32_t hb = int32_t(prog - int64_t(bi) * a.head_blocks);
-  const int32_t b = bi / a.s_q;
-  const int32_t i = bi - b * a.s_q;
-  const int h = hb * kHeads + row;
-  float inv, lse;
-  finish_row(mx, denom, a.sink, h, inv, lse);
-  __nv_bfloat16* ob = a.out + int64_t(b) * a.o_sb + int64_t(i) * a.o_ss + int64_t(h) * a.o_sh;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    uint2 w;
-    w.x = pack_bf16(acc[k].x * inv, acc[k].y * inv);
-    w.y = pack_bf16(acc[k].z * inv, acc[k].w * inv);
-    *reinterpret_cast<uint2*>(ob + 4 * (lane + 32 * k)) = w;
-  }
-  if (lane == 0) {
-    a.lse[(int64_t(b) * a.heads + h) * a.s_q + i] = lse;
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
 }
