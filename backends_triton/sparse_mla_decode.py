@@ -102,7 +102,11 @@ def _kv_half(cache_ptr, tok, sc, ok, c0, V4: tl.constexpr):
         return (x.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale).to(tl.bfloat16)
 
 
-@triton.jit(do_not_specialize=["s_q", "topk", "nslots", "page_stride", "tiles_per_split", "qk_scale"])
+# page_stride stays specialised (Triton's multiple-of-16 flag): without it no token address is known to be
+# 16-byte aligned and the sm_90a build gathers the cache with byte loads (triton 3.6 PTX of one v4 program:
+# 192 ld.global.b8 + 64 .b16 + 32 .v4 against 16 .b8 + 44 .v4 with it; v32: 64 .b8 + 95 .b32 + 36 .v4
+# against 18 .b32 + 41 .v4), as the compile gates always assumed.
+@triton.jit(do_not_specialize=["s_q", "topk", "nslots", "tiles_per_split", "qk_scale"])
 def mla_decode_kernel(
     q_ptr,  # bf16 [B, s_q, H, D]
     cache_ptr,  # uint8 paged cache; page p starts at byte p * page_stride
@@ -469,7 +473,8 @@ _DEC_SIG = {
     "SPLIT": "constexpr", "HAS_LENS": "constexpr", "HAS_SINK": "constexpr",
 }
 # Ints Triton sees as multiples of 16 at launch for contiguous inputs of these shapes (page stride 64 x 656
-# or 64 x 584 bytes, top-k 2048). Unit strides are specialised to the constant 1.
+# or 64 x 584 bytes, top-k 2048; topk is not specialised at launch, which changes no load). Unit strides are
+# specialised to the constant 1.
 _DEC_DIV = ["topk", "page_stride", "stride_qb", "stride_qs", "stride_qh", "stride_ib", "stride_is", "stride_ob",
             "stride_os", "stride_oh"]
 
