@@ -1,4 +1,5 @@
-// Launcher of dsa.sparse_mla_decode (kernels in include/dsa_cuda/sm90_sparse_mla_decode.cuh).
+// Launcher of dsa.sparse_mla_decode: the SM90 kernel (include/dsa_cuda/sm90_sparse_mla_decode.cuh) on
+// compute capability 9.x, the SM100 one (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
 // Torch-free: the compile gates build this file alone with nvcc.
 #include "dsa_cuda/sparse_mla_decode.cuh"
 
@@ -7,16 +8,23 @@
 namespace dsa_cuda {
 namespace {
 
-namespace k = sm90_mla_decode;
+namespace k = smxx_mla_decode;  // shared constants, arguments, combine kernel
+namespace k90 = sm90_mla_decode;
+namespace k100 = sm100_mla_decode;
 
 constexpr int64_t kMaxGrid = int64_t{1} << 31;
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
 template <bool kV4, bool kSplit>
-cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, cudaStream_t stream) {
-  constexpr auto kernel = &k::sparse_mla_decode_kernel<kV4, kSplit>;
-  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k::kThreads), k::Cfg<kV4>::kSmemBytes, stream, a);
+cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, cudaStream_t stream) {
+  if (sm100) {
+    constexpr auto kernel = &k100::sparse_mla_decode_kernel<kV4, kSplit>;
+    return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k100::kThreads), k100::Cfg<kV4>::kSmemBytes, stream,
+                                   a);
+  }
+  constexpr auto kernel = &k90::sparse_mla_decode_kernel<kV4, kSplit>;
+  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90::kThreads), k90::Cfg<kV4>::kSmemBytes, stream, a);
 }
 
 }  // namespace
@@ -70,9 +78,10 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   }
   int major = 0;
   DSA_CUDA_CHECK(current_arch_major(&major));
-  if (major != 9) {  // wgmma exists on SM90 only
+  if (major != 9 && major != 10) {  // wgmma on SM90, tcgen05 on the SM100 family; no kernel elsewhere
     return cudaErrorNotSupported;
   }
+  const bool sm100 = major == 10;
   const int64_t head_blocks = p.heads / k::kHeads;
   const int64_t tiles = std::max<int64_t>(1, ceil_div(p.topk, k::kTile));
   const int64_t splits = std::min(p.splits, tiles);
@@ -112,9 +121,11 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   const int64_t grid = programs * splits;
 
   if (splits == 1) {
-    return p.v4 ? launch_decode<true, false>(a, grid, stream) : launch_decode<false, false>(a, grid, stream);
+    return p.v4 ? launch_decode<true, false>(a, grid, sm100, stream)
+                : launch_decode<false, false>(a, grid, sm100, stream);
   }
-  const cudaError_t err = p.v4 ? launch_decode<true, true>(a, grid, stream) : launch_decode<false, true>(a, grid, stream);
+  const cudaError_t err = p.v4 ? launch_decode<true, true>(a, grid, sm100, stream)
+                               : launch_decode<false, true>(a, grid, sm100, stream);
   DSA_CUDA_CHECK(err);
   k::CombineArgs c;
   c.part = a.part;

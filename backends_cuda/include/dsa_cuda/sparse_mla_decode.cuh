@@ -6,8 +6,9 @@
 //
 // over the selected slots j of indices[b, i, :] that are valid (0 <= slot < num_blocks * P, position
 // < topk_lens[b]); K_j is the dequantised cache row (576 wide "v32", 512 wide "v4"), V_j its first 512
-// columns. attn_sink[h] rescales out by exp(lse) / (exp(lse) + exp(sink)). The kernel is Hopper-only
-// (wgmma): see sm90_sparse_mla_decode.cuh.
+// columns. attn_sink[h] rescales out by exp(lse) / (exp(lse) + exp(sink)). Kernels: sm90_sparse_mla_decode.cuh
+// (Hopper, wgmma; runs on the H200) and sm100_sparse_mla_decode.cuh (Blackwell, tcgen05; compiled, not
+// run), sharing smxx_sparse_mla_decode.cuh.
 //
 // Torch-free. Plain C++ sees the params struct and the launcher; nvcc also sees the kernels.
 #pragma once
@@ -59,12 +60,13 @@ int64_t sparse_mla_decode_workspace_floats(int64_t batch, int64_t s_q, int64_t h
 const char* sparse_mla_decode_unsupported(const SparseMlaDecodeParams& params);
 
 // Enqueue the decode (and the combine when splits > 1) on `stream` (PDL launches). Empty outputs launch
-// nothing. cudaErrorNotSupported on a GPU that is not SM90 or for a shape sparse_mla_decode_unsupported()
-// refuses.
+// nothing. SM90 runs the wgmma kernel, SM100 family (compute capability 10.x) the tcgen05 kernel (compiled,
+// not run); cudaErrorNotSupported on any other GPU or for a shape sparse_mla_decode_unsupported() refuses.
 cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& params, cudaStream_t stream);
 
 }  // namespace dsa_cuda
 
 #ifdef __CUDACC__
+#include "sm100_sparse_mla_decode.cuh"
 #include "sm90_sparse_mla_decode.cuh"
 #endif
