@@ -1,4 +1,5 @@
-"""CUDA C++ provider of dsa.sparse_mla_decode (kernel: include/dsa_cuda/sm90_sparse_mla_decode.cuh, Hopper only).
+"""CUDA C++ provider of dsa.sparse_mla_decode (kernels: include/dsa_cuda/sm90_sparse_mla_decode.cuh on Hopper,
+run on the H200; sm100_sparse_mla_decode.cuh on the SM100 family, compiled, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
 v4, splits, out, lse, workspace)``. One CTA is one query token x 64 heads x one split of its top-k
@@ -6,6 +7,10 @@ positions and holds 227 KiB of shared memory, so one CTA runs per SM: when B * s
 less than one wave, the top-k axis is cut into splits (split-KV) whose fp32 partials go to a workspace
 sized from the shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out
 and lse.
+
+On compute capability 10.x the tcgen05 kernel has never run on a GPU, so `supports` declines there unless
+the cuda backend is forced (``dsa_ops.use_backend("cuda")`` or the environment variable): an op does not
+run unverified code unasked.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, sm90_only
+from . import aligned16, capability
 
 OP = "sparse_mla_decode"
 _KERNEL = "sparse_mla_decode_out"
@@ -118,8 +123,28 @@ def unsupported_shape(q, kv_cache, indices, layout="v32", attn_sink=None) -> Opt
     return None
 
 
+def unsupported_arch(cap: tuple[int, int], forced: Optional[str]) -> Optional[str]:
+    """Why the kernel does not serve a device of compute capability `cap` (None when it does), with the
+    backend `forced` (registry.forced_backend()). SM90: the wgmma kernel (run on the H200). SM100 family:
+    the tcgen05 kernel, compiled, not run, so only when the cuda backend is forced."""
+    major, minor = cap
+    if major == 9:
+        return None
+    if major == 10:
+        if forced == "cuda":
+            return None
+        return (f"compute capability {major}.{minor}: the CUDA sparse MLA decode kernel for the SM100 family "
+                "(tcgen05) is compiled, not run; it serves only when the cuda backend is forced")
+    return (f"compute capability {major}.{minor}: the CUDA sparse MLA decode kernels are for SM90 (wgmma) and "
+            "the SM100 family (tcgen05, compiled, not run)")
+
+
 def supports(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None) -> Optional[str]:
-    return sm90_only(q, "CUDA sparse MLA decode") or unsupported_shape(q, kv_cache, indices, layout, attn_sink)
+    from dsa_ops import registry
+
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return (unsupported_arch(capability(index), registry.forced_backend())
+            or unsupported_shape(q, kv_cache, indices, layout, attn_sink))
 
 
 def register() -> None:

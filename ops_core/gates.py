@@ -50,6 +50,15 @@ TRITON_TARGETS = (
 )
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-c", "-Xptxas", "-v,--warn-on-spills,--warn-on-local-memory-usage"]
+
+# Kernels that must keep their body on a target: an arch-feature guard that is false there compiles the
+# kernel to an empty (or trapping) stub of a few registers, which the spill and stack checks pass.
+# (source, target, substring of the mangled kernel name, fewest registers a real body has)
+REQUIRED_BODIES = (
+    ("sparse_mla_decode.cu", "sm_90a", "15sm90_mla_decode24sparse_mla_decode_kernel", 64),
+    ("sparse_mla_decode.cu", "sm_100a", "16sm100_mla_decode24sparse_mla_decode_kernel", 64),
+    ("sparse_mla_decode.cu", SM107, "16sm100_mla_decode24sparse_mla_decode_kernel", 64),
+)
 HIP_FLAGS = ["-x", "hip", f"--offload-arch={HIP_ARCH}", "--offload-device-only", "-nogpulib", "-O3", "-S",
              "-D__AMDGCN_WAVEFRONT_SIZE=64"]
 HINT = "run scripts/install_toolchains.sh"
@@ -324,12 +333,27 @@ def cuda_job(src: Path, include: Path, arch: str, release: str, tmp: Path) -> Ga
             r.error = f"nvcc failed (exit {rc}):\n{_tail(text)}"
         else:
             r.kernels = parse_ptxas(text)
+            check_required_bodies(r)
     except MissingToolchain as e:
         r.error = str(e)
     except Exception as e:  # a gate that breaks must say so, not vanish
         r.error = f"{type(e).__name__}: {e}"
     r.seconds = time.perf_counter() - t
     return r
+
+
+def check_required_bodies(r: GateResult) -> None:
+    """Fail `r` where a REQUIRED_BODIES kernel of its (unit, target) is missing or compiled to a stub."""
+    for unit, target, name, min_regs in REQUIRED_BODIES:
+        if (unit, target) != (r.unit, r.target):
+            continue
+        found = [k for k in r.kernels if k.entry and name in k.name]
+        if not found:
+            r.error = f"no kernel named *{name}* built for {target}: its body is required there"
+        for k in found:
+            if (k.registers or 0) < min_regs:
+                k.problems.append(f"{k.registers} registers (< {min_regs}): compiled without its body for {target} "
+                                  "(an arch-feature guard is false there)")
 
 
 def hip_job(src: Path, include: Path, tmp: Path) -> GateResult:
