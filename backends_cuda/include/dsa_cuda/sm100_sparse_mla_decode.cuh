@@ -39,16 +39,17 @@
 // The tensor core runs MMAs in issue order, so QK(j) (issued before PV(j - 1)) is never held up by the
 // softmax of tile j - 1: PV(j - 1) is.
 //
-// tcgen05 review (PTX ISA 9.x, section 9.7.16; target lists as CCCL 3.5's generated wrappers,
+// tcgen05 review (PTX ISA 9.x, section 9.7.16 "TensorCore 5th Generation Family Instructions"; section
+// numbers below where checked, instruction names otherwise; target lists as CCCL 3.5's generated wrappers,
 // cuda/__ptx/instructions/generated/tcgen05_*.h, give them: "SM_100a, SM_100f, SM_103a, SM_103f,
 // SM_107a, SM_107f" for tcgen05.mma cta_group::1 kind::f16, alloc / dealloc / relinquish_alloc_permit,
 // ld / st, commit, fences. So sm_107a is built, as sm_100a; nvcc 13.5 ptxas accepts both.)
-// - tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [slot], 512 (9.7.16.7.1): one warp, a power
+// - tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [slot], 512 (tcgen05.alloc): one warp, a power
 //   of two >= 32 columns; all 512 (O^T 256 + S 2 x 64 rounds up). One CTA an SM, so it never waits on
 //   another CTA; tcgen05.relinquish_alloc_permit right after (this CTA allocates nothing else).
 //   tcgen05.dealloc by the same warp after the epilogue's loads completed (tcgen05.wait::ld) and a CTA
-//   barrier with tcgen05.fence::before_thread_sync / after_thread_sync around it (9.7.16.6).
-// - tcgen05.mma.cta_group::1.kind::f16 [d], a_desc, b_desc, idesc, p (9.7.16.10.9): A and B from
+//   barrier with tcgen05.fence::before_thread_sync / after_thread_sync around it.
+// - tcgen05.mma.cta_group::1.kind::f16 [d], a_desc, b_desc, idesc, p (tcgen05.mma): A and B from
 //   shared memory descriptors, enable-input-d p = 0 on the first k-step of a QK^T and of the split's
 //   first PV, so no accumulator is zeroed. Instruction descriptor (9.7.16.4.2, table for .kind::f16):
 //   bits 4-5 D type F32 = 1, 7-9 A type BF16 = 1, 10-12 B type BF16 = 1, 13/14 no negate, 15 transpose A,
@@ -57,32 +58,32 @@
 //   PV: M=128, N=64, A = V^T: the K tile's first 512 columns read MN-major (transpose A = 1, the tile's
 //   rows are tokens, the reduction axis); B = P [64 heads x 64 tokens] K-major. Shapes valid for
 //   cta_group::1 kind::f16: M=64 with N % 8 == 0 in 8..256, M=128 with N % 16 == 0 in 16..256; K = 16.
-// - Shared memory descriptor (9.7.16.4.1, sm_100's, not wgmma's): bits 0-13 start >> 4, 16-29 LBO >> 4,
-//   32-45 SBO >> 4, 46-48 the fixed constant 0b001 (absent from the sm_90 format), 49-51 base offset 0
-//   (every swizzle atom this kernel addresses starts 1024-aligned: the tiles are 1024-aligned, k-steps
-//   move the start 32 bytes inside a 128-byte row as on sm_90, token halves move it 4096 bytes, V
-//   k-steps 2048), 52 LBO mode 0 (relative), 61-63 layout type 2 = SWIZZLE_128B (sm_90: bits 62-63,
-//   value 1). K-major SWIZZLE_128B: SBO 1024 (8-row groups), LBO unused (1). MN-major SWIZZLE_128B
-//   (9.7.16.3): LBO = stride between 64-element MN atoms = one column block, 8 KiB; SBO 1024 between
-//   8-token groups. The bytes are the SM90 kernel's K tile, Q and P layouts, unchanged.
-// - Tensor memory address (9.7.16.2.1): lane in bits 16-31, column in bits 0-15. D of QK^T in "data
-//   path layout F" (M=64, cta_group::1, 9.7.16.10.5): row r in lane 32 (r / 16) + r % 16, so warp
-//   8 + q reads heads 16q..16q+15 in its lanes 0-15 (lanes 16-31 of each quarter hold nothing: their
-//   threads' values are discarded). D of PV in layout D (M=128): row = lane.
-// - tcgen05.ld.sync.aligned.32x32b.x64.b32 / .x32 and tcgen05.st.sync.aligned.32x32b.x32.b32
-//   (9.7.16.8.3-4): thread i of the warp reads lane 32q + i, .num consecutive 32-bit columns; the
+// - Shared memory descriptor (the tcgen05 "shared memory descriptor" table, sm_100's, not wgmma's):
+//   bits 0-13 start >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 46-48 the fixed constant 0b001 (absent from
+//   the sm_90 format), 49-51 base offset 0 (the 1024-byte swizzle atoms sit 1024-aligned: Q, the K
+//   tiles and P are; token halves start 4096 bytes in, V k-steps 2048; QK^T k-steps start 32, 64 or 96
+//   bytes into an atom's row, as the SM90 kernel's do), 52 LBO mode 0 (relative), 61-63 layout type
+//   2 = SWIZZLE_128B (sm_90: bits 62-63, value 1). K-major SWIZZLE_128B: SBO 1024 (8-row groups), LBO
+//   unused (1). MN-major SWIZZLE_128B (9.7.16.3): LBO = stride between 64-element MN atoms = one column
+//   block, 8 KiB; SBO 1024 between 8-token groups. The bytes are the SM90 kernel's Q, K tile and P.
+// - Tensor memory address (tcgen05 "tensor memory addressing"): lane in bits 16-31, column in bits
+//   0-15. D of QK^T in "data path layout F" (M=64, cta_group::1, 9.7.16.10.5): row r in lane
+//   32 (r / 16) + r % 16, so warp 8 + q reads heads 16q..16q+15 in its lanes 0-15 (lanes 16-31 of each
+//   quarter hold nothing: their threads' values are discarded). D of PV in layout D (M=128): row = lane.
+// - tcgen05.ld.sync.aligned.32x32b.x32.b32 and tcgen05.st.sync.aligned.32x32b.x32.b32 (shape
+//   .32x32b, 9.7.16.2.3): thread i of the warp reads lane 32q + i, 32 consecutive 32-bit columns; the
 //   address's lane field is the warp's quarter base 32q. tcgen05.wait::ld / wait::st before the
-//   registers are used / the columns are read by an MMA (9.7.16.8.5).
-// - tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [bar] (9.7.16.11.1): one
+//   registers are used / the columns are read by an MMA (tcgen05.wait).
+// - tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [bar] (tcgen05.commit): one
 //   arrival when every earlier tcgen05.mma of the thread completed; the barriers it signals count 1.
 //   A shared::cta address is a valid shared::cluster address of the own CTA.
 // - tcgen05.fence::after_thread_sync after each mbarrier wait that precedes a tcgen05 op (MMA issue,
-//   ld, st), tcgen05.fence::before_thread_sync before each arrival that follows one (9.7.16.6.4);
+//   ld, st), tcgen05.fence::before_thread_sync before each arrival that follows one (tcgen05.fence);
 //   fence.proxy.async.shared::cta after generic-proxy writes of K, Q, P that an MMA reads.
 //
 // Shared memory (v32): 1 KiB alignment slack + Q 72 KiB + two K tiles 2 x 72 KiB + P 8 KiB + tile
-// offsets 2 x 64 x 8 B + masks 16 B + row factors 256 B + 11 mbarriers + the TMEM address = 231808 B
-// of 232448.
+// offsets 2 x 64 x 8 B + masks 16 B + row factors 256 B + 14 mbarriers + the TMEM address = 231824 B
+// of 232448 (v4: 208272 B).
 //
 // Torch-free. Included by sparse_mla_decode.cuh under __CUDACC__.
 #pragma once
@@ -385,8 +386,9 @@ __global__ void __maxnreg__(kMaxRegs) sparse_mla_decode_kernel(const __grid_cons
         for (int kk = 0; kk < kTile / 16; ++kk) {
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            umma(tmem + 64u * uint32_t(c), umma_desc(kt + uint32_t(2 * c) * kBlockBytes + uint32_t(kk) * 2048u, kBlockBytes),
-                 umma_desc(p_smem + uint32_t(kk) * 32u, 16u), kIdescPv, (j > 0 || kk > 0) ? 1u : 0u);
+            const uint32_t v = kt + uint32_t(2 * c) * kBlockBytes + uint32_t(kk) * 2048u;  // V^T chunk c
+            umma(tmem + 64u * uint32_t(c), umma_desc(v, kBlockBytes), umma_desc(p_smem + uint32_t(kk) * 32u, 16u),
+                 kIdescPv, (j > 0 || kk > 0) ? 1u : 0u);
           }
           if (kk == 1) {
             umma_commit(bar(kEmpty + 2 * st));  // tokens 0-31 of this buffer read
