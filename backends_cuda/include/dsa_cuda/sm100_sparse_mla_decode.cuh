@@ -94,6 +94,7 @@
 #include <cstdint>
 
 #include "common_launch.cuh"
+#include "smxx_mbarrier.cuh"
 #include "smxx_sparse_mla_decode.cuh"
 
 // tcgen05 device code: the arch-specific Blackwell datacenter targets whose PTX has tcgen05.
@@ -162,24 +163,9 @@ __device__ __forceinline__ uint64_t umma_desc(uint32_t addr, uint32_t lbo) {
          (uint64_t(1) << 46) | (uint64_t(2) << 61);
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
+using smxx::mbar_arrive;  // smxx_mbarrier.cuh
+using smxx::mbar_init;
+using smxx::mbar_wait;
 
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

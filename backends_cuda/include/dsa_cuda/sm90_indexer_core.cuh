@@ -27,6 +27,8 @@
 
 #include <cstdint>
 
+#include "smxx_mbarrier.cuh"
+
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DSA_SM90_INDEXER_DEVICE 1
 #else
@@ -99,24 +101,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
+using smxx::mbar_arrive;  // smxx_mbarrier.cuh
+using smxx::mbar_init;
+using smxx::mbar_wait;
 
 // The stage ring's mbarriers: `full` (kFullArrivals arrivals: 32 for a producer warp's cp.async, 1 for
 // a bulk copy's expect_tx arrival) and `empty` (the math threads arrive), 8 bytes apart each. Ends with
