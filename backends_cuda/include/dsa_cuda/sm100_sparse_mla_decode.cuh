@@ -247,26 +247,13 @@ __global__ void __maxnreg__(kMaxRegs) sparse_mla_decode_kernel(const __grid_cons
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
-  const int32_t hb = int32_t(blockIdx.x % uint32_t(a.head_blocks));
-  const int32_t rest = int32_t(blockIdx.x / uint32_t(a.head_blocks));
-  const int32_t split = rest % a.splits;
-  const int32_t bi = rest / a.splits;
-  const int32_t b = bi / a.s_q;
-  const int32_t i = bi - b * a.s_q;
-  const int32_t prog = bi * a.head_blocks + hb;  // (query token, head block)
+  const auto [hb, split, b, i, prog] = cta_work(a);
 
   pdl_wait();
   pdl_launch_dependents();
 
-  int32_t n_end = a.topk;
-  if (a.lens != nullptr) {
-    n_end = min(max(__ldg(a.lens + int64_t(b) * a.lens_stride), 0), a.topk);
-  }
-  const int32_t tiles = (n_end + kTile - 1) / kTile;
-  const int32_t t0 = split * a.tiles_per_split;
-  const int32_t t1 = min(t0 + a.tiles_per_split, tiles);
+  const auto [n_end, t0, t1, idx_row] = cta_span(a, b, i, split);
   const int32_t n = max(t1 - t0, 0);  // this split's tiles
-  const int32_t* idx_row = a.idx + int64_t(b) * a.i_sb + int64_t(i) * a.i_ss;
 
   if (tid < kLoaders) {
     stage_q<kV4, kLoaders>(a, q_smem, b, i, hb, tid);

@@ -116,6 +116,37 @@ struct CombineArgs {
 
 #if DSA_SMXX_MLA_DEVICE
 
+// This CTA's work on the 1-D grid ((b * s_q + i) * splits + split) * head_blocks + hb: query token (b, i),
+// head block hb, split; prog = the (query token, head block) pair.
+struct CtaWork {
+  int32_t hb, split, b, i, prog;
+};
+__device__ __forceinline__ CtaWork cta_work(const KernelArgs& a) {
+  const int32_t hb = int32_t(blockIdx.x % uint32_t(a.head_blocks));
+  const int32_t rest = int32_t(blockIdx.x / uint32_t(a.head_blocks));
+  const int32_t split = rest % a.splits;
+  const int32_t bi = rest / a.splits;
+  const int32_t b = bi / a.s_q;
+  const int32_t i = bi - b * a.s_q;
+  return CtaWork{hb, split, b, i, bi * a.head_blocks + hb};
+}
+
+// The split's tiles [t0, t1) of the token's first n_end positions (topk_lens[b] clipped), and the token's
+// index row. Reads topk_lens: call after pdl_wait.
+struct CtaSpan {
+  int32_t n_end, t0, t1;
+  const int32_t* idx_row;
+};
+__device__ __forceinline__ CtaSpan cta_span(const KernelArgs& a, int32_t b, int32_t i, int32_t split) {
+  int32_t n_end = a.topk;
+  if (a.lens != nullptr) {
+    n_end = min(max(__ldg(a.lens + int64_t(b) * a.lens_stride), 0), a.topk);
+  }
+  const int32_t tiles = (n_end + kTile - 1) / kTile;
+  const int32_t t0 = split * a.tiles_per_split;
+  return CtaSpan{n_end, t0, min(t0 + a.tiles_per_split, tiles), a.idx + int64_t(b) * a.i_sb + int64_t(i) * a.i_ss};
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
