@@ -377,8 +377,8 @@ DENSE_SWEEP = [(4096, 32768, 64, "full"), (4096, 32768, 64, "causal"), (4096, 13
 @pytest.mark.skipif(os.environ.get("DSA_BENCH_SWEEP") != "1", reason="DSA_BENCH_SWEEP=1 runs it")
 @pytest.mark.parametrize("case", DENSE_SWEEP, ids=lambda c: f"T{c[0]}-N{c[1]}-H{c[2]}-{c[3]}")
 def test_dense_config_sweep(bench, case):
-    """The CUDA dense kernel's configs in the default mode (fp8 MMAs): 0 (the default) and TMA (TMA key
-    tiles, A from shared memory, 4 math warpgroups; providers_indexer.TMA), beside DeepGEMM; one row
+    """The CUDA dense kernel's configs in the default mode (fp8 MMAs): 0 (the default), TMA (TMA key
+    tiles, A from shared memory, 4 math warpgroups) and TMA3 (the same with 3), beside DeepGEMM; one row
     each, with each config's largest difference from config 0's scores over the row's max |score| (both
     are fp8-MMA scores: each within 1e-3 of the exact row max, so at most 2e-3 apart). About 1 min."""
     from dsa_ops.backends.cuda import providers_indexer as pi
@@ -401,7 +401,7 @@ def test_dense_config_sweep(bench, case):
     rmax = torch.where(vis, ref, 0).abs().amax(dim=1).clamp_min(1e-30)
     out = torch.empty_like(ref)
     print(f"\n  dense sweep {case}: deepgemm {'-' if dg_us is None else f'{dg_us:.1f} us'}")
-    for config in (0, pi.TMA):
+    for config in (0, pi.TMA, pi.TMA3):
         fn = lambda c=config: pi.run(*args, True, False, config=c, out=out)  # noqa: E731
         fn()
         torch.cuda.synchronize()

@@ -271,35 +271,38 @@ def test_indexer_logits_negative_scales(backend, h, precise):
     _check_mode(out, ref_dense(q, kv, s, w, ks, ke, True), precise, args=(q, kv, s, w, ks, ke))
 
 
-# The TMA variant of the CUDA dense kernel (providers_indexer.TMA, IndexerLogitsParams::config 1; not the
-# op's path): fp8 operands with fp8 MMAs only, checked against the default mode's bound on every dense
+# The TMA variant of the CUDA dense kernel (IndexerLogitsParams::config 1: 4 math warpgroups, 2: 3; not
+# the op's path): fp8 operands with fp8 MMAs only, checked against the default mode's bound on every dense
 # case; for bf16 operands or precise=True the launcher must refuse it by name. Always into a poisoned
 # output with clean=True: every element written.
+TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
 
 
-def _tma(args, precise, out, clean=True):
+def _tma(args, precise, out, config, clean=True):
     from dsa_ops.backends.cuda import providers_indexer as pi
 
-    return pi.run(*args, clean, precise, config=pi.TMA, out=out)
+    return pi.run(*args, clean, precise, config=config, out=out)
 
 
+@pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
 @pytest.mark.parametrize("case", DENSE_CASES, ids=_ids)
-def test_indexer_logits_tma_variant(case, precise):
+def test_indexer_logits_tma_variant(case, precise, config):
     t, n, h, dtype, windows = case
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
     if dtype != FP8 or precise:
-        with pytest.raises(RuntimeError, match="config 1"):
-            _tma(args, precise, out)
+        with pytest.raises(RuntimeError, match="configs 1 and 2"):
+            _tma(args, precise, out, config)
         return
-    _tma(args, precise, out)
+    _tma(args, precise, out, config)
     torch.cuda.synchronize()
     _check_default(out, _ref_dense_cached(case, args), args=args)
 
 
+@pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
-def test_indexer_logits_tma_variant_strided_signed_unclean(h):
+def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
     both signs and zeros (the signed epilogue), then clean=False (only the windows compared)."""
     t, n, d = 333, 2999, 128
@@ -315,10 +318,10 @@ def test_indexer_logits_tma_variant_strided_signed_unclean(h):
     args = (q, kv, s, w, ks, ke)
     ref = ref_dense(*args, True)
     out = torch.full((t, n), POISON, device="cuda")
-    _tma(args, False, out)
+    _tma(args, False, out, config)
     _check_default(out, ref, args=args)
     unclean = torch.full((t, n), POISON, device="cuda")
-    _tma(args, False, unclean, clean=False)
+    _tma(args, False, unclean, config, clean=False)
     vis = torch.isfinite(ref)
     assert torch.equal(unclean[vis], out[vis])  # the same kernel arithmetic inside the windows
 

@@ -38,11 +38,12 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// config 1: the keys as a [N, 128] byte tensor for TMA, box [256 rows, 128 bytes] with the 128-byte
-// swizzle (the wgmma descriptor's K-major layout), rows past N zero-filled. Encoded on every launch
-// (host work, no device call); the map travels as a kernel parameter.
+// configs 1 and 2: the keys as a [N, 128] byte tensor for TMA, box [64 x kWgs rows, 128 bytes] with the
+// 128-byte swizzle (the wgmma descriptor's K-major layout), rows past N zero-filled. Encoded on every
+// launch (host work, no device call); the map travels as a kernel parameter.
+template <int kWgs>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
-  using C = k::TmaCfg;
+  using C = k::TmaCfg<kWgs>;
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) {
     return cudaErrorNotSupported;
@@ -60,11 +61,11 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   }
   const dim3 block(C::kThreads);
   if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_kernel<64>>(dim3(unsigned(grid)), block, C::kSmemBytes, stream,
-                                                              map, a);
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                    stream, map, a);
   }
-  return launch_pdl_smem<&k::indexer_logits_tma_kernel<32>>(dim3(unsigned(grid)), block, C::kSmemBytes, stream,
-                                                            map, a);
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                  stream, map, a);
 }
 
 }  // namespace
@@ -92,11 +93,11 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config != 0 && p.config != 1) {
-    return "the CUDA indexer kernel's config is 0 (default) or 1 (TMA key tiles)";
+  if (p.config < 0 || p.config > 2) {
+    return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups)";
   }
-  if (p.config == 1 && (p.dtype != IndexerDtype::kFp8E4m3 || !p.fp8_mma)) {
-    return "config 1 (TMA key tiles, A from shared memory) takes fp8 operands with fp8 MMAs (precise=False)";
+  if (p.config != 0 && (p.dtype != IndexerDtype::kFp8E4m3 || !p.fp8_mma)) {
+    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False)";
   }
   return nullptr;
 }
@@ -119,9 +120,10 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
-  const bool tma = p.config == 1;
-  // 128 keys a stage in every mode of config 0, 256 in config 1.
-  const int64_t tile_keys = tma ? k::TmaCfg::kTileKeys : k::Cfg<k::kFp8Mma>::kTileKeys;
+  // 128 keys a stage in every mode of config 0, 256 in config 1, 192 in config 2.
+  const int64_t tile_keys = p.config == 1   ? k::TmaCfg<4>::kTileKeys
+                            : p.config == 2 ? k::TmaCfg<3>::kTileKeys
+                                            : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
   // have several (load balance) when the rows alone do not give that.
@@ -158,8 +160,8 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.clean = p.clean;
   const int grid = int(std::min<int64_t>(items, sms));
 
-  if (tma) {
-    return launch_tma(a, p.heads, grid, stream);
+  if (p.config != 0) {
+    return p.config == 1 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
   }
   if (p.dtype == IndexerDtype::kBf16) {
     return launch_mode<k::kBf16>(a, p.heads, grid, stream);

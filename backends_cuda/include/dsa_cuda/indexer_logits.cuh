@@ -45,8 +45,8 @@ struct IndexerLogitsParams {
   bool fp8_mma;
   bool clean;  // write -inf outside the windows
   // Kernel variant: 0 the default (sm90_indexer_logits.cuh); 1 TMA key tiles, wgmma with A from shared
-  // memory, 4 math warpgroups (sm90_indexer_logits_tma.cuh; fp8 operands with fp8_mma only; compiled,
-  // not run).
+  // memory, 4 math warpgroups; 2 the same with 3 (sm90_indexer_logits_tma.cuh; fp8 operands with fp8_mma
+  // only; compiled, not run).
   int32_t config = 0;
 };
 

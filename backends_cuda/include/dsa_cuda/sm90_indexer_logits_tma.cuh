@@ -1,5 +1,6 @@
-// dsa.indexer_logits on Hopper (sm_90a), TMA variant: IndexerLogitsParams::config = 1, fp8 operands in
-// the fp8-MMA mode only. Compiled, not run. The default path (config 0) is sm90_indexer_logits.cuh.
+// dsa.indexer_logits on Hopper (sm_90a), TMA variant: IndexerLogitsParams::config 1 (2: 3 math
+// warpgroups), fp8 operands in the fp8-MMA mode only. Compiled, not run. The default path (config 0) is
+// sm90_indexer_logits.cuh.
 //
 // Same items, windows, tile skipping, epilogue and stores as the default kernel; what differs is how a
 // key tile reaches the tensor cores and how many warpgroups share an SM:
@@ -20,7 +21,8 @@
 //
 // Registers: 640 threads start at 96 (the launch bound), so the CTA's setmaxnreg pool is 61440;
 // 128 x 32 + 512 x 112 = 61440. A producer at 40 would leave 104 a math thread, while the 64
-// accumulators and 32 weights alone take 96.
+// accumulators and 32 weights alone take 96. Config 2 is the same kernel with 3 math warpgroups (192-key
+// stages, producer 40, math 152), for the sweep.
 //
 // Torch-free. Included by indexer_logits.cuh under __CUDACC__.
 #pragma once
@@ -37,24 +39,29 @@
 namespace dsa_cuda {
 namespace sm90_indexer {
 
+// kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
+// fourth warpgroup's worth apart from TMA's in one sweep).
+template <int kWgs_>
 struct TmaCfg {
-  static constexpr int kWgs = 4;                       // math warpgroups
+  static constexpr int kWgs = kWgs_;
+  static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
   static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
   static constexpr int kRowBytes = kDim;               // e4m3 key row: the box's 128-byte inner extent
-  static constexpr int kStageBytes = kTileKeys * kRowBytes;
-  static constexpr int kStages = 6;                    // 6 x 32 KB + Q 16 KB: 7 would pass 227 KB
+  static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
+  static constexpr int kStages = kWgs == 4 ? 6 : 8;    // 6 x 32 KB or 8 x 24 KB, + Q 16 KB: one more passes 227 KB
   static constexpr int kQBytes = kN * kDim;
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
-  static constexpr int kLaunchRegs = 96;               // 65536 / 640, rounded down to a multiple of 8
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kMathRegs = 112;
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
+  // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
+  // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
+  static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
+  static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
+  static_assert(128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg asks for more registers than the CTA starts with");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
-static_assert(128 * TmaCfg::kProducerRegs + TmaCfg::kMathThreads * TmaCfg::kMathRegs <=
-                  TmaCfg::kThreads * TmaCfg::kLaunchRegs,
-              "setmaxnreg asks for more registers than the CTA starts with");
-static_assert(TmaCfg::kSmemBytes <= 227 * 1024, "shared memory");
 
 #if DSA_SM90_INDEXER_DEVICE
 
@@ -126,22 +133,20 @@ __device__ __forceinline__ void mma_tile_ss(float (&acc)[64], uint64_t a_desc, u
 }
 
 // The item's Q tile as the MMA's B: row n = r * H + h, 128 bytes in natural D order (A is not
-// permuted here: the tensor core reads the keys as TMA stored them), 128-byte swizzle. Math thread t
-// copies 16-byte chunks 2 (t % 4) and 2 (t % 4) + 1 of row t / 4.
-template <int kHeads>
+// permuted here: the tensor core reads the keys as TMA stored them), 128-byte swizzle. The math threads
+// copy its 1024 16-byte chunks in turn (i: row i / 8, chunk i % 8).
+template <int kHeads, int kMathThreads>
 __device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row0, uint32_t q_smem) {
-  const int tid = threadIdx.x;
-  const int n = tid >> 2;
-  const int j = (tid & 3) * 2;
-  const int64_t row = row0 + n / kHeads;
-  uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
-  if (row < a.rows) {
-    const uint4* src = reinterpret_cast<const uint4*>(a.q + row * a.q_row_stride + (n % kHeads) * a.q_head_stride) + j;
-    x0 = __ldg(src);
-    x1 = __ldg(src + 1);
+  for (int i = threadIdx.x; i < kN * 8; i += kMathThreads) {
+    const int n = i >> 3;
+    const int j = i & 7;
+    const int64_t row = row0 + n / kHeads;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (row < a.rows) {
+      x = __ldg(reinterpret_cast<const uint4*>(a.q + row * a.q_row_stride + (n % kHeads) * a.q_head_stride) + j);
+    }
+    sts128(q_smem + n * 128 + ((j ^ (n & 7)) << 4), x);
   }
-  sts128(q_smem + n * 128 + ((j ^ (n & 7)) << 4), x0);
-  sts128(q_smem + n * 128 + (((j + 1) ^ (n & 7)) << 4), x1);
 }
 
 // ItemCursor without its two steps: they are recomputed per item (two divisions an item of up to 64
@@ -166,10 +171,10 @@ struct LeanCursor {
 };
 
 // One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage.
-template <int kHeads>
+template <int kWgs, int kHeads>
 __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
                                              uint32_t full, uint32_t empty) {
-  using C = TmaCfg;
+  using C = TmaCfg<kWgs>;
   constexpr int kRows = kN / kHeads;
   uint32_t it = 0;
   for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
@@ -187,13 +192,13 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-// kv_map: the keys as a [N, 128] uint8 tensor, box [256 rows, 128 bytes], 128-byte swizzle, zero fill
-// (the launcher builds it).
-template <int kHeads>
-__global__ void __launch_bounds__(TmaCfg::kThreads, 1)
+// kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
+// swizzle, zero fill (the launcher builds it).
+template <int kWgs, int kHeads>
+__global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  using C = TmaCfg;
+  using C = TmaCfg<kWgs>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
@@ -214,7 +219,7 @@ __global__ void __launch_bounds__(TmaCfg::kThreads, 1)
     setmaxnreg_dec<C::kProducerRegs>();
     if (threadIdx.x == kMathThreads) {
       prefetch_tensormap(&kv_map);
-      tma_producer<kHeads>(a, &kv_map, stages, full, empty);
+      tma_producer<kWgs, kHeads>(a, &kv_map, stages, full, empty);
     }
     return;
   }
@@ -236,7 +241,7 @@ __global__ void __launch_bounds__(TmaCfg::kThreads, 1)
   for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
     const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
-    stage_q_natural<kHeads>(a, t.row0, q_smem);
+    stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
 #pragma unroll
