@@ -276,6 +276,7 @@ def test_indexer_logits_negative_scales(backend, h, precise):
 # case; for bf16 operands or precise=True the launcher must refuse it by name. Always into a poisoned
 # output with clean=True: every element written.
 TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
+TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
 
 
 def _tma(args, precise, out, config, clean=True):
@@ -286,7 +287,7 @@ def _tma(args, precise, out, config, clean=True):
 
 @pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
-@pytest.mark.parametrize("case", DENSE_CASES, ids=_ids)
+@pytest.mark.parametrize("case", DENSE_CASES + TMA_SMALL_CASES, ids=_ids)
 def test_indexer_logits_tma_variant(case, precise, config):
     t, n, h, dtype, windows = case
     args = _dense(t, n, h, dtype, windows)
