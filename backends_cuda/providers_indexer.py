@@ -1,7 +1,10 @@
 """CUDA C++ provider of dsa.indexer_logits (kernel: include/dsa_cuda/sm90_indexer_logits.cuh, Hopper only).
 
-Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, out)``
-with ``fp8_mma = not precise`` (the op's argument is the only switch).
+Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, config, out)``
+with ``fp8_mma = not precise`` (the op's argument is the only switch the op uses). ``config`` picks the
+kernel variant for tests and sweeps: 0 (the default, the measured kernel), TMA (1: TMA key tiles, wgmma
+with A from shared memory, 4 math warpgroups) or TMA3 (2: the same with 3); TMA and TMA3 take fp8 operands
+with precise=False only (compiled, not run).
 
 fp8 operands: precise=False (the op's default) feeds e4m3 to the fp8 tensor cores: twice the fp16
 rate, but Hopper keeps only ~14 mantissa bits while accumulating their products (the op's 1e-3 of the
@@ -22,11 +25,13 @@ OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128  # keys of a pipeline stage
+TMA, TMA3 = 1, 2  # configs of the TMA variant, 4 and 3 math warpgroups (IndexerLogitsParams::config)
 
 
-def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, out=None):
+def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, out=None):
     """The op's arguments in schema order (validated by the op), into `out` when given (else a new
-    float32 [T, N] tensor)."""
+    float32 [T, N] tensor); `config` 0 (the default kernel), TMA or TMA3 (tests and sweeps; the launcher
+    refuses them, by name, for bf16 operands or precise=True)."""
     global _fn
     fn = _fn
     if fn is None:
@@ -35,7 +40,7 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, out=None):
         fn = _fn = op(_KERNEL, q.device)
     if out is None:
         out = torch.empty((q.shape[0], kv.shape[0]), dtype=torch.float32, device=q.device)
-    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), not precise, out)
+    fn(q, kv, kv_scale, weights, ks, ke, bool(clean), not precise, int(config), out)
     return out
 
 

@@ -271,6 +271,62 @@ def test_indexer_logits_negative_scales(backend, h, precise):
     _check_mode(out, ref_dense(q, kv, s, w, ks, ke, True), precise, args=(q, kv, s, w, ks, ke))
 
 
+# The TMA variant of the CUDA dense kernel (IndexerLogitsParams::config 1: 4 math warpgroups, 2: 3; not
+# the op's path): fp8 operands with fp8 MMAs only, checked against the default mode's bound on every dense
+# case; for bf16 operands or precise=True the launcher must refuse it by name. Always into a poisoned
+# output with clean=True: every element written.
+TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
+TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
+
+
+def _tma(args, precise, out, config, clean=True):
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    return pi.run(*args, clean, precise, config=config, out=out)
+
+
+@pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
+@pytest.mark.parametrize("case", DENSE_CASES + TMA_SMALL_CASES, ids=_ids)
+def test_indexer_logits_tma_variant(case, precise, config):
+    t, n, h, dtype, windows = case
+    args = _dense(t, n, h, dtype, windows)
+    out = torch.full((t, n), POISON, device="cuda")
+    if dtype != FP8 or precise:
+        with pytest.raises(RuntimeError, match="configs 1 and 2"):
+            _tma(args, precise, out, config)
+        return
+    _tma(args, precise, out, config)
+    torch.cuda.synchronize()
+    _check_default(out, _ref_dense_cached(case, args), args=args)
+
+
+@pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("h", [64, 32])
+def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
+    """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
+    both signs and zeros (the signed epilogue), then clean=False (only the windows compared)."""
+    t, n, d = 333, 2999, 128
+    q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=11)
+    q_wide = torch.zeros(t, h, 2 * d, dtype=FP8, device="cuda")
+    q_wide[:, :, :d] = q
+    kv_wide = torch.zeros(n, 3 * d, dtype=FP8, device="cuda")
+    kv_wide[:, d:2 * d] = kv
+    q, kv = q_wide[:, :, :d], kv_wide[:, d:2 * d]
+    s = s * torch.where(torch.arange(n, device="cuda") % 3 == 0, -1.0, 1.0)
+    s[7::50] = 0.0
+    s[5::50] = -0.0
+    args = (q, kv, s, w, ks, ke)
+    ref = ref_dense(*args, True)
+    out = torch.full((t, n), POISON, device="cuda")
+    _tma(args, False, out, config)
+    _check_default(out, ref, args=args)
+    unclean = torch.full((t, n), POISON, device="cuda")
+    _tma(args, False, unclean, config, clean=False)
+    vis = torch.isfinite(ref)
+    assert torch.equal(unclean[vis], out[vis])  # the same kernel arithmetic inside the windows
+
+
 @pytest.mark.parametrize("widen", [True, False], ids=["widened", "in-loop"])
 @pytest.mark.parametrize("h", [64, 32])
 def test_triton_fp8_paths(h, widen):

@@ -6,6 +6,8 @@ Inputs as benchmarks/bench_indexer_logits.py builds them (4096 rows, H 64, D 128
         --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
         python3 tools/profile_indexer_logits.py cuda 32768
 
+`cuda-tma` and `cuda-tma3` run the CUDA kernel's TMA variant with 4 and 3 math warpgroups
+(providers_indexer.TMA, TMA3; compiled, not run when added).
 `deepgemm` needs .peer/deep_gemm (unpacked from .peer/deep_gemm.tar.xz).
 """
 
@@ -27,10 +29,11 @@ def main(which: str, keys: int, heads: int = 64) -> None:
         if dg is None:
             raise SystemExit(why)
         fn = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, keys, None)  # noqa: E731
-    elif which == "cuda":
+    elif which in ("cuda", "cuda-tma", "cuda-tma3"):
         from dsa_ops.backends.cuda import providers_indexer as pi
 
-        fn = lambda: pi.run(q, kv, s, w, ks, ke, True, False)  # noqa: E731
+        config = {"cuda": 0, "cuda-tma": pi.TMA, "cuda-tma3": pi.TMA3}[which]
+        fn = lambda: pi.run(q, kv, s, w, ks, ke, True, False, config=config)  # noqa: E731
     else:
         from dsa_ops.backends.triton import indexer_logits as il
 

@@ -1,5 +1,6 @@
-"""Runs the CUDA indexer_logits kernel once per mode on small shapes, then the Triton one (kv widened in
-the loop and once before the kernel, with negative scales; bf16), and checks each against the reference.
+"""Runs the CUDA indexer_logits kernel once per mode on small shapes (and its TMA variant, configs 1 and 2), then
+the Triton one (kv widened in the loop and once before the kernel, with negative scales; bf16), and checks
+each against the reference.
 
 Plain: a quick smoke test that prints each mode's error (max |out - ref| / row norm). Under
 compute-sanitizer (memcheck, racecheck) it is the small shape the sanitizer walks:
@@ -46,6 +47,11 @@ for h in (64, 32):
         pi.run(*args, True, precise, out=out)
         score_error(f"cuda H{h} {str(dtype).split('.')[-1]} precise={precise}", out, reference(*args, True),
                     dtype == FP8 and not precise, failed)
+for h, config in ((64, pi.TMA), (32, pi.TMA), (64, pi.TMA3), (32, pi.TMA3)):  # fp8 MMAs only; signed scales
+    args = inputs(h, FP8, signed_scales=True)
+    out = torch.full((args[0].shape[0], args[1].shape[0]), 12345.0, device="cuda")
+    pi.run(*args, True, False, config=config, out=out)
+    score_error(f"cuda H{h} float8_e4m3fn precise=False config={config}", out, reference(*args, True), True, failed)
 for h in (64, 32):
     for dtype, widen_from in ((FP8, 1 << 62), (FP8, 0), (torch.bfloat16, 0)):
         args = inputs(h, dtype, signed_scales=True)

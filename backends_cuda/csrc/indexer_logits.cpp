@@ -20,7 +20,7 @@ using torch::headeronly::ScalarType;
 constexpr const char* kOp = "dsa_cuda.indexer_logits_out";
 
 void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Tensor weights, Tensor ks, Tensor ke,
-                        bool clean, bool fp8_mma, Tensor out) {
+                        bool clean, bool fp8_mma, int64_t config, Tensor out) {
   STD_TORCH_CHECK(q.dim() == 3 && q.is_cuda() && unit_last_stride(q), kOp,
                   ": `q` must be a [T, H, D] CUDA tensor with unit last stride");
   const int32_t device = q.get_device_index();
@@ -75,6 +75,9 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
   p.dtype = fp8 ? dsa_cuda::IndexerDtype::kFp8E4m3 : dsa_cuda::IndexerDtype::kBf16;
   p.fp8_mma = fp8_mma;
   p.clean = clean;
+  STD_TORCH_CHECK(config >= 0 && config <= 2, kOp,
+                  ": `config` must be 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), got ", config);
+  p.config = static_cast<int32_t>(config);
   if (t == 0 || n == 0) {
     return;
   }
@@ -94,7 +97,7 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "indexer_logits_out(Tensor q, Tensor kv, Tensor? kv_scale, Tensor weights, Tensor ks, Tensor ke, "
-      "bool clean, bool fp8_mma, Tensor(a!) out) -> ()");
+      "bool clean, bool fp8_mma, int config, Tensor(a!) out) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {

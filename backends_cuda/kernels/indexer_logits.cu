@@ -21,6 +21,53 @@ cudaError_t launch_mode(const k::KernelArgs& a, int64_t heads, int grid, cudaStr
   return heads == 64 ? launch<kMode, 64>(a, grid, stream) : launch<kMode, 32>(a, grid, stream);
 }
 
+// cuTensorMapEncodeTiled, reached through cudart as common_launch.cuh reaches cuLaunchKernelEx (the
+// library does not link the driver); nullptr where the driver does not give it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// configs 1 and 2: the keys as a [N, 128] byte tensor for TMA, box [64 x kWgs rows, 128 bytes] with the
+// 128-byte swizzle (the wgmma descriptor's K-major layout), rows past N zero-filled. Encoded on every
+// launch (host work, no device call); the map travels as a kernel parameter.
+template <int kWgs>
+cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
+  using C = k::TmaCfg<kWgs>;
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) {
+    return cudaErrorNotSupported;
+  }
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k::kDim), cuuint64_t(a.keys)};
+  const cuuint64_t strides[1] = {cuuint64_t(a.kv_row_stride)};  // bytes; a multiple of 16 (checked)
+  const cuuint32_t box[2] = {cuuint32_t(C::kRowBytes), cuuint32_t(C::kTileKeys)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.kv), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 block(C::kThreads);
+  if (heads == 64) {
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                    stream, map, a);
+  }
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                  stream, map, a);
+}
+
 }  // namespace
 
 const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
@@ -46,6 +93,12 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
+  if (p.config < 0 || p.config > 2) {
+    return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups)";
+  }
+  if (p.config != 0 && (p.dtype != IndexerDtype::kFp8E4m3 || !p.fp8_mma)) {
+    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False)";
+  }
   return nullptr;
 }
 
@@ -67,11 +120,15 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
-  const int64_t tile_keys = k::Cfg<k::kFp8Mma>::kTileKeys;  // the same in every mode
+  // 128 keys a stage in every mode of config 0, 256 in config 1, 192 in config 2.
+  const int64_t tile_keys = p.config == 1   ? k::TmaCfg<4>::kTileKeys
+                            : p.config == 2 ? k::TmaCfg<3>::kTileKeys
+                                            : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
-  // Chunks of at most kMaxChunkTiles tiles (bounded Q reloads), and enough items for every SM to have
-  // several (load balance) when the rows alone do not give that.
-  int64_t chunks = (key_tiles + k::kMaxChunkTiles - 1) / k::kMaxChunkTiles;
+  // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
+  // have several (load balance) when the rows alone do not give that.
+  const int64_t max_chunk_tiles = k::kMaxChunkTiles * 128 / tile_keys;
+  int64_t chunks = (key_tiles + max_chunk_tiles - 1) / max_chunk_tiles;
   chunks = std::max(chunks, std::min(key_tiles, (8 * int64_t(sms) + row_blocks - 1) / row_blocks));
   const int64_t chunk_tiles = (key_tiles + chunks - 1) / chunks;
   chunks = (key_tiles + chunk_tiles - 1) / chunk_tiles;
@@ -103,6 +160,9 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.clean = p.clean;
   const int grid = int(std::min<int64_t>(items, sms));
 
+  if (p.config != 0) {
+    return p.config == 1 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
+  }
   if (p.dtype == IndexerDtype::kBf16) {
     return launch_mode<k::kBf16>(a, p.heads, grid, stream);
   }

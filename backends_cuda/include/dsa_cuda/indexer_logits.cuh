@@ -44,6 +44,10 @@ struct IndexerLogitsParams {
   // in registers (exact) and use the fp16 tensor cores with fp32 accumulation.
   bool fp8_mma;
   bool clean;  // write -inf outside the windows
+  // Kernel variant: 0 the default (sm90_indexer_logits.cuh); 1 TMA key tiles, wgmma with A from shared
+  // memory, 4 math warpgroups; 2 the same with 3 (sm90_indexer_logits_tma.cuh; fp8 operands with fp8_mma
+  // only; compiled, not run).
+  int32_t config = 0;
 };
 
 // Why the shape cannot run (nullptr when it can): the launcher's own limits.
@@ -57,4 +61,5 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& params, cudaStream_
 
 #ifdef __CUDACC__
 #include "sm90_indexer_logits.cuh"
+#include "sm90_indexer_logits_tma.cuh"
 #endif

@@ -1,0 +1,315 @@
+// dsa.indexer_logits on Hopper (sm_90a), TMA variant: IndexerLogitsParams::config 1 (2: 3 math
+// warpgroups), fp8 operands in the fp8-MMA mode only. Compiled, not run. The default path (config 0) is
+// sm90_indexer_logits.cuh.
+//
+// Same items, windows, tile skipping, epilogue and stores as the default kernel; what differs is how a
+// key tile reaches the tensor cores and how many warpgroups share an SM:
+// - Producer warpgroup (setmaxnreg down to 32): one thread issues one TMA copy
+//   (cp.async.bulk.tensor.2d) of a 256-key x 128-byte box a stage, 128-byte swizzle, after expect_tx
+//   on the stage's full mbarrier. Rows past N are zero-filled by the TMA unit (no tail path).
+// - 4 math warpgroups (setmaxnreg up to 112): warpgroup w takes keys [64w, 64w + 64) of the stage as the
+//   MMA's A through a shared-memory descriptor (wgmma SS: the box lands in the K-major 128-byte-swizzle
+//   layout the descriptor reads), Q as B in natural D order; one arrival a warp releases the stage once
+//   its MMAs complete. The item's weights and windows stay in registers.
+//
+// Why (docs/design_indexer.md): the default kernel is 1.26-1.47x DeepGEMM's time on the H200 (fp8, 4096
+// rows, H 64); ncu: 9 warps an SM, IPC 1.80, 43.5% of issue slots, against DeepGEMM's 17 warps (TMA
+// producer + 4 math warpgroups), IPC 2.22. The 3-4 warpgroup variants measured before were 1.33-1.45x
+// slower with one cp.async warp filling 192-256-key stages and the weights and windows read from shared
+// memory every tile; here the copy is one instruction a stage and nothing per tile comes from shared
+// memory but the MMA operands.
+//
+// Registers: 640 threads start at 96 (the launch bound), so the CTA's setmaxnreg pool is 61440;
+// 128 x 32 + 512 x 112 = 61440. A producer at 40 would leave 104 a math thread, while the 64
+// accumulators and 32 weights alone take 96. Config 2 is the same kernel with 3 math warpgroups (192-key
+// stages, producer 40, math 152), for the sweep.
+//
+// Torch-free. Included by indexer_logits.cuh under __CUDACC__.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common_launch.cuh"
+#include "sm90_indexer_core.cuh"
+#include "sm90_indexer_logits.cuh"
+
+namespace dsa_cuda {
+namespace sm90_indexer {
+
+// kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
+// fourth warpgroup's worth apart from TMA's in one sweep).
+template <int kWgs_>
+struct TmaCfg {
+  static constexpr int kWgs = kWgs_;
+  static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
+  static constexpr int kMathThreads = 128 * kWgs;
+  static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
+  static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
+  static constexpr int kRowBytes = kDim;               // e4m3 key row: the box's 128-byte inner extent
+  static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
+  static constexpr int kStages = kWgs == 4 ? 6 : 8;    // 6 x 32 KB or 8 x 24 KB, + Q 16 KB: one more passes 227 KB
+  static constexpr int kQBytes = kN * kDim;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
+  // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
+  // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
+  static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
+  static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
+  static_assert(128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg asks for more registers than the CTA starts with");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+#if DSA_SM90_INDEXER_DEVICE
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// The box of `map` at element coordinates (x, y) into shared memory at dst; its bytes complete on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+__device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// D[64 x 128] (+)= A[64 x 32] * B[32 x 128], e4m3, both operands in shared memory (descriptors);
+// accumulate iff `acc` (0 on a tile's first step zeroes D inside the MMA, as in the core's wgmma_rs).
+__device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
+      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(acc));
+}
+
+// acc = the warpgroup's 64 key rows (descriptor a_desc) times the Q tile (q_desc), both K-major with the
+// 128-byte swizzle and one 128-byte K block, so k-step s starts 32 s bytes in (descriptor + 2 s);
+// returns once the MMAs have completed.
+__device__ __forceinline__ void mma_tile_ss(float (&acc)[64], uint64_t a_desc, uint64_t q_desc) {
+  fence_acc(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < kDim / 32; ++s) {
+    wgmma_ss_e4m3_n128(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  fence_acc(acc);
+}
+
+// The item's Q tile as the MMA's B: row n = r * H + h, 128 bytes in natural D order (A is not
+// permuted here: the tensor core reads the keys as TMA stored them), 128-byte swizzle. The math threads
+// copy its 1024 16-byte chunks in turn (i: row i / 8, chunk i % 8).
+template <int kHeads, int kMathThreads>
+__device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row0, uint32_t q_smem) {
+  for (int i = threadIdx.x; i < kN * 8; i += kMathThreads) {
+    const int n = i >> 3;
+    const int j = i & 7;
+    const int64_t row = row0 + n / kHeads;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (row < a.rows) {
+      x = __ldg(reinterpret_cast<const uint4*>(a.q + row * a.q_row_stride + (n % kHeads) * a.q_head_stride) + j);
+    }
+    sts128(q_smem + n * 128 + ((j ^ (n & 7)) << 4), x);
+  }
+}
+
+// ItemCursor without its two steps: they are recomputed per item (two divisions an item of up to 64
+// tiles), which frees the registers the H 32 instance spilled at 112 (4 bytes).
+struct LeanCursor {
+  int32_t rb, kc;
+  __device__ __forceinline__ explicit LeanCursor(const KernelArgs& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    uint32_t grid;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));  // volatile: not hoisted out of the item loop
+    rb += int32_t(grid % uint32_t(a.row_blocks));
+    kc += int32_t(grid / uint32_t(a.row_blocks));
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
+// One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage.
+template <int kWgs, int kHeads>
+__device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
+                                             uint32_t full, uint32_t empty) {
+  using C = TmaCfg<kWgs>;
+  constexpr int kRows = kN / kHeads;
+  uint32_t it = 0;
+  for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
+    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb, cur.kc);
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      if (it >= uint32_t(C::kStages)) {  // every math warp has finished its MMAs on the previous use
+        mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
+      }
+      mbar_arrive_expect_tx(full + stage * 8, C::kStageBytes);  // a box past N still counts all its bytes
+      tma_load_2d(stages + stage * C::kStageBytes, map, 0, tile * C::kTileKeys, full + stage * 8);
+    }
+  }
+}
+
+#endif  // DSA_SM90_INDEXER_DEVICE
+
+// kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
+// swizzle, zero fill (the launcher builds it).
+template <int kWgs, int kHeads>
+__global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
+    indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
+#if DSA_SM90_INDEXER_DEVICE
+  using C = TmaCfg<kWgs>;
+  constexpr int kTileKeys = C::kTileKeys;
+  constexpr int kMathThreads = C::kMathThreads;
+  constexpr int kRows = kN / kHeads;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_smem = base;
+  const uint32_t stages = base + C::kQBytes;
+  const uint32_t full = stages + C::kStages * C::kStageBytes;
+  const uint32_t empty = full + C::kStages * 8;
+
+  // full: the producer's one expect_tx arrival; empty: one arrival a math warp.
+  init_stage_barriers<C::kStages, kMathThreads / 32, 1>(full, empty);
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int warp = threadIdx.x >> 5;
+  if (warp >= kMathThreads / 32) {
+    setmaxnreg_dec<C::kProducerRegs>();
+    if (threadIdx.x == kMathThreads) {
+      prefetch_tensormap(&kv_map);
+      tma_producer<kWgs, kHeads>(a, &kv_map, stages, full, empty);
+    }
+    return;
+  }
+  setmaxnreg_inc<C::kMathRegs>();
+
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;  // accumulator row within the warp's 16
+  const int c = lane & 3;   // accumulator column pair
+  const int wg = warp >> 2;
+  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a stage
+  const int kr1 = kr0 + 8;
+  const float kNegInf = __int_as_float(int(0xff800000u));
+  const uint64_t q_desc = sw128_desc(q_smem);
+  const uint32_t a_off = uint32_t(wg * kWgKeys * C::kRowBytes);  // the warpgroup's 64 rows: 1024-aligned
+
+  float acc[64];
+  float w[32];
+  uint32_t it = 0;
+  for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
+    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
+    math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
+    stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * i + 2 * c + e;
+        const int64_t row = t.row0 + col / kHeads;
+        w[2 * i + e] =
+            row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
+      }
+    }
+    // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    math_barrier<kMathThreads>();
+
+    if (a.clean) {  // keys of the chunk outside the computed tiles: -inf, no math
+      const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
+      const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t row = t.row0 + r;
+        if (row < a.rows) {
+          float* o = a.out + row * a.out_row_stride;
+          fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
+          fill_neg_inf<kMathThreads>(o, kz, t.k_end);
+        }
+      }
+    }
+
+    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
+      const uint32_t stage = it % C::kStages;
+      const int32_t key0 = tile * kTileKeys;
+      const int32_t key_a = key0 + kr0;
+      const int32_t key_b = key0 + kr1;
+      const float x0 = ldg_early(a.kv_scale + int64_t(min(key_a, a.keys - 1)) * a.kv_scale_stride);
+      const float x1 = ldg_early(a.kv_scale + int64_t(min(key_b, a.keys - 1)) * a.kv_scale_stride);
+      const float s0 = key_a < a.keys ? x0 : 0.f;
+      const float s1 = key_b < a.keys ? x1 : 0.f;
+      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
+      mma_tile_ss(acc, sw128_desc(stages + stage * C::kStageBytes + a_off), q_desc);
+      if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
+        mbar_arrive(empty + stage * 8);
+      }
+      float part[2 * kRows];
+      if (__any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f)) {
+        head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
+      } else {
+        head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
+      }
+      float total[2 * kRows / 4];
+      quad_reduce_scatter<2 * kRows>(part, c, total);
+      // Lane c stores value 4 b + c = kh * kRows + r.
+#pragma unroll
+      for (int b = 0; b < 2 * kRows / 4; ++b) {
+        const int v = 4 * b + c;
+        const int kh = v / kRows;
+        const int r = v % kRows;
+        const int32_t lo = row_value(t.lo, r);
+        const int32_t hi = row_value(t.hi, r);
+        const int64_t row = t.row0 + r;
+        const int32_t key = kh ? key_b : key_a;
+        if (row < a.rows && key < a.keys) {
+          a.out[row * a.out_row_stride + key] = key >= lo && key < hi ? total[b] : kNegInf;
+        }
+      }
+    }
+  }
+#endif  // DSA_SM90_INDEXER_DEVICE
+}
+
+}  // namespace sm90_indexer
+}  // namespace dsa_cuda
