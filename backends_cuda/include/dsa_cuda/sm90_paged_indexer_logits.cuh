@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   };
   if constexpr (kWgProducer) {
     // One branch from the setmaxnreg to the exit: code reached at both register counts made ptxas
-    // spill (40-128 bytes).
+    // spill (8-128 bytes).
     if (warp >= C::kProducerWarp) {
       setmaxnreg_dec<C::kProducerRegs>();  // the producer warpgroup gives its registers away
       if (warp == C::kProducerWarp) {      // the other 3 warps idle
