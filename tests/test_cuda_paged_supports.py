@@ -53,3 +53,17 @@ def test_registered_before_triton():
     assert table["cuda"].supports is ppi.supports and table["cuda"].fn is ppi.run
     assert "triton" in table
     assert registry.AUTO_ORDER.index("cuda") < registry.AUTO_ORDER.index("triton")
+
+
+def test_producer_warpgroup_config():
+    """Config digit 4 (3 math warpgroups fed by a producer warpgroup; compiled, not run) is offered at MMA
+    N = 128 only, in variants() there, and never a default."""
+    assert ppi.make_config(ppi.PRODUCER_WG, ppi.BULK, ppi.BALANCED) == 224
+    for h, next_n, offered in ((64, 1, False), (64, 2, True), (64, 3, True), (32, 1, False), (32, 2, False),
+                               (32, 3, True), (32, 4, True)):
+        assert ppi.producer_warpgroup_offered(h, next_n) is offered
+        assert (224 in ppi.variants(next_n, h)) is offered
+        assert all(c % 10 != 4 for c in ppi.variants(next_n, h)) is not offered
+    assert ppi.variants(2, 64) == [112, 114, 122, 124, 212, 214, 222, 224]
+    with pytest.raises(ValueError, match="math_warpgroups"):
+        ppi.make_config(5)

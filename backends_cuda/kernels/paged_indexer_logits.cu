@@ -9,10 +9,10 @@ namespace {
 
 namespace k = sm90_paged_indexer;
 
-template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk>
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
-  using C = k::Cfg<kMode, kHeads * kRows, kWgs>;
-  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs, kBulk>;
+  using C = k::Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
+  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs, kBulk, kWgProducer>;
   return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
 }
 
@@ -22,39 +22,53 @@ cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
 // 206.0, balanced schedule).
 constexpr bool three_wgs_fit(int heads, int rows) { return heads * rows <= 64; }
 
+// Whether config digit 4 (3 math warpgroups fed by a producer warpgroup, setmaxnreg 40 / 152; compiled,
+// not run) is offered: at MMA N = 128 only, where 3 warpgroups with a producer warp do not fit; at
+// N <= 64 digit 3 already runs 3 math warpgroups.
+constexpr bool producer_wg_offered(int heads, int rows) { return heads * rows == 128; }
+
 template <int kMode, int kHeads, int kRows, bool kBulk>
-cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, int grid, cudaStream_t stream) {
+cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, bool producer_wg, int grid, cudaStream_t stream) {
   if constexpr (three_wgs_fit(kHeads, kRows)) {
-    if (wgs == 3) {
+    if (wgs == 3 && !producer_wg) {
       return launch<kMode, kHeads, kRows, 3, kBulk>(a, grid, stream);
     }
   }
-  return wgs == 2 ? launch<kMode, kHeads, kRows, 2, kBulk>(a, grid, stream) : cudaErrorNotSupported;
+  if constexpr (producer_wg_offered(kHeads, kRows)) {
+    if (wgs == 3 && producer_wg) {
+      return launch<kMode, kHeads, kRows, 3, kBulk, true>(a, grid, stream);
+    }
+  }
+  return wgs == 2 && !producer_wg ? launch<kMode, kHeads, kRows, 2, kBulk>(a, grid, stream) : cudaErrorNotSupported;
 }
 
 // heads, rows and wgs as paged_indexer_logits_unsupported and resolve leave them: H 32 or 64,
-// rows * H <= 128, 2 or 3 warpgroups where three_wgs_fit.
+// rows * H <= 128, 2 or 3 warpgroups where three_wgs_fit, 3 with a producer warpgroup where
+// producer_wg_offered.
 template <int kMode, bool kBulk>
-cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, int grid, cudaStream_t stream) {
+cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, bool producer_wg, int grid,
+                           cudaStream_t stream) {
   if (heads == 64) {
-    return rows == 1 ? launch_wgs<kMode, 64, 1, kBulk>(a, wgs, grid, stream)
-                     : launch_wgs<kMode, 64, 2, kBulk>(a, wgs, grid, stream);
+    return rows == 1 ? launch_wgs<kMode, 64, 1, kBulk>(a, wgs, producer_wg, grid, stream)
+                     : launch_wgs<kMode, 64, 2, kBulk>(a, wgs, producer_wg, grid, stream);
   }
   if (rows == 1) {
-    return launch_wgs<kMode, 32, 1, kBulk>(a, wgs, grid, stream);
+    return launch_wgs<kMode, 32, 1, kBulk>(a, wgs, producer_wg, grid, stream);
   }
-  return rows == 2 ? launch_wgs<kMode, 32, 2, kBulk>(a, wgs, grid, stream)
-                   : launch_wgs<kMode, 32, 4, kBulk>(a, wgs, grid, stream);
+  return rows == 2 ? launch_wgs<kMode, 32, 2, kBulk>(a, wgs, producer_wg, grid, stream)
+                   : launch_wgs<kMode, 32, 4, kBulk>(a, wgs, producer_wg, grid, stream);
 }
 
 // The variant a config runs (PagedIndexerLogitsParams::config), defaults filled in: the one place the
 // defaults are chosen. Measured on the H200, fp8 mode, H 64, 64 x 65536 (docs/design_indexer.md, Paged
 // CUDA kernel), next_n 1: balanced + bulk + 3 warpgroups 141.8 us against 163.9 for chunks + cp.async +
 // 3 (2 warpgroups: 153.4 balanced + bulk); next_n 2 with 2 warpgroups: balanced + bulk 207.1, chunks +
-// cp.async 220.7. Defaults: balanced, bulk, 3 warpgroups where offered (MMA N <= 64), else 2. Only for a
-// valid config (the caller checks).
+// cp.async 220.7. Defaults: balanced, bulk, 3 warpgroups where offered (MMA N <= 64), else 2. Digit 4
+// (3 math warpgroups + a producer warpgroup, N = 128) is a candidate, compiled, not run: never a default.
+// Only for a valid config (the caller checks).
 struct Variant {
-  int wgs;
+  int wgs;  // math warpgroups
+  bool producer_wg;
   bool bulk;
   bool balanced;
 };
@@ -62,7 +76,8 @@ struct Variant {
 Variant resolve(int32_t config, int64_t heads, int rows) {
   const int wgs = config % 10, loader = config / 10 % 10, schedule = config / 100;
   const bool bulk = loader != 1;
-  return Variant{wgs == 0 ? (heads * rows <= 64 ? 3 : 2) : wgs, bulk, schedule != 1};
+  const int math_wgs = wgs == 0 ? (heads * rows <= 64 ? 3 : 2) : wgs == 4 ? 3 : wgs;
+  return Variant{math_wgs, wgs == 4, bulk, schedule != 1};
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
@@ -84,9 +99,9 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.head_dim != k::kDim) {
     return "the CUDA paged indexer kernel takes head dim 128";
   }
-  if (p.config < 0 || p.config > 299 || (p.config % 10 != 0 && p.config % 10 != 2 && p.config % 10 != 3) ||
-      p.config / 10 % 10 > 2) {
-    return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2 or 3";
+  if (p.config < 0 || p.config > 299 || p.config % 10 == 1 || p.config % 10 > 4 || p.config / 10 % 10 > 2) {
+    return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2, 3 or 4 (3 fed by a "
+           "producer warpgroup)";
   }
   if (p.max_context_len > int64_t{INT32_MAX} - 4 * k::kPage) {
     return "the CUDA paged indexer kernel takes max_context_len below 2^31 - 256";
@@ -100,7 +115,11 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.batch > 0 && p.next_n > 0 && p.max_context_len > 0) {
     const int rows = rows_per_item(p.heads, p.next_n);
     const Variant v = resolve(p.config, p.heads, rows);
-    if (v.wgs == 3 && !three_wgs_fit(int(p.heads), rows)) {
+    if (v.producer_wg && !producer_wg_offered(int(p.heads), rows)) {
+      return "config: 4 (3 math warpgroups fed by a producer warpgroup) is offered at MMA N = next_n tokens x "
+             "heads = 128 only (next_n >= 2 at 64 heads, >= 3 at 32); at N <= 64 config 3 runs 3 math warpgroups";
+    }
+    if (v.wgs == 3 && !v.producer_wg && !three_wgs_fit(int(p.heads), rows)) {
       return "config: 3 math warpgroups are offered at MMA N = next_n tokens x heads <= 64 only (next_n 1 at "
              "64 heads, <= 2 at 32)";
     }
@@ -189,11 +208,11 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   const int grid = int(std::min<int64_t>(v.balanced ? total_tiles : items, sms));
 
   if (v.bulk) {
-    return p.fp8_mma ? launch_variant<k::kFp8Mma, true>(a, p.heads, rows, wgs, grid, stream)
-                     : launch_variant<k::kFp8AsF16, true>(a, p.heads, rows, wgs, grid, stream);
+    return p.fp8_mma ? launch_variant<k::kFp8Mma, true>(a, p.heads, rows, wgs, v.producer_wg, grid, stream)
+                     : launch_variant<k::kFp8AsF16, true>(a, p.heads, rows, wgs, v.producer_wg, grid, stream);
   }
-  return p.fp8_mma ? launch_variant<k::kFp8Mma, false>(a, p.heads, rows, wgs, grid, stream)
-                   : launch_variant<k::kFp8AsF16, false>(a, p.heads, rows, wgs, grid, stream);
+  return p.fp8_mma ? launch_variant<k::kFp8Mma, false>(a, p.heads, rows, wgs, v.producer_wg, grid, stream)
+                   : launch_variant<k::kFp8AsF16, false>(a, p.heads, rows, wgs, v.producer_wg, grid, stream);
 }
 
 }  // namespace dsa_cuda

@@ -9,7 +9,12 @@
 // above the mean, and a CTA keeps one Q tile for its whole range but where the range crosses a
 // request). Both come from the arguments alone: no schedule is computed by another kernel.
 //
-// CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits.
+// CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits. Config digit 4
+// (kWgProducer; compiled, not run): 3 math warpgroups at N = 128 with a producer warpgroup, setmaxnreg
+// 40 / 152 (Cfg), weights in registers, the same core calls. At N = 128 a page is a serial MMA +
+// epilogue chain per warpgroup, and 2 warpgroups measured 207.7 us against DeepGEMM's 150.5 (H200, fp8,
+// H 64, 64 x 65536, next_n 2); 3 warpgroups with a producer warp (416 threads: 128 registers, weights in
+// shared memory) measured 276.4.
 // - A tile is kWgs cache blocks (pages of 64 positions): warpgroup w's 64 keys are logical page
 //   kWgs * tile + w, the dense kernel's 64-key warpgroup tile. The producer looks up an item's block ids
 //   (at most 64 pages: two loads per lane, the next item's in flight while this item is copied),
@@ -52,22 +57,36 @@ enum Schedule : int32_t {
   kBalanced = 1,  // the row blocks' key tiles end to end, one contiguous range of total_tiles / grid a CTA
 };
 
-// kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile.
-template <int kMode, int kN, int kWgs>
+// kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile. kWgProducer (config digit 4,
+// 3 math warpgroups at N = 128; compiled, not run): the producer is a whole warpgroup, so setmaxnreg can
+// move its registers to the math threads; its first warp copies, the other three exit.
+template <int kMode, int kN, int kWgs, bool kWgProducer = false>
 struct Cfg {
   static constexpr int kMathThreads = 128 * kWgs;
-  static constexpr int kThreads = kMathThreads + 32;  // + the producer warp
+  static constexpr int kThreads = kMathThreads + (kWgProducer ? 128 : 32);  // + the producer warp(group)
   static constexpr int kProducerWarp = kMathThreads / 32;
+  // kWgProducer registers: 512 threads start at 65536 / 512 = 128 (the launch bound), the CTA's pool;
+  // 128 x 40 + 384 x 152 = 63488 <= 65536. 152 against the 157-164 the 2-warpgroup N = 128 kernels use
+  // unconstrained (ptxas caps them at 224): 64 accumulators, 32 weights, 16 A-fragment words (32 in
+  // the fp16 mode), addresses; at 128 (416 threads) the weights had to go to shared memory.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kMathRegs = 152;
+  static_assert(!kWgProducer || (kWgs == 3 && 128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs),
+                "setmaxnreg asks for more registers than the CTA starts with");
   static constexpr int kTileKeys = kPage * kWgs;
   static constexpr int kMaxChunkTiles = kItemPages / kWgs;
   static constexpr int kKvRowBytes = ModeTraits<kMode>::kKvRowBytes;  // fp8: one byte per element
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
   static constexpr int kScaleBytes = kTileKeys * 4;
-  static constexpr int kStages = 8;
   static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
+  // 8, or as many as fit: 7 for 3 warpgroups at N = 128 in the fp16 mode (32 KB of Q; 8 would need 236672 B).
+  static constexpr int kFitStages = (227 * 1024 - 1024 - kQBytes) / (kStageBytes + kScaleBytes + 16);
+  static constexpr int kStages = kFitStages < 8 ? kFitStages : 8;
   // 1024 of slack: the swizzled tiles start 1024-aligned. Then Q, the key stages, the scale stages,
   // the full / empty barriers.
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");  // 3 warpgroups at N = 128: 220288 B (fp8 MMA)
 };
 
 struct KernelArgs {
@@ -276,6 +295,17 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// setmaxnreg: every warp of a warpgroup executes it with the same count (a multiple of 8 in [24, 256]).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
 // `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned) by the TMA engine;
 // completes as transaction bytes on `bar`.
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
@@ -310,10 +340,10 @@ __device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lan
 // The kBulk producer: the warp walks the items (the block ids are spread over its lanes) and lane 0
 // issues two bulk copies a valid page, the 8 KB of values into plain 128-byte rows and the 256 bytes of
 // scales, after announcing the stage's byte count on its full barrier.
-template <int kMode, int kHeads, int kRows, int kWgs>
+template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer>
 __device__ __forceinline__ void producer_bulk(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
                                               uint32_t empty) {
-  using C = Cfg<kMode, kHeads * kRows, kWgs>;
+  using C = Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
   static_assert(C::kKvRowBytes == kDim, "bulk pages hold fp8 rows");
   const int lane = threadIdx.x & 31;
   const uint64_t policy = evict_first_policy();
@@ -381,10 +411,10 @@ __device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int
   score_fragments<kMode, kHeads, kN>(fa, empty_bar, q_desc, acc, w, s0, s1, part);
 }
 
-template <int kMode, int kHeads, int kRows, int kWgs>
+template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
                                          uint32_t empty) {
-  using C = Cfg<kMode, kHeads * kRows, kWgs>;
+  using C = Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
   // As in the dense producer: a lane always copies the same 16-byte column `ch` of rows r0, r0 + 4, ...,
   // so every copy's destination is a base plus a constant.
   constexpr int kChunks = C::kKvRowBytes / 16;  // 8
@@ -428,13 +458,14 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-// kBulk: the page loader (bulk copies into plain rows, or cp.async into swizzled rows); see the top.
-template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk>
-__global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
+// kBulk: the page loader (bulk copies into plain rows, or cp.async into swizzled rows); kWgProducer: a
+// producer warpgroup and setmaxnreg (Cfg); see the top.
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false>
+__global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>::kThreads, 1)
     paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   constexpr int kN = kHeads * kRows;
-  using C = Cfg<kMode, kN, kWgs>;
+  using C = Cfg<kMode, kN, kWgs, kWgProducer>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   extern __shared__ uint8_t smem_raw[];
@@ -451,12 +482,26 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs>::kThreads, 1)
   pdl_launch_dependents();
 
   const int warp = threadIdx.x >> 5;
-  if (warp == C::kProducerWarp) {
+  const auto produce = [&] {
     if constexpr (kBulk) {
-      producer_bulk<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
+      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
     } else {
-      producer<kMode, kHeads, kRows, kWgs>(a, stages, scales, full, empty);
+      producer<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
     }
+  };
+  if constexpr (kWgProducer) {
+    // One branch from the setmaxnreg to the exit: code reached at both register counts made ptxas
+    // spill (8-128 bytes).
+    if (warp >= C::kProducerWarp) {
+      setmaxnreg_dec<C::kProducerRegs>();  // the producer warpgroup gives its registers away
+      if (warp == C::kProducerWarp) {      // the other 3 warps idle
+        produce();
+      }
+      return;
+    }
+    setmaxnreg_inc<C::kMathRegs>();
+  } else if (warp == C::kProducerWarp) {
+    produce();
     return;
   }
 
