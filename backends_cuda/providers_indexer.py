@@ -1,16 +1,19 @@
-"""CUDA C++ provider of dsa.indexer_logits (kernel: include/dsa_cuda/sm90_indexer_logits.cuh, Hopper only).
+"""CUDA C++ provider of dsa.indexer_logits (kernels: include/dsa_cuda/sm90_indexer_logits_tma.cuh and
+sm90_indexer_logits.cuh, Hopper only).
 
 Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, config, out)``
 with ``fp8_mma = not precise`` (the op's argument is the only switch the op uses). ``config`` picks the
-kernel variant for tests and sweeps: 0 (the default, the measured kernel), TMA (1: TMA key tiles, wgmma
-with A from shared memory, 4 math warpgroups) or TMA3 (2: the same with 3); TMA and TMA3 take fp8 operands
-with precise=False only (compiled, not run).
+kernel: 0 the launcher's choice (``resolve`` in kernels/indexer_logits.cu, the one place it is made), TMA
+(1: TMA key tiles, wgmma with A from shared memory, 4 math warpgroups), TMA3 (2: the same with 3) or
+CP_ASYNC (3: cp.async key tiles, A from registers, 2 math warpgroups). TMA and TMA3 take fp8 operands with
+precise=False and kv rows that do not overlap; the default runs them there (3 warpgroups at 64 heads, 4 at
+32) and CP_ASYNC elsewhere.
 
 fp8 operands: precise=False (the op's default) feeds e4m3 to the fp8 tensor cores: twice the fp16
 rate, but Hopper keeps only ~14 mantissa bits while accumulating their products (the op's 1e-3 of the
 row's largest |score|). precise=True widens e4m3 to fp16 in registers (exact) for fp16 MMAs with fp32
-accumulation (1e-5 of the row norm). H200, 4096 x 32768, 64 heads: 3047 us fp8, 4375 us exact.
-bf16 operands run bf16 MMAs in both modes.
+accumulation (1e-5 of the row norm). H200, 4096 x 32768, 64 heads: 2462 us fp8 (TMA3; CP_ASYNC 3064),
+4375 us exact. bf16 operands run bf16 MMAs in both modes.
 """
 
 from __future__ import annotations
@@ -25,13 +28,13 @@ OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128  # keys of a pipeline stage
-TMA, TMA3 = 1, 2  # configs of the TMA variant, 4 and 3 math warpgroups (IndexerLogitsParams::config)
+TMA, TMA3, CP_ASYNC = 1, 2, 3  # IndexerLogitsParams::config: TMA key tiles with 4 / 3 math warpgroups, cp.async
 
 
 def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, out=None):
     """The op's arguments in schema order (validated by the op), into `out` when given (else a new
-    float32 [T, N] tensor); `config` 0 (the default kernel), TMA or TMA3 (tests and sweeps; the launcher
-    refuses them, by name, for bf16 operands or precise=True)."""
+    float32 [T, N] tensor); `config` 0 (the launcher's choice), TMA, TMA3 or CP_ASYNC (tests and sweeps;
+    the launcher refuses TMA and TMA3, by name, where they do not take the call)."""
     global _fn
     fn = _fn
     if fn is None:

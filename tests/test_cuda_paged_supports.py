@@ -56,8 +56,8 @@ def test_registered_before_triton():
 
 
 def test_producer_warpgroup_config():
-    """Config digit 4 (3 math warpgroups fed by a producer warpgroup; compiled, not run) is offered at MMA
-    N = 128 only, in variants() there, and never a default."""
+    """Config digit 4 (3 math warpgroups fed by a producer warpgroup; the default there) is offered at MMA
+    N = 128 only, and in variants() there."""
     assert ppi.make_config(ppi.PRODUCER_WG, ppi.BULK, ppi.BALANCED) == 224
     for h, next_n, offered in ((64, 1, False), (64, 2, True), (64, 3, True), (32, 1, False), (32, 2, False),
                                (32, 3, True), (32, 4, True)):

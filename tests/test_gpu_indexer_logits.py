@@ -271,9 +271,10 @@ def test_indexer_logits_negative_scales(backend, h, precise):
     _check_mode(out, ref_dense(q, kv, s, w, ks, ke, True), precise, args=(q, kv, s, w, ks, ke))
 
 
-# The TMA variant of the CUDA dense kernel (IndexerLogitsParams::config 1: 4 math warpgroups, 2: 3; not
-# the op's path): fp8 operands with fp8 MMAs only, checked against the default mode's bound on every dense
-# case; for bf16 operands or precise=True the launcher must refuse it by name. Always into a poisoned
+# The CUDA dense kernels by explicit config (IndexerLogitsParams::config; the op runs config 0, the
+# launcher's choice: TMA where it takes the call). TMA (1: 4 math warpgroups, 2: 3) takes fp8 operands with
+# fp8 MMAs only, checked against the default mode's bound on every dense case; for bf16 operands or
+# precise=True the launcher must refuse it by name. CP_ASYNC (3) takes every mode. Always into a poisoned
 # output with clean=True: every element written.
 TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
 TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
@@ -299,6 +300,41 @@ def test_indexer_logits_tma_variant(case, precise, config):
     _tma(args, precise, out, config)
     torch.cuda.synchronize()
     _check_default(out, _ref_dense_cached(case, args), args=args)
+
+
+@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
+@pytest.mark.parametrize("case", DENSE_CASES, ids=_ids)
+def test_indexer_logits_cp_async_config(case, precise):
+    """The cp.async kernel (config 3), which the default runs for exact products, by explicit config also
+    in the fp8-MMA mode, where the default runs TMA."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    t, n, h, dtype, windows = case
+    args = _dense(t, n, h, dtype, windows)
+    out = torch.full((t, n), POISON, device="cuda")
+    _tma(args, precise, out, pi.CP_ASYNC)
+    torch.cuda.synchronize()
+    _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
+
+
+@pytest.mark.parametrize("h", [64, 32])
+def test_indexer_logits_overlapping_kv_rows(h):
+    """kv rows 64 bytes apart (overlapping: no tensor map takes them): the TMA configs refuse by name, the
+    default runs the cp.async kernel, within the default mode's bound."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    t, n = 300, 2000
+    q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=21)
+    kv = torch.as_strided(kv, (n // 2, 128), (64, 1))
+    s = s[: n // 2].contiguous()
+    args = (q, kv, s, w, ks, ke)
+    out = torch.full((t, n // 2), POISON, device="cuda")
+    for config in TMA_CONFIGS:
+        with pytest.raises(RuntimeError, match="do not overlap"):
+            _tma(args, False, out, config)
+    pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
+    torch.cuda.synchronize()
+    _check_default(out, ref_dense(*args, True), args=args)
 
 
 @pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
@@ -562,9 +598,9 @@ def test_paged_weights_noncontig(backend, h, next_n, precise):
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
 def test_cuda_paged_matches_dense_kernel_bitwise(precise):
-    """The paged kernel scores with the dense kernel's core: for H = 64 and next_n = 1 (MMA N = 64
-    against the dense kernel's 128, same head-sum order) the scores are bitwise the dense kernel's on
-    the gathered keys, in each precision mode."""
+    """The paged kernel scores with the dense cp.async kernel's core: for H = 64 and next_n = 1 (MMA N = 64
+    against the dense kernel's 128, same head-sum order) the scores are bitwise that kernel's on the
+    gathered keys, in each precision mode."""
     from dsa_ops.backends.cuda import providers_indexer as pi
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
     from dsa_ops.ops.paged_indexer_logits import split_cache
@@ -580,7 +616,7 @@ def test_cuda_paged_matches_dense_kernel_bitwise(precise):
         s = sc[ids].reshape(-1)[:L].contiguous()
         ks = torch.zeros(1, dtype=torch.int32, device="cuda")
         ke = ctx[r:r + 1].clone()
-        dense = pi.run(q[r], kv, s, w[r:r + 1], ks, ke, True, precise)
+        dense = pi.run(q[r], kv, s, w[r:r + 1], ks, ke, True, precise, config=pi.CP_ASYNC)
         assert torch.equal(dense[0], out[r]), f"request {r}"
 
 

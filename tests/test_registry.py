@@ -227,8 +227,9 @@ def test_preference_picks_the_measured_backend(two_providers):
 
 
 def test_indexer_rules_follow_the_measurements():
-    """dsa.indexer_logits: Triton from 4096 rows and 32768 keys at 32 or 64 heads, fp8 in both modes and
-    bf16 (every measured row); everything else, and the paged op, keeps the CUDA-first order."""
+    """dsa.indexer_logits: Triton from 4096 rows and 32768 keys at 32 or 64 heads for exact products
+    (precise=True on fp8, and bf16: every measured row); fp8 with precise=False (the CUDA TMA kernel),
+    everything else, and the paged op keep the CUDA-first order."""
 
     def dense(t, n, h=64, dtype=torch.float8_e4m3fn, precise=False):
         m = "meta"
@@ -238,12 +239,15 @@ def test_indexer_rules_follow_the_measurements():
         return registry.preferred_backend("indexer_logits", (q, kv, s, torch.empty(t, h, device=m), ks, ks,
                                                              True, precise))
 
-    for precise in (False, True):
-        assert dense(4096, 32768, precise=precise) == "triton" and dense(4096, 131072, precise=precise) == "triton"
-        assert dense(4096, 32768, h=32, precise=precise) == "triton"
-        assert dense(4096, 32768, dtype=torch.bfloat16, precise=precise) == "triton"
-        assert dense(4095, 32768, precise=precise) is None and dense(4096, 32767, precise=precise) is None
-        assert dense(4096, 32768, h=16, precise=precise) is None and dense(128, 32768, precise=precise) is None
+    for dtype, precise in ((torch.float8_e4m3fn, True), (torch.bfloat16, False), (torch.bfloat16, True)):
+        assert dense(4096, 32768, dtype=dtype, precise=precise) == "triton"
+        assert dense(4096, 131072, dtype=dtype, precise=precise) == "triton"
+        assert dense(4096, 32768, h=32, dtype=dtype, precise=precise) == "triton"
+        assert dense(4095, 32768, dtype=dtype, precise=precise) is None
+        assert dense(4096, 32767, dtype=dtype, precise=precise) is None
+        assert dense(4096, 32768, h=16, dtype=dtype, precise=precise) is None
+    for t, n, h in ((4096, 32768, 64), (4096, 131072, 64), (4096, 32768, 32), (128, 32768, 64)):
+        assert dense(t, n, h=h, precise=False) is None
     q = torch.empty(64, 1, 64, 128, dtype=torch.float8_e4m3fn, device="meta")
     for precise in (False, True):
         assert registry.preferred_backend("paged_indexer_logits", (q, None, None, None, None, 65536, True,

@@ -38,7 +38,7 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// configs 1 and 2: the keys as a [N, 128] byte tensor for TMA, box [64 x kWgs rows, 128 bytes] with the
+// TMA kernels: the keys as a [N, 128] byte tensor for TMA, box [64 x kWgs rows, 128 bytes] with the
 // 128-byte swizzle (the wgmma descriptor's K-major layout), rows past N zero-filled. Encoded on every
 // launch (host work, no device call); the map travels as a kernel parameter.
 template <int kWgs>
@@ -68,6 +68,30 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
                                                                   stream, map, a);
 }
 
+// The kernel a config runs, the default filled in: the one place it is chosen. H200, fp8 MMAs, 4096 rows
+// (docs/design_indexer.md, Dense CUDA kernel): 32768 keys H 64 full: TMA with 3 math warpgroups 2462 us, 4
+// 2472, cp.async 3064 (DeepGEMM 2085); 131072 causal: 9691 / 10032 / 11863; H 32, 32768 full: 1325 / 1239
+// / 1677. TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row stride is
+// at least its 128-byte row); everything else runs the cp.async kernel.
+enum class Kernel { kCpAsync, kTma4, kTma3 };
+
+bool tma_takes(const IndexerLogitsParams& p) {
+  return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
+}
+
+Kernel resolve(const IndexerLogitsParams& p) {
+  switch (p.config) {
+    case 1:
+      return Kernel::kTma4;
+    case 2:
+      return Kernel::kTma3;
+    case 3:
+      return Kernel::kCpAsync;
+    default:
+      return !tma_takes(p) ? Kernel::kCpAsync : p.heads == 64 ? Kernel::kTma3 : Kernel::kTma4;
+  }
+}
+
 }  // namespace
 
 const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
@@ -93,11 +117,13 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 2) {
-    return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups)";
+  if (p.config < 0 || p.config > 3) {
+    return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups) or 3 "
+           "(cp.async key tiles)";
   }
-  if (p.config != 0 && (p.dtype != IndexerDtype::kFp8E4m3 || !p.fp8_mma)) {
-    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False)";
+  if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
+    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
+           "and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
 }
@@ -120,10 +146,11 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
-  // 128 keys a stage in every mode of config 0, 256 in config 1, 192 in config 2.
-  const int64_t tile_keys = p.config == 1   ? k::TmaCfg<4>::kTileKeys
-                            : p.config == 2 ? k::TmaCfg<3>::kTileKeys
-                                            : k::Cfg<k::kFp8Mma>::kTileKeys;
+  // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3.
+  const Kernel kernel = resolve(p);
+  const int64_t tile_keys = kernel == Kernel::kTma4   ? k::TmaCfg<4>::kTileKeys
+                            : kernel == Kernel::kTma3 ? k::TmaCfg<3>::kTileKeys
+                                                      : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
   // have several (load balance) when the rows alone do not give that.
@@ -160,8 +187,8 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.clean = p.clean;
   const int grid = int(std::min<int64_t>(items, sms));
 
-  if (p.config != 0) {
-    return p.config == 1 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
+  if (kernel != Kernel::kCpAsync) {
+    return kernel == Kernel::kTma4 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
   }
   if (p.dtype == IndexerDtype::kBf16) {
     return launch_mode<k::kBf16>(a, p.heads, grid, stream);

@@ -62,9 +62,9 @@ cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int 
 // The variant a config runs (PagedIndexerLogitsParams::config), defaults filled in: the one place the
 // defaults are chosen. Measured on the H200, fp8 mode, H 64, 64 x 65536 (docs/design_indexer.md, Paged
 // CUDA kernel), next_n 1: balanced + bulk + 3 warpgroups 141.8 us against 163.9 for chunks + cp.async +
-// 3 (2 warpgroups: 153.4 balanced + bulk); next_n 2 with 2 warpgroups: balanced + bulk 207.1, chunks +
-// cp.async 220.7. Defaults: balanced, bulk, 3 warpgroups where offered (MMA N <= 64), else 2. Digit 4
-// (3 math warpgroups + a producer warpgroup, N = 128) is a candidate, compiled, not run: never a default.
+// 3 (2 warpgroups: 153.4 balanced + bulk); next_n 2 (MMA N = 128): balanced + bulk + 3 math warpgroups fed
+// by a producer warpgroup 182.4 us against 212.8 with 2 warpgroups (chunks + cp.async + 2: 220.7).
+// Defaults: balanced, bulk, 3 math warpgroups at MMA N <= 64, 3 fed by a producer warpgroup at N = 128.
 // Only for a valid config (the caller checks).
 struct Variant {
   int wgs;  // math warpgroups
@@ -76,8 +76,9 @@ struct Variant {
 Variant resolve(int32_t config, int64_t heads, int rows) {
   const int wgs = config % 10, loader = config / 10 % 10, schedule = config / 100;
   const bool bulk = loader != 1;
-  const int math_wgs = wgs == 0 ? (heads * rows <= 64 ? 3 : 2) : wgs == 4 ? 3 : wgs;
-  return Variant{math_wgs, wgs == 4, bulk, schedule != 1};
+  const bool producer_wg = wgs == 4 || (wgs == 0 && heads * rows == 128);
+  const int math_wgs = wgs == 0 || wgs == 4 ? 3 : wgs;
+  return Variant{math_wgs, producer_wg, bulk, schedule != 1};
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.

@@ -5,41 +5,47 @@ where it was measured faster, and keep CUDA everywhere else (unmeasured shapes i
 backend (DSA_OPS_BACKEND, use_backend) overrides them; a provider that declines a call is skipped by
 its `supports` reason, as in the plain order.
 
-H200, one run (benchmarks/bench_indexer_logits.py, 2026-12-04, CUDA events, cold L2; CUDA with its
-default 2 math warpgroups), 4096 query rows, times in us, CUDA / Triton:
+H200, one run each (benchmarks/bench_indexer_logits.py, 2026-12-04, CUDA events, cold L2), 4096 query rows,
+times in us, CUDA / Triton. precise=False on fp8: the CUDA launcher's default (TMA key tiles, 3 math
+warpgroups at 64 heads, 4 at 32); precise=True and bf16: its cp.async kernel (2 math warpgroups):
 
     keys     heads  dtype  windows  precise=False       precise=True
-    131072   64     fp8    full     12127.6 / 11884.3   17063.9 / 15663.4
-    131072   64     fp8    causal   12100.3 / 11917.6   16854.2 / 15359.5
-    32768    64     fp8    full      3145.6 /  3065.9    4401.0 /  3976.8
-    32768    64     fp8    causal    2984.0 /  2975.0    4150.9 /  3732.8
-    32768    32     fp8    full      1681.9 /  1508.9    2359.1 /  2123.4
+    131072   64     fp8    causal    9691.4 / 11917.6   16854.2 / 15359.5
+    32768    64     fp8    full      2462.3 /  3065.9    4401.0 /  3976.8
+    32768    64     fp8    causal    2341.5 /  2975.0    4150.9 /  3732.8
+    32768    32     fp8    full      1238.8 /  1508.9    2359.1 /  2123.4
     32768    64     bf16   full      4394.1 /  3860.3   (bf16: one mode)
 
     paged, 64 requests x 65536, next_n 1, H 64: fp8 CUDA 146.2 us, Triton 263.0 us (precise: 159.3 / 312.8);
     also faster on CUDA: next_n 2, H 32, 4 requests.
 
-So: dense scoring goes to Triton from 4096 rows and 32768 keys at 32 or 64 heads (every measured row);
-the paged op and every unmeasured shape stay on CUDA.
+So: dense scoring with exact products (precise=True on fp8, and bf16) goes to Triton from 4096 rows and
+32768 keys at 32 or 64 heads (every measured row); the fp8-MMA mode, the paged op and every unmeasured
+shape stay on CUDA.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-# Dense rule bounds: the measured region where Triton won every row.
+import torch
+
+# Dense rule bounds: the measured region where Triton won every row of the exact-product modes.
 DENSE_TRITON_HEADS = (32, 64)
 DENSE_TRITON_MIN_KEYS = 32768
 DENSE_TRITON_MIN_ROWS = 4096
 
-DENSE_SUMMARY = (f"triton from {DENSE_TRITON_MIN_ROWS} rows and {DENSE_TRITON_MIN_KEYS} keys at "
-                 f"{' or '.join(map(str, DENSE_TRITON_HEADS))} heads (H200: 0-14% faster), else the order")
+DENSE_SUMMARY = (f"fp8 with precise=False: cuda; precise=True or bf16: triton from {DENSE_TRITON_MIN_ROWS} rows and "
+                 f"{DENSE_TRITON_MIN_KEYS} keys at {' or '.join(map(str, DENSE_TRITON_HEADS))} heads (H200: 9-14% "
+                 f"faster), else the order")
 PAGED_SUMMARY = "cuda (H200 64 x 65536 fp8: 146.2 us vs triton 263.0 us), else the order"
 
 
 def dense(q, kv, kv_scale, weights, ks, ke, clean, precise) -> Optional[str]:
     """The backend measured fastest for a dsa.indexer_logits call (None: the automatic order)."""
     t, h, _ = q.shape
+    if q.dtype == torch.float8_e4m3fn and not precise:
+        return None
     if h in DENSE_TRITON_HEADS and t >= DENSE_TRITON_MIN_ROWS and kv.shape[0] >= DENSE_TRITON_MIN_KEYS:
         return "triton"
     return None

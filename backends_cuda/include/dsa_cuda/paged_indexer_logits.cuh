@@ -52,7 +52,7 @@ struct PagedIndexerLogitsParams {
   //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3. 3 are offered at
   //         MMA N = next_n tokens x H <= 64 (416 threads get 128 registers a thread, too few at N = 128);
   //         elsewhere 3 is refused by name. 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg
-  //         40 / 152), offered at N = 128 only, refused by name elsewhere; compiled, not run.
+  //         40 / 152), offered at N = 128 only (the default there), refused by name elsewhere.
   //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA).
   //   hundreds: schedule: 1 fixed chunks strided over the grid, 2 balanced contiguous tile ranges.
   // Every variant computes the same scores bit for bit.

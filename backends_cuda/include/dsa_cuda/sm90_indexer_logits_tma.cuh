@@ -1,8 +1,12 @@
-// dsa.indexer_logits on Hopper (sm_90a), TMA variant: IndexerLogitsParams::config 1 (2: 3 math
-// warpgroups), fp8 operands in the fp8-MMA mode only. Compiled, not run. The default path (config 0) is
-// sm90_indexer_logits.cuh.
+// dsa.indexer_logits on Hopper (sm_90a), TMA kernel: IndexerLogitsParams::config 1 (4 math warpgroups)
+// and 2 (3), fp8 operands in the fp8-MMA mode only; the launcher's default there (3 warpgroups at 64
+// heads, 4 at 32). Every other mode runs the cp.async kernel, sm90_indexer_logits.cuh (config 3).
 //
-// Same items, windows, tile skipping, epilogue and stores as the default kernel; what differs is how a
+// H200, 4096 rows, 32768 keys, H 64 full: 2462 us (3 warpgroups; 4: 2472; cp.async: 3064; DeepGEMM
+// 2085, same run). ncu (3 warpgroups): IPC 2.29, 56% of issue slots, ALU the busiest pipe at 51%
+// (the epilogue's relu and head sum): the tensor pipe waits on the epilogue, not on memory (L2 30%).
+//
+// Same items, windows, tile skipping, epilogue and stores as the cp.async kernel; what differs is how a
 // key tile reaches the tensor cores and how many warpgroups share an SM:
 // - Producer warpgroup (setmaxnreg down to 32): one thread issues one TMA copy
 //   (cp.async.bulk.tensor.2d) of a 256-key x 128-byte box a stage, 128-byte swizzle, after expect_tx
@@ -12,7 +16,7 @@
 //   layout the descriptor reads), Q as B in natural D order; one arrival a warp releases the stage once
 //   its MMAs complete. The item's weights and windows stay in registers.
 //
-// Why (docs/design_indexer.md): the default kernel is 1.26-1.47x DeepGEMM's time on the H200 (fp8, 4096
+// Why (docs/design_indexer.md): the cp.async kernel is 1.26-1.47x DeepGEMM's time on the H200 (fp8, 4096
 // rows, H 64); ncu: 9 warps an SM, IPC 1.80, 43.5% of issue slots, against DeepGEMM's 17 warps (TMA
 // producer + 4 math warpgroups), IPC 2.22. The 3-4 warpgroup variants measured before were 1.33-1.45x
 // slower with one cp.async warp filling 192-256-key stages and the weights and windows read from shared
@@ -22,7 +26,7 @@
 // Registers: 640 threads start at 96 (the launch bound), so the CTA's setmaxnreg pool is 61440;
 // 128 x 32 + 512 x 112 = 61440. A producer at 40 would leave 104 a math thread, while the 64
 // accumulators and 32 weights alone take 96. Config 2 is the same kernel with 3 math warpgroups (192-key
-// stages, producer 40, math 152), for the sweep.
+// stages, producer 40, math 152).
 //
 // Torch-free. Included by indexer_logits.cuh under __CUDACC__.
 #pragma once
