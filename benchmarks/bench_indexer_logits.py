@@ -248,8 +248,9 @@ def test_paged_indexer_logits(bench, case):
         if why is not None:
             print(f"\n  paged_indexer_logits [{provider}] {case}: skipped: {why}")
             continue
-        # CUDA: 2 and 3 math warpgroups per CTA (3 applies to next_n = 1 only), default loader and schedule.
-        wgs = (None,) if provider == "triton" else ((2, 3) if next_n == 1 else (2,))
+        # CUDA: config 0 (the launcher's defaults: 3 math warpgroups, fed by a producer warpgroup at MMA
+        # N = 128) and 2 math warpgroups with the default loader and schedule.
+        wgs = (None,) if provider == "triton" else (0, 2)
         for precise, wg in [(m, g) for m in MODES for g in wgs]:
             if provider == "triton":
                 fn = lambda m=precise: pil.launch(*args, L, True, m)  # noqa: E731
@@ -268,7 +269,7 @@ def test_paged_indexer_logits(bench, case):
             case_d = {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
                       "page_size": 64, "precise": precise}
             if wg is not None:
-                case_d["math_warpgroups"] = wg
+                case_d["config"] = wg
             bench.add(record(
                 "paged_indexer_logits", provider, case_d,
                 us,
