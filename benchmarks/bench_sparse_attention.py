@@ -129,7 +129,7 @@ _FORMS = {"bytes": dict(k_pairs=False, v_pairs=False, **_NO), "vpairs": dict(k_p
           "vperm": dict(k_pairs=False, v_perm=True, opaque=False), "opaque": dict(opaque=True, v_perm=False)}
 _SPLIT_FORMS = ("bytes", "vpairs", "opaque")
 SWEEP_SINGLE_CONFIGS = [(128, 4, 2), (128, 2, 2), (64, 2, 2), (64, 1, 2), (32, 1, 2), (64, 4, 3), (128, 4, 3),
-                        (64, 2, 3), (32, 1, 3), (128, 8, 2), (32, 1, 4), (64, 2, 4), (16, 1, 4)]
+                        (64, 2, 3), (32, 1, 3), (128, 8, 2), (16, 1, 3)]
 SWEEP_SINGLES = [dict(single_config=c, form=f, **fd) for c in SWEEP_SINGLE_CONFIGS for f, fd in _FORMS.items()]
 SWEEP_SINGLES.append(dict(single_config=(128, 4, 2), form="bf16mma", f16=False, k_pairs=True, v_pairs=True, **_NO))
 SWEEP_BF16 = [dict(single_config=c) for c in ((128, 4, 2), (128, 2, 2), (64, 2, 2), (64, 4, 3))]
