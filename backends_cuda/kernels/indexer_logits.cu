@@ -153,8 +153,11 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
-  // have several (load balance) when the rows alone do not give that.
-  const int64_t max_chunk_tiles = k::kMaxChunkTiles * 128 / tile_keys;
+  // have several (load balance) when the rows alone do not give that. TMA with 3 warpgroups takes 4x
+  // longer chunks: H200, 4096 x 131072 causal H 64, 10012-10479 -> 9544-9568 us in two runs (DeepGEMM
+  // 9280-9318); at 32768 keys within the runs' spread.
+  const int64_t chunk_keys = (kernel == Kernel::kTma3 ? 4 : 1) * k::kMaxChunkTiles * 128;
+  const int64_t max_chunk_tiles = chunk_keys / tile_keys;
   int64_t chunks = (key_tiles + max_chunk_tiles - 1) / max_chunk_tiles;
   chunks = std::max(chunks, std::min(key_tiles, (8 * int64_t(sms) + row_blocks - 1) / row_blocks));
   const int64_t chunk_tiles = (key_tiles + chunks - 1) / chunks;
