@@ -22,7 +22,7 @@ cudaError_t launch_mode(const k::KernelArgs& a, int64_t heads, int grid, cudaStr
 }
 
 // cuTensorMapEncodeTiled, reached through cudart as common_launch.cuh reaches cuLaunchKernelEx (the
-// library does not link the driver); nullptr where the driver does not give it.
+// library does not link the driver); nullptr where the driver does not give it (before CUDA 12.0).
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -45,8 +45,8 @@ template <int kWgs>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
   using C = k::TmaCfg<kWgs>;
   const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) {
-    return cudaErrorNotSupported;
+  if (encode == nullptr) {  // not cudaErrorNotSupported: the binding reads that as "not an SM90 GPU"
+    return cudaErrorSymbolNotFound;
   }
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(k::kDim), cuuint64_t(a.keys)};

@@ -22,8 +22,8 @@ cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
 // 206.0, balanced schedule).
 constexpr bool three_wgs_fit(int heads, int rows) { return heads * rows <= 64; }
 
-// Whether config digit 4 (3 math warpgroups fed by a producer warpgroup, setmaxnreg 40 / 152; compiled,
-// not run) is offered: at MMA N = 128 only, where 3 warpgroups with a producer warp do not fit; at
+// Whether config digit 4 (3 math warpgroups fed by a producer warpgroup, setmaxnreg 40 / 152; the default
+// there) is offered: at MMA N = 128 only, where 3 warpgroups with a producer warp do not fit; at
 // N <= 64 digit 3 already runs 3 math warpgroups.
 constexpr bool producer_wg_offered(int heads, int rows) { return heads * rows == 128; }
 
