@@ -163,6 +163,17 @@ def _dense(t, n, h, dtype, windows, *, wt_noncontig=False, seed=0):
     return q, kv, s, w, ks, ke
 
 
+def _row_strided(q, kv):
+    """q and kv as views of wider zero-filled tensors: q rows 2D apart, kv rows 3D apart (kv in the middle
+    third, so a tensor map's row stride is 384 bytes)."""
+    t, h, d = q.shape
+    q_wide = torch.zeros(t, h, 2 * d, dtype=q.dtype, device="cuda")
+    q_wide[:, :, :d] = q
+    kv_wide = torch.zeros(kv.shape[0], 3 * d, dtype=kv.dtype, device="cuda")
+    kv_wide[:, d:2 * d] = kv
+    return q_wide[:, :, :d], kv_wide[:, d:2 * d]
+
+
 DENSE_CASES = [
     # (T, N, H, dtype, windows)
     (1000, 5000, 64, FP8, "hostile"),
@@ -234,13 +245,9 @@ def test_indexer_logits_relu_plateau_and_unclean(backend, precise):
 def test_indexer_logits_strided_and_poisoned(backend, dtype, h, precise):
     """Row-strided q and kv (views of wider tensors), strided kv_scale / ks / ke / weights, every head
     count and dtype, into a poisoned output: every element written, hostile windows."""
-    t, n, d = 333, 2999, 128
+    t, n = 333, 2999
     q, kv, s, w, ks, ke = _dense(t, n, h, dtype, "hostile", seed=7)
-    q_wide = torch.zeros(t, h, 2 * d, dtype=dtype, device="cuda")
-    q_wide[:, :, :d] = q
-    kv_wide = torch.zeros(n, 3 * d, dtype=dtype, device="cuda")
-    kv_wide[:, d:2 * d] = kv
-    q, kv = q_wide[:, :, :d], kv_wide[:, d:2 * d]
+    q, kv = _row_strided(q, kv)
     if s is not None:
         s = torch.stack([s, -s], 1)[:, 0]  # stride 2
     w = torch.stack([w, w], 2)[:, :, 1]  # strides (2H, 2)
@@ -342,13 +349,9 @@ def test_indexer_logits_overlapping_kv_rows(h):
 def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
     both signs and zeros (the signed epilogue), then clean=False (only the windows compared)."""
-    t, n, d = 333, 2999, 128
+    t, n = 333, 2999
     q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=11)
-    q_wide = torch.zeros(t, h, 2 * d, dtype=FP8, device="cuda")
-    q_wide[:, :, :d] = q
-    kv_wide = torch.zeros(n, 3 * d, dtype=FP8, device="cuda")
-    kv_wide[:, d:2 * d] = kv
-    q, kv = q_wide[:, :, :d], kv_wide[:, d:2 * d]
+    q, kv = _row_strided(q, kv)
     s = s * torch.where(torch.arange(n, device="cuda") % 3 == 0, -1.0, 1.0)
     s[7::50] = 0.0
     s[5::50] = -0.0

@@ -56,6 +56,21 @@ struct ModeTraits {
 
 #if DSA_SM90_INDEXER_DEVICE
 
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// setmaxnreg: every warp of a warpgroup executes it with the same count (a multiple of 8 in [24, 256]).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
 // v[r] for a row r known only at run time, by selects (a dynamic index would put v in local memory).
 template <int kRows>
 __device__ __forceinline__ int32_t row_value(const int32_t (&v)[kRows], int r) {

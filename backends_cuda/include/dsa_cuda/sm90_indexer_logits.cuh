@@ -203,6 +203,67 @@ __device__ __forceinline__ void stage_q(const KernelArgs& a, int64_t row0, uint3
   stage_q_row<kMode, kN>(row < a.rows, a.q + row * a.q_row_stride + h * a.q_head_stride, n, half, q_smem);
 }
 
+// This thread's 32 head weights of the item (accumulator columns 8 i + 2 c + e), 0 for rows past the last.
+template <int kHeads>
+__device__ __forceinline__ void load_item_weights(const KernelArgs& a, int64_t row0, int c, float (&w)[32]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = 8 * i + 2 * c + e;
+      const int64_t row = row0 + col / kHeads;
+      w[2 * i + e] = row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
+    }
+  }
+}
+
+// clean: -inf over the item's keys outside its computed tiles (no math there).
+template <int kRows, int kTileKeys, int kMathThreads>
+__device__ __forceinline__ void fill_outside_tiles(const KernelArgs& a, const Item<kRows>& t) {
+  const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
+  const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = t.row0 + r;
+    if (row < a.rows) {
+      float* o = a.out + row * a.out_row_stride;
+      fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
+      fill_neg_inf<kMathThreads>(o, kz, t.k_end);
+    }
+  }
+}
+
+// The scales of this thread's two keys, 0 past N (their scores are not stored).
+__device__ __forceinline__ void key_scales(const KernelArgs& a, int32_t key_a, int32_t key_b, float& s0, float& s1) {
+  const float x0 = ldg_early(a.kv_scale + int64_t(min(key_a, a.keys - 1)) * a.kv_scale_stride);
+  const float x1 = ldg_early(a.kv_scale + int64_t(min(key_b, a.keys - 1)) * a.kv_scale_stride);
+  s0 = key_a < a.keys ? x0 : 0.f;
+  s1 = key_b < a.keys ? x1 : 0.f;
+}
+
+// The quad's head sums of its two keys to scores: lane c stores value 4 b + c = kh * kRows + r, -inf
+// outside row r's window.
+template <int kRows>
+__device__ __forceinline__ void store_tile_scores(const KernelArgs& a, const Item<kRows>& t, const float (&part)[2 * kRows],
+                                                  int c, int32_t key_a, int32_t key_b) {
+  const float kNegInf = __int_as_float(int(0xff800000u));
+  float total[2 * kRows / 4];
+  quad_reduce_scatter<2 * kRows>(part, c, total);
+#pragma unroll
+  for (int b = 0; b < 2 * kRows / 4; ++b) {
+    const int v = 4 * b + (c & 3);  // c & 3: the divisions below become shifts (c is a lane's & 3)
+    const int kh = v / kRows;
+    const int r = v % kRows;
+    const int32_t lo = row_value(t.lo, r);
+    const int32_t hi = row_value(t.hi, r);
+    const int64_t row = t.row0 + r;
+    const int32_t key = kh ? key_b : key_a;
+    if (row < a.rows && key < a.keys) {
+      a.out[row * a.out_row_stride + key] = key >= lo && key < hi ? total[b] : kNegInf;
+    }
+  }
+}
+
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 template <int kMode, int kHeads>
@@ -235,7 +296,6 @@ __global__ void __launch_bounds__(Cfg<kMode>::kThreads, 1)
   const int c = lane & 3;   // accumulator column pair
   const int kr0 = (warp >> 2) * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a tile
   const int kr1 = kr0 + 8;
-  const float kNegInf = __int_as_float(int(0xff800000u));
   const uint64_t q_desc = sw128_desc(q_smem);
 
   float acc[64];
@@ -247,32 +307,13 @@ __global__ void __launch_bounds__(Cfg<kMode>::kThreads, 1)
     if (threadIdx.x < 2 * kN) {
       stage_q<kMode, kHeads>(a, t.row0, q_smem);
     }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * i + 2 * c + e;
-        const int64_t row = t.row0 + col / kHeads;
-        w[2 * i + e] =
-            row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-      }
-    }
+    load_item_weights<kHeads>(a, t.row0, c, w);
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     math_barrier<kMathThreads>();
 
-    if (a.clean) {  // keys of the chunk outside the computed tiles: -inf, no math
-      const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
-      const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = t.row0 + r;
-        if (row < a.rows) {
-          float* o = a.out + row * a.out_row_stride;
-          fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
-          fill_neg_inf<kMathThreads>(o, kz, t.k_end);
-        }
-      }
+    if (a.clean) {
+      fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
@@ -282,31 +323,13 @@ __global__ void __launch_bounds__(Cfg<kMode>::kThreads, 1)
       const int32_t key_b = key0 + kr1;
       float s0 = 1.f, s1 = 1.f;
       if constexpr (kMode != kBf16) {
-        const float x0 = ldg_early(a.kv_scale + int64_t(min(key_a, a.keys - 1)) * a.kv_scale_stride);
-        const float x1 = ldg_early(a.kv_scale + int64_t(min(key_b, a.keys - 1)) * a.kv_scale_stride);
-        s0 = key_a < a.keys ? x0 : 0.f;
-        s1 = key_b < a.keys ? x1 : 0.f;
+        key_scales(a, key_a, key_b, s0, s1);
       }
       mbar_wait(full + stage * 8, (it / C::kStages) & 1);
       float part[2 * kRows];
       score_tile<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc, acc, w,
                                     s0, s1, part);
-      float total[2 * kRows / 4];
-      quad_reduce_scatter<2 * kRows>(part, c, total);
-      // Lane c stores value 4 b + c = kh * kRows + r.
-#pragma unroll
-      for (int b = 0; b < 2 * kRows / 4; ++b) {
-        const int v = 4 * b + c;
-        const int kh = v / kRows;
-        const int r = v % kRows;
-        const int32_t lo = row_value(t.lo, r);
-        const int32_t hi = row_value(t.hi, r);
-        const int64_t row = t.row0 + r;
-        const int32_t key = kh ? key_b : key_a;
-        if (row < a.rows && key < a.keys) {
-          a.out[row * a.out_row_stride + key] = key >= lo && key < hi ? total[b] : kNegInf;
-        }
-      }
+      store_tile_scores<kRows>(a, t, part, c, key_a, key_b);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE

@@ -69,10 +69,6 @@ struct TmaCfg {
 
 #if DSA_SM90_INDEXER_DEVICE
 
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // The box of `map` at element coordinates (x, y) into shared memory at dst; its bytes complete on bar.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y, uint32_t bar) {
   asm volatile(
@@ -83,16 +79,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
 __device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
@@ -235,7 +221,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   const int wg = warp >> 2;
   const int kr0 = wg * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a stage
   const int kr1 = kr0 + 8;
-  const float kNegInf = __int_as_float(int(0xff800000u));
   const uint64_t q_desc = sw128_desc(q_smem);
   const uint32_t a_off = uint32_t(wg * kWgKeys * C::kRowBytes);  // the warpgroup's 64 rows: 1024-aligned
 
@@ -246,32 +231,13 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
     stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * i + 2 * c + e;
-        const int64_t row = t.row0 + col / kHeads;
-        w[2 * i + e] =
-            row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-      }
-    }
+    load_item_weights<kHeads>(a, t.row0, c, w);
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     math_barrier<kMathThreads>();
 
-    if (a.clean) {  // keys of the chunk outside the computed tiles: -inf, no math
-      const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
-      const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = t.row0 + r;
-        if (row < a.rows) {
-          float* o = a.out + row * a.out_row_stride;
-          fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
-          fill_neg_inf<kMathThreads>(o, kz, t.k_end);
-        }
-      }
+    if (a.clean) {
+      fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
@@ -279,10 +245,8 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
       const int32_t key0 = tile * kTileKeys;
       const int32_t key_a = key0 + kr0;
       const int32_t key_b = key0 + kr1;
-      const float x0 = ldg_early(a.kv_scale + int64_t(min(key_a, a.keys - 1)) * a.kv_scale_stride);
-      const float x1 = ldg_early(a.kv_scale + int64_t(min(key_b, a.keys - 1)) * a.kv_scale_stride);
-      const float s0 = key_a < a.keys ? x0 : 0.f;
-      const float s1 = key_b < a.keys ? x1 : 0.f;
+      float s0, s1;
+      key_scales(a, key_a, key_b, s0, s1);
       mbar_wait(full + stage * 8, (it / C::kStages) & 1);
       mma_tile_ss(acc, sw128_desc(stages + stage * C::kStageBytes + a_off), q_desc);
       if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
@@ -294,22 +258,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
       } else {
         head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
       }
-      float total[2 * kRows / 4];
-      quad_reduce_scatter<2 * kRows>(part, c, total);
-      // Lane c stores value 4 b + c = kh * kRows + r.
-#pragma unroll
-      for (int b = 0; b < 2 * kRows / 4; ++b) {
-        const int v = 4 * b + c;
-        const int kh = v / kRows;
-        const int r = v % kRows;
-        const int32_t lo = row_value(t.lo, r);
-        const int32_t hi = row_value(t.hi, r);
-        const int64_t row = t.row0 + r;
-        const int32_t key = kh ? key_b : key_a;
-        if (row < a.rows && key < a.keys) {
-          a.out[row * a.out_row_stride + key] = key >= lo && key < hi ? total[b] : kNegInf;
-        }
-      }
+      store_tile_scores<kRows>(a, t, part, c, key_a, key_b);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
