@@ -1,5 +1,9 @@
 """CUDA C++ provider of dsa.indexer_logits (kernels: include/dsa_cuda/sm90_indexer_logits_tma.cuh and
-sm90_indexer_logits.cuh, Hopper only).
+sm90_indexer_logits.cuh on Hopper, run on the H200; sm100_indexer_logits.cuh on the SM100 family, fp8
+with precise=False only, compiled, not run).
+
+On compute capability 10.x the tcgen05 kernel has never run on a GPU, so `supports` declines there unless
+the cuda backend is forced (``dsa_ops.use_backend("cuda")`` or DSA_OPS_BACKEND=cuda).
 
 Calls ``torch.ops.dsa_cuda.indexer_logits_out(q, kv, kv_scale, weights, ks, ke, clean, fp8_mma, config, out)``
 with ``fp8_mma = not precise`` (the op's argument is the only switch the op uses). ``config`` picks the
@@ -22,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, sm90_only
+from . import aligned16, capability
 
 OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
@@ -47,8 +51,40 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, ou
     return out
 
 
+def unsupported_arch(cap: tuple[int, int], forced: Optional[str]) -> Optional[str]:
+    """Why the kernels do not serve a device of compute capability `cap` (None when they do), with the
+    backend `forced` (registry.forced_backend()). SM90: the wgmma kernels (run on the H200). SM100 family:
+    the tcgen05 kernel, compiled, not run, so only when the cuda backend is forced."""
+    major, minor = cap
+    if major == 9:
+        return None
+    if major == 10:
+        if forced == "cuda":
+            return None
+        return (f"compute capability {major}.{minor}: the CUDA indexer kernel for the SM100 family (tcgen05) is "
+                "compiled, not run; it serves only when the cuda backend is forced")
+    return (f"compute capability {major}.{minor}: the CUDA indexer kernels are for SM90 (wgmma) and the SM100 "
+            "family (tcgen05, compiled, not run)")
+
+
+def unsupported_on_sm100(q, kv, precise) -> Optional[str]:
+    """What the SM100 kernel does not take (None when it takes the call): fp8 operands with fp8 MMAs,
+    kv rows and q heads that do not overlap (tensor maps of 128-byte rows)."""
+    if q.dtype != torch.float8_e4m3fn or precise:
+        return "the SM100 indexer kernel takes fp8 operands with precise=False only"
+    if kv.stride(0) < 128 or q.stride(1) < 128:
+        return "the SM100 indexer kernel needs kv rows and q heads at least 128 bytes apart (tensor maps)"
+    return None
+
+
 def supports(q, kv, kv_scale, weights, ks, ke, clean, precise) -> Optional[str]:
-    if (why := sm90_only(q, "CUDA indexer")) is not None:
+    from dsa_ops import registry
+
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    cap = capability(index)
+    if (why := unsupported_arch(cap, registry.forced_backend())) is not None:
+        return why
+    if cap[0] == 10 and (why := unsupported_on_sm100(q, kv, precise)) is not None:
         return why
     t, h, d = q.shape
     if h not in (32, 64):

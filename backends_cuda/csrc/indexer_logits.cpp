@@ -89,7 +89,8 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
   void* stream = current_stream(kOp, device);
   const cudaError_t err = dsa_cuda::launch_indexer_logits(p, static_cast<cudaStream_t>(stream));
   STD_TORCH_CHECK(err != cudaErrorNotSupported, kOp,
-                  ": the CUDA indexer kernel runs on SM90 (Hopper) GPUs only (wgmma)");
+                  ": the CUDA indexer kernels run on SM90 (wgmma) and, for fp8 operands with fp8 MMAs, config 0 and "
+                  "q heads 128 bytes apart, on the SM100 family (tcgen05, compiled, not run)");
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 

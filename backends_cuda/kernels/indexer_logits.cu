@@ -1,4 +1,5 @@
-// Launcher of dsa.indexer_logits (kernel in include/dsa_cuda/sm90_indexer_logits.cuh).
+// Launcher of dsa.indexer_logits: the SM90 kernels (include/dsa_cuda/sm90_indexer_logits*.cuh) on compute
+// capability 9.x, the SM100 one (sm100_indexer_logits.cuh; compiled, not run) on 10.x.
 // Torch-free: the compile gates build this file alone with nvcc.
 #include "dsa_cuda/indexer_logits.cuh"
 
@@ -8,6 +9,7 @@ namespace dsa_cuda {
 namespace {
 
 namespace k = sm90_indexer;
+namespace k100 = sm100_indexer;
 
 template <int kMode, int kHeads>
 cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
@@ -38,9 +40,20 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// TMA kernels: the keys as a [N, 128] byte tensor for TMA, box [64 x kWgs rows, 128 bytes] with the
-// 128-byte swizzle (the wgmma descriptor's K-major layout), rows past N zero-filled. Encoded on every
-// launch (host work, no device call); the map travels as a kernel parameter.
+// The keys as a [N, 128] byte tensor, boxes of `box_rows` keys x 128 bytes with the 128-byte swizzle (the
+// MMA descriptors' K-major layout), rows past N zero-filled. Encoded on every launch (host work, no device
+// call); the map travels as a kernel parameter.
+cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_rows, CUtensorMap* map) {
+  const cuuint64_t dims[2] = {cuuint64_t(k::kDim), cuuint64_t(a.keys)};
+  const cuuint64_t strides[1] = {cuuint64_t(a.kv_row_stride)};  // bytes; a multiple of 16 (checked)
+  const cuuint32_t box[2] = {cuuint32_t(k::kDim), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.kv), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 template <int kWgs>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
   using C = k::TmaCfg<kWgs>;
@@ -49,16 +62,7 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
     return cudaErrorSymbolNotFound;
   }
   CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(k::kDim), cuuint64_t(a.keys)};
-  const cuuint64_t strides[1] = {cuuint64_t(a.kv_row_stride)};  // bytes; a multiple of 16 (checked)
-  const cuuint32_t box[2] = {cuuint32_t(C::kRowBytes), cuuint32_t(C::kTileKeys)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.kv), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return cudaErrorInvalidValue;
-  }
+  DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
   const dim3 block(C::kThreads);
   if (heads == 64) {
     return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
@@ -66,6 +70,34 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   }
   return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
                                                                   stream, map, a);
+}
+
+// SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
+// heads (rows past T zero-filled), 128-byte swizzle.
+cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) {
+    return cudaErrorSymbolNotFound;
+  }
+  CUtensorMap kv_map, q_map;
+  DSA_CUDA_CHECK(kv_tensor_map(encode, a, k100::kTileKeys, &kv_map));
+  const cuuint64_t dims[3] = {cuuint64_t(k::kDim), cuuint64_t(heads), cuuint64_t(a.rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(a.q_head_stride), cuuint64_t(a.q_row_stride)};  // bytes
+  const cuuint32_t box[3] = {cuuint32_t(k::kDim), cuuint32_t(heads), cuuint32_t(k::kN / heads)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.q), dims, strides,
+                            box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 block(k100::kThreads);
+  if (heads == 64) {
+    return launch_pdl_smem<&k100::indexer_logits_kernel<64>>(dim3(unsigned(grid)), block, k100::kSmemBytes, stream,
+                                                             kv_map, q_map, a);
+  }
+  return launch_pdl_smem<&k100::indexer_logits_kernel<32>>(dim3(unsigned(grid)), block, k100::kSmemBytes, stream,
+                                                           kv_map, q_map, a);
 }
 
 // The kernel a config runs, the default filled in: the one place it is chosen. H200, fp8 MMAs, 4096 rows
@@ -137,7 +169,10 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   }
   int major = 0;
   DSA_CUDA_CHECK(current_arch_major(&major));
-  if (major != 9) {  // wgmma exists on SM90 only; an SM100 kernel is its own file
+  // wgmma on SM90; on the SM100 family the tcgen05 kernel, which takes what the SM90 TMA kernels take
+  // (config 0 only) with Q heads that do not overlap.
+  const bool sm100 = major == 10;
+  if (major != 9 && !(sm100 && p.config == 0 && tma_takes(p) && p.q_head_stride >= k::kDim)) {
     return cudaErrorNotSupported;
   }
   int sms = 0;
@@ -147,8 +182,10 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
   // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3.
+  // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
-  const int64_t tile_keys = kernel == Kernel::kTma4   ? k::TmaCfg<4>::kTileKeys
+  const int64_t tile_keys = sm100                     ? k100::kTileKeys
+                            : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
                             : kernel == Kernel::kTma3 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
@@ -156,7 +193,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // have several (load balance) when the rows alone do not give that. TMA with 3 warpgroups takes 4x
   // longer chunks: H200, 4096 x 131072 causal H 64, 10012-10479 -> 9544-9568 us in two runs (DeepGEMM
   // 9280-9318); at 32768 keys within the runs' spread.
-  const int64_t chunk_keys = (kernel == Kernel::kTma3 ? 4 : 1) * k::kMaxChunkTiles * 128;
+  const int64_t chunk_keys = (sm100 || kernel == Kernel::kTma3 ? 4 : 1) * k::kMaxChunkTiles * 128;
   const int64_t max_chunk_tiles = chunk_keys / tile_keys;
   int64_t chunks = (key_tiles + max_chunk_tiles - 1) / max_chunk_tiles;
   chunks = std::max(chunks, std::min(key_tiles, (8 * int64_t(sms) + row_blocks - 1) / row_blocks));
@@ -190,6 +227,9 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.clean = p.clean;
   const int grid = int(std::min<int64_t>(items, sms));
 
+  if (sm100) {
+    return launch_sm100(a, p.heads, grid, stream);
+  }
   if (kernel != Kernel::kCpAsync) {
     return kernel == Kernel::kTma4 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
   }

@@ -61,6 +61,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& params, cudaStream_
 }  // namespace dsa_cuda
 
 #ifdef __CUDACC__
+#include "sm100_indexer_logits.cuh"
 #include "sm90_indexer_logits.cuh"
 #include "sm90_indexer_logits_tma.cuh"
 #endif

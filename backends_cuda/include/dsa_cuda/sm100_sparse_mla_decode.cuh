@@ -95,15 +95,8 @@
 
 #include "common_launch.cuh"
 #include "smxx_mbarrier.cuh"
+#include "sm100_tcgen05.cuh"
 #include "smxx_sparse_mla_decode.cuh"
-
-// tcgen05 device code: the arch-specific Blackwell datacenter targets whose PTX has tcgen05.
-#if defined(__CUDA_ARCH__) && \
-    (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL) || defined(__CUDA_ARCH_FEAT_SM107_ALL))
-#define DSA_SM100_MLA_DEVICE 1
-#else
-#define DSA_SM100_MLA_DEVICE 0
-#endif
 
 namespace dsa_cuda {
 namespace sm100_mla_decode {
@@ -152,16 +145,10 @@ constexpr uint32_t idesc_bf16(int m, int n, bool transpose_a, bool transpose_b) 
 constexpr uint32_t kIdescQk = idesc_bf16(64, 32, false, false);
 constexpr uint32_t kIdescPv = idesc_bf16(128, 64, true, false);
 
-#if DSA_SM100_MLA_DEVICE
+#if DSA_SM100_DEVICE
 
 using namespace smxx_mla_decode;
-
-// sm_100 shared memory descriptor, SWIZZLE_128B (layout type 2 in bits 61-63, the fixed 0b001 in bits
-// 46-48, base offset 0): start, LBO (bytes; K-major swizzled layouts ignore it), SBO 1024.
-__device__ __forceinline__ uint64_t umma_desc(uint32_t addr, uint32_t lbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 46) | (uint64_t(2) << 61);
-}
+using namespace sm100;  // tcgen05 wrappers
 
 using smxx::mbar_arrive;  // smxx_mbarrier.cuh
 using smxx::mbar_init;
@@ -171,62 +158,14 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ void tc_fence_before() { asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory"); }
-__device__ __forceinline__ void tc_fence_after() { asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory"); }
-
-// D[tmem] (+)= A * B, cta_group::1, kind::f16; accumulate iff `acc`.
-__device__ __forceinline__ void umma(uint32_t d, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-      "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n" ::"r"(d),
-      "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(acc)
-      : "memory");
-}
-
-// One arrival on `bar` once every earlier MMA of this thread has completed.
-__device__ __forceinline__ void umma_commit(uint32_t bar) {
-  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-#define DSA_R8(b) "=r"(v[b]), "=r"(v[b + 1]), "=r"(v[b + 2]), "=r"(v[b + 3]), "=r"(v[b + 4]), "=r"(v[b + 5]), \
-                  "=r"(v[b + 6]), "=r"(v[b + 7])
-#define DSA_W8(b) "r"(v[b]), "r"(v[b + 1]), "r"(v[b + 2]), "r"(v[b + 3]), "r"(v[b + 4]), "r"(v[b + 5]), \
-                  "r"(v[b + 6]), "r"(v[b + 7])
-#define DSA_REGS32                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-
-// 32 consecutive columns of this thread's lane (32x32b.x32); the caller waits (tmem_wait_ld).
-__device__ __forceinline__ void tmem_ld32(uint32_t taddr, uint32_t (&v)[32]) {
-  asm volatile("tcgen05.ld.sync.aligned.32x32b.x32.b32 " DSA_REGS32 ", [%32];"
-               : DSA_R8(0), DSA_R8(8), DSA_R8(16), DSA_R8(24)
-               : "r"(taddr)
-               : "memory");
-}
-
-__device__ __forceinline__ void tmem_st32(uint32_t taddr, const uint32_t (&v)[32]) {
-  asm volatile("tcgen05.st.sync.aligned.32x32b.x32.b32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-               "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-               "%31, %32};" ::"r"(taddr),
-               DSA_W8(0), DSA_W8(8), DSA_W8(16), DSA_W8(24)
-               : "memory");
-}
-
-#undef DSA_REGS32
-#undef DSA_W8
-#undef DSA_R8
-
-__device__ __forceinline__ void tmem_wait_ld() { asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void tmem_wait_st() { asm volatile("tcgen05.wait::st.sync.aligned;" ::: "memory"); }
-
-#endif  // DSA_SM100_MLA_DEVICE
+#endif  // DSA_SM100_DEVICE
 
 // 13 warps: __launch_bounds__(416, 1) makes ptxas plan for 512 threads, 128 registers a thread, and the
 // non-split kernels spilled 4 bytes; 152 x 416 fits the 64 K registers of an SM (__maxnreg__ excludes
 // __launch_bounds__).
 template <bool kV4, bool kSplit>
 __global__ void __maxnreg__(kMaxRegs) sparse_mla_decode_kernel(const __grid_constant__ KernelArgs a) {
-#if DSA_SM100_MLA_DEVICE
+#if DSA_SM100_DEVICE
   using C = Cfg<kV4>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
@@ -520,7 +459,7 @@ __global__ void __maxnreg__(kMaxRegs) sparse_mla_decode_kernel(const __grid_cons
   }
 #elif defined(__CUDA_ARCH__)
   __trap();  // built for a target without tcgen05: the launcher never starts it there
-#endif  // DSA_SM100_MLA_DEVICE
+#endif  // DSA_SM100_DEVICE
 }
 
 }  // namespace sm100_mla_decode

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "smxx_indexer.cuh"
 #include "smxx_mbarrier.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -38,10 +39,11 @@
 namespace dsa_cuda {
 namespace sm90_indexer {
 
+using namespace smxx_indexer;  // kDim, kN, KernelArgs, Item, decode_item, the item cursors, small helpers
+
 enum Mode : int { kFp8AsF16 = 0, kBf16 = 1, kFp8Mma = 2 };
 
 constexpr int kWgKeys = 64;     // MMA M per warpgroup
-constexpr int kDim = 128;       // head dim D
 constexpr int kMathBarrier = 1;  // named barrier of the math threads
 
 // Operand sizes of a mode.
@@ -56,10 +58,6 @@ struct ModeTraits {
 
 #if DSA_SM90_INDEXER_DEVICE
 
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // setmaxnreg: every warp of a warpgroup executes it with the same count (a multiple of 8 in [24, 256]).
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -71,52 +69,8 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
-// v[r] for a row r known only at run time, by selects (a dynamic index would put v in local memory).
-template <int kRows>
-__device__ __forceinline__ int32_t row_value(const int32_t (&v)[kRows], int r) {
-  int32_t x = v[0];
-#pragma unroll
-  for (int rr = 1; rr < kRows; ++rr) {
-    x = r == rr ? v[rr] : x;
-  }
-  return x;
-}
-
-// o[k] = -inf for k in [from, to), spread over the math threads (scores of keys no tile computes).
-template <int kMathThreads>
-__device__ __forceinline__ void fill_neg_inf(float* o, int32_t from, int32_t to) {
-  for (int32_t k = from + int32_t(threadIdx.x); k < to; k += kMathThreads) {
-    o[k] = __int_as_float(int(0xff800000u));
-  }
-}
-
-// A CTA's items of a persistent grid: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped
-// without divisions. Args: the kernel's arguments, with row_blocks and chunks.
-template <class Args>
-struct ItemCursor {
-  int32_t rb, kc, step_rb, step_kc;
-  __device__ __forceinline__ explicit ItemCursor(const Args& a) {
-    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
-    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
-    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
-    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
-  }
-  __device__ __forceinline__ bool valid(const Args& a) const { return kc < a.chunks; }
-  __device__ __forceinline__ void next(const Args& a) {
-    rb += step_rb;
-    kc += step_kc;
-    if (rb >= a.row_blocks) {
-      rb -= a.row_blocks;
-      ++kc;
-    }
-  }
-};
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 using smxx::mbar_arrive;  // smxx_mbarrier.cuh
+using smxx::mbar_arrive_expect_tx;
 using smxx::mbar_init;
 using smxx::mbar_wait;
 
@@ -150,20 +104,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "r"(addr)
                : "memory");
-  return v;
-}
-
-// A load the compiler keeps in program order with the barrier waits (asm volatile), so it is in flight
-// while the thread waits for its tile.
-__device__ __forceinline__ float ldg_early(const float* p) {
-  float v;
-  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ int32_t ldg_early(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 

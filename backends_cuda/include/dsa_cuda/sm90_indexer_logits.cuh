@@ -44,9 +44,6 @@
 namespace dsa_cuda {
 namespace sm90_indexer {
 
-constexpr int kN = 128;                                   // MMA N: rows * heads of a Q tile
-constexpr int kMaxChunkTiles = 128;                       // key tiles per item at most
-
 template <int kMode>
 struct Cfg {
   static constexpr int kWgs = 2;                      // math warpgroups
@@ -65,78 +62,8 @@ struct Cfg {
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
 };
 
-struct KernelArgs {
-  const uint8_t* q;
-  const uint8_t* kv;
-  const float* kv_scale;
-  const float* weights;
-  const int32_t* ks;
-  const int32_t* ke;
-  float* out;
-  int64_t rows;
-  int64_t q_row_stride;  // bytes
-  int64_t q_head_stride;  // bytes
-  int64_t kv_row_stride;  // bytes
-  int64_t kv_scale_stride;
-  int64_t w_row_stride;
-  int64_t w_head_stride;
-  int64_t ks_stride;
-  int64_t ke_stride;
-  int64_t out_row_stride;
-  int32_t row_blocks;  // items are (row block, chunk), row block fastest
-  int32_t chunks;
-  int32_t keys;
-  int32_t key_tiles;
-  int32_t chunk_tiles;
-  bool clean;
-};
-
-// One item's rows and key tiles; identical in the producer and the math warps.
-template <int kRows>
-struct Item {
-  int64_t row0;
-  int32_t lo[kRows], hi[kRows];  // clipped windows ([0, 0) for rows past T)
-  int32_t t0, t1;                // key tiles to compute
-  int32_t k_begin, k_end;        // the chunk's keys, clipped to N
-};
-
 #if DSA_SM90_INDEXER_DEVICE
 
-template <int kRows, int kTileKeys>
-__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc) {
-  Item<kRows> it;
-  it.row0 = int64_t(rb) * kRows;
-  const int32_t c0 = kc * a.chunk_tiles;
-  const int32_t c1 = min(c0 + a.chunk_tiles, a.key_tiles);
-  const int32_t n = a.keys;
-  int32_t lo_min = n, hi_max = 0;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t row = it.row0 + r;
-    int32_t lo = 0, hi = 0;
-    if (row < a.rows) {
-      // Untrusted windows: clip to [0, N); a window with ke <= ks is empty.
-      lo = min(max(__ldg(a.ks + row * a.ks_stride), 0), n);
-      hi = max(min(max(__ldg(a.ke + row * a.ke_stride), 0), n), lo);
-    }
-    it.lo[r] = lo;
-    it.hi[r] = hi;
-    if (hi > lo) {
-      lo_min = min(lo_min, lo);
-      hi_max = max(hi_max, hi);
-    }
-  }
-  int32_t t0 = max(c0, lo_min / kTileKeys);
-  int32_t t1 = min(c1, (hi_max + kTileKeys - 1) / kTileKeys);
-  if (t1 <= t0) {
-    t0 = t1 = c1;
-  }
-  it.t0 = t0;
-  it.t1 = t1;
-  it.k_begin = c0 * kTileKeys;
-  it.k_end = min(c1 * kTileKeys, n);
-  return it;
-}
 
 template <int kMode, int kHeads>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t full, uint32_t empty) {

@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "common_launch.cuh"
+#include "smxx_tma.cuh"
 #include "sm90_indexer_core.cuh"
 #include "sm90_indexer_logits.cuh"
 
@@ -69,17 +70,8 @@ struct TmaCfg {
 
 #if DSA_SM90_INDEXER_DEVICE
 
-// The box of `map` at element coordinates (x, y) into shared memory at dst; its bytes complete on bar.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
-
-__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
+using smxx::prefetch_tensormap;  // smxx_tma.cuh
+using smxx::tma_load_2d;
 
 __device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
@@ -138,27 +130,6 @@ __device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row
     sts128(q_smem + n * 128 + ((j ^ (n & 7)) << 4), x);
   }
 }
-
-// ItemCursor without its two steps: they are recomputed per item (two divisions an item of up to 64
-// tiles), which frees the registers the H 32 instance spilled at 112 (4 bytes).
-struct LeanCursor {
-  int32_t rb, kc;
-  __device__ __forceinline__ explicit LeanCursor(const KernelArgs& a) {
-    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
-    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
-  }
-  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
-  __device__ __forceinline__ void next(const KernelArgs& a) {
-    uint32_t grid;
-    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));  // volatile: not hoisted out of the item loop
-    rb += int32_t(grid % uint32_t(a.row_blocks));
-    kc += int32_t(grid / uint32_t(a.row_blocks));
-    if (rb >= a.row_blocks) {
-      rb -= a.row_blocks;
-      ++kc;
-    }
-  }
-};
 
 // One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage.
 template <int kWgs, int kHeads>

@@ -1,0 +1,173 @@
+// The arch-independent parts of the dense indexer kernels (sm90_indexer_logits*.cuh, sm100_indexer_logits.cuh):
+// the kernel arguments, the work items (R query rows x a chunk of key tiles) and how a persistent CTA walks
+// them, and the small device helpers every kernel's epilogue uses. Torch-free.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsa_cuda {
+namespace smxx_indexer {
+
+constexpr int kDim = 128;            // head dim D
+constexpr int kN = 128;              // MMA N: rows * heads of a Q tile
+constexpr int kMaxChunkTiles = 128;  // 128-key tiles per item at most
+
+struct KernelArgs {
+  const uint8_t* q;
+  const uint8_t* kv;
+  const float* kv_scale;
+  const float* weights;
+  const int32_t* ks;
+  const int32_t* ke;
+  float* out;
+  int64_t rows;
+  int64_t q_row_stride;  // bytes
+  int64_t q_head_stride;  // bytes
+  int64_t kv_row_stride;  // bytes
+  int64_t kv_scale_stride;
+  int64_t w_row_stride;
+  int64_t w_head_stride;
+  int64_t ks_stride;
+  int64_t ke_stride;
+  int64_t out_row_stride;
+  int32_t row_blocks;  // items are (row block, chunk), row block fastest
+  int32_t chunks;
+  int32_t keys;
+  int32_t key_tiles;
+  int32_t chunk_tiles;
+  bool clean;
+};
+
+// One item's rows and key tiles; identical in the producer and the math warps.
+template <int kRows>
+struct Item {
+  int64_t row0;
+  int32_t lo[kRows], hi[kRows];  // clipped windows ([0, 0) for rows past T)
+  int32_t t0, t1;                // key tiles to compute
+  int32_t k_begin, k_end;        // the chunk's keys, clipped to N
+};
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A load the compiler keeps in program order with the barrier waits (asm volatile), so it is in flight
+// while the thread waits for its tile.
+__device__ __forceinline__ float ldg_early(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ int32_t ldg_early(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// v[r] for a row r known only at run time, by selects (a dynamic index would put v in local memory).
+template <int kRows>
+__device__ __forceinline__ int32_t row_value(const int32_t (&v)[kRows], int r) {
+  int32_t x = v[0];
+#pragma unroll
+  for (int rr = 1; rr < kRows; ++rr) {
+    x = r == rr ? v[rr] : x;
+  }
+  return x;
+}
+
+// o[k] = -inf for k in [from, to), spread over the math threads (scores of keys no tile computes).
+template <int kMathThreads>
+__device__ __forceinline__ void fill_neg_inf(float* o, int32_t from, int32_t to) {
+  for (int32_t k = from + int32_t(threadIdx.x); k < to; k += kMathThreads) {
+    o[k] = __int_as_float(int(0xff800000u));
+  }
+}
+
+template <int kRows, int kTileKeys>
+__device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t rb, int32_t kc) {
+  Item<kRows> it;
+  it.row0 = int64_t(rb) * kRows;
+  const int32_t c0 = kc * a.chunk_tiles;
+  const int32_t c1 = min(c0 + a.chunk_tiles, a.key_tiles);
+  const int32_t n = a.keys;
+  int32_t lo_min = n, hi_max = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = it.row0 + r;
+    int32_t lo = 0, hi = 0;
+    if (row < a.rows) {
+      // Untrusted windows: clip to [0, N); a window with ke <= ks is empty.
+      lo = min(max(__ldg(a.ks + row * a.ks_stride), 0), n);
+      hi = max(min(max(__ldg(a.ke + row * a.ke_stride), 0), n), lo);
+    }
+    it.lo[r] = lo;
+    it.hi[r] = hi;
+    if (hi > lo) {
+      lo_min = min(lo_min, lo);
+      hi_max = max(hi_max, hi);
+    }
+  }
+  int32_t t0 = max(c0, lo_min / kTileKeys);
+  int32_t t1 = min(c1, (hi_max + kTileKeys - 1) / kTileKeys);
+  if (t1 <= t0) {
+    t0 = t1 = c1;
+  }
+  it.t0 = t0;
+  it.t1 = t1;
+  it.k_begin = c0 * kTileKeys;
+  it.k_end = min(c1 * kTileKeys, n);
+  return it;
+}
+
+// A CTA's items of a persistent grid: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped
+// without divisions. Args: the kernel's arguments, with row_blocks and chunks.
+template <class Args>
+struct ItemCursor {
+  int32_t rb, kc, step_rb, step_kc;
+  __device__ __forceinline__ explicit ItemCursor(const Args& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+    step_rb = int32_t(gridDim.x % uint32_t(a.row_blocks));
+    step_kc = int32_t(gridDim.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const Args& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const Args& a) {
+    rb += step_rb;
+    kc += step_kc;
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
+// ItemCursor without its two steps: they are recomputed per item (two divisions an item of up to 64
+// tiles), which frees the registers the H 32 instance spilled at 112 (4 bytes).
+struct LeanCursor {
+  int32_t rb, kc;
+  __device__ __forceinline__ explicit LeanCursor(const KernelArgs& a) {
+    rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
+    kc = int32_t(blockIdx.x / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const { return kc < a.chunks; }
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    uint32_t grid;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));  // volatile: not hoisted out of the item loop
+    rb += int32_t(grid % uint32_t(a.row_blocks));
+    kc += int32_t(grid / uint32_t(a.row_blocks));
+    if (rb >= a.row_blocks) {
+      rb -= a.row_blocks;
+      ++kc;
+    }
+  }
+};
+
+#endif
+
+}  // namespace smxx_indexer
+}  // namespace dsa_cuda
