@@ -372,9 +372,10 @@ def test_paged_config_sweep(bench, case):
         assert same, f"config {config} differs from the default config's scores"
 
 
-# (T, N, H, windows): the dense fp8 shapes of docs/design_indexer.md's table against DeepGEMM.
+# (T, N, H, windows): the dense fp8 shapes of docs/design_indexer.md's table against DeepGEMM, and two of few
+# rows (a prefill chunk), where the TMA default was chosen without a measurement.
 DENSE_SWEEP = [(4096, 32768, 64, "full"), (4096, 32768, 64, "causal"), (4096, 131072, 64, "causal"),
-               (4096, 32768, 32, "full")]
+               (4096, 32768, 32, "full"), (512, 32768, 64, "full"), (128, 65536, 64, "causal")]
 
 
 @pytest.mark.skipif(os.environ.get("DSA_BENCH_SWEEP") != "1", reason="DSA_BENCH_SWEEP=1 runs it")
