@@ -5,19 +5,20 @@ where it was measured faster, and keep CUDA everywhere else (unmeasured shapes i
 backend (DSA_OPS_BACKEND, use_backend) overrides them; a provider that declines a call is skipped by
 its `supports` reason, as in the plain order.
 
-H200, one run each (benchmarks/bench_indexer_logits.py, 2026-12-04, CUDA events, cold L2), 4096 query rows,
-times in us, CUDA / Triton. precise=False on fp8: the CUDA launcher's default (TMA key tiles, 3 math
-warpgroups at 64 heads, 4 at 32); precise=True and bf16: its cp.async kernel (2 math warpgroups):
+H200, one run (benchmarks/bench_indexer_logits.py, 2026-12-04, commit 0d0d7d4, CUDA events, cold L2), 4096 query
+rows, times in us, CUDA / Triton. CUDA is the launcher's default: the TMA kernel (3 math warpgroups at 64 heads,
+4 at 32) for fp8 with precise=False, the cp.async kernel for precise=True and bf16:
 
     keys     heads  dtype  windows  precise=False       precise=True
-    131072   64     fp8    causal    9691.4 / 11917.6   16854.2 / 15359.5
-    32768    64     fp8    full      2462.3 /  3065.9    4401.0 /  3976.8
-    32768    64     fp8    causal    2341.5 /  2975.0    4150.9 /  3732.8
-    32768    32     fp8    full      1238.8 /  1508.9    2359.1 /  2123.4
-    32768    64     bf16   full      4394.1 /  3860.3   (bf16: one mode)
+    131072   64     fp8    full      9862.2 / 12066.5   17224.7 / 15709.6
+    131072   64     fp8    causal    9813.8 / 12026.7   16926.3 / 15440.4
+    32768    64     fp8    full      2442.9 /  3043.2    4395.4 /  4039.1
+    32768    64     fp8    causal    2376.5 /  2868.4    4137.3 /  3834.9
+    32768    32     fp8    full      1235.9 /  1512.5    2362.2 /  2124.9
+    32768    64     bf16   full      4449.3 /  3865.1   (bf16: one mode)
 
-    paged, 64 requests x 65536, next_n 1, H 64: fp8 CUDA 146.2 us, Triton 263.0 us (precise: 159.3 / 312.8);
-    also faster on CUDA: next_n 2, H 32, 4 requests.
+    paged, 64 requests x 65536, next_n 1, H 64 (commit ebe61f3): fp8 CUDA 138.0 us, Triton 287.5 us (precise:
+    169.8 / 317.4); also faster on CUDA: next_n 2, H 32, 4 requests, 1 request of next_n 2.
 
 So: dense scoring with exact products (precise=True on fp8, and bf16) goes to Triton from 4096 rows and
 32768 keys at 32 or 64 heads (every measured row); the fp8-MMA mode, the paged op and every unmeasured
@@ -36,9 +37,9 @@ DENSE_TRITON_MIN_KEYS = 32768
 DENSE_TRITON_MIN_ROWS = 4096
 
 DENSE_SUMMARY = (f"fp8 with precise=False: cuda; precise=True or bf16: triton from {DENSE_TRITON_MIN_ROWS} rows and "
-                 f"{DENSE_TRITON_MIN_KEYS} keys at {' or '.join(map(str, DENSE_TRITON_HEADS))} heads (H200: 9-14% "
+                 f"{DENSE_TRITON_MIN_KEYS} keys at {' or '.join(map(str, DENSE_TRITON_HEADS))} heads (H200: 8-15% "
                  f"faster), else the order")
-PAGED_SUMMARY = "cuda (H200 64 x 65536 fp8: 146.2 us vs triton 263.0 us), else the order"
+PAGED_SUMMARY = "cuda (H200 64 x 65536 fp8: 138.0 us vs triton 287.5 us), else the order"
 
 
 def dense(q, kv, kv_scale, weights, ks, ke, clean, precise) -> Optional[str]:
