@@ -100,6 +100,22 @@ def capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+def sm90_or_forced_sm100(cap: tuple[int, int], forced: Optional[str], kernel: str) -> Optional[str]:
+    """Why `kernel` (a wgmma kernel for SM90, run on the H200, and a tcgen05 one for the SM100 family, compiled,
+    not run) does not serve a device of compute capability `cap` (None when it does), with the backend `forced`
+    (registry.forced_backend()): the SM100 kernel serves only when the cuda backend is forced."""
+    major, minor = cap
+    if major == 9:
+        return None
+    if major == 10:
+        if forced == "cuda":
+            return None
+        return (f"compute capability {major}.{minor}: the {kernel} kernel for the SM100 family (tcgen05) is "
+                "compiled, not run; it serves only when the cuda backend is forced")
+    return (f"compute capability {major}.{minor}: the {kernel} kernels are for SM90 (wgmma) and the SM100 "
+            "family (tcgen05, compiled, not run)")
+
+
 def sm90_only(t: torch.Tensor, kernel: str) -> Optional[str]:
     """None on an SM90 device; else why `kernel` (wgmma, SM90-only) does not run on t's device."""
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()

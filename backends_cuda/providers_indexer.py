@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, capability
+from . import aligned16, capability, sm90_or_forced_sm100
 
 OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
@@ -52,19 +52,8 @@ def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, ou
 
 
 def unsupported_arch(cap: tuple[int, int], forced: Optional[str]) -> Optional[str]:
-    """Why the kernels do not serve a device of compute capability `cap` (None when they do), with the
-    backend `forced` (registry.forced_backend()). SM90: the wgmma kernels (run on the H200). SM100 family:
-    the tcgen05 kernel, compiled, not run, so only when the cuda backend is forced."""
-    major, minor = cap
-    if major == 9:
-        return None
-    if major == 10:
-        if forced == "cuda":
-            return None
-        return (f"compute capability {major}.{minor}: the CUDA indexer kernel for the SM100 family (tcgen05) is "
-                "compiled, not run; it serves only when the cuda backend is forced")
-    return (f"compute capability {major}.{minor}: the CUDA indexer kernels are for SM90 (wgmma) and the SM100 "
-            "family (tcgen05, compiled, not run)")
+    """Why the kernels do not serve compute capability `cap` (None when they do), `forced` the forced backend."""
+    return sm90_or_forced_sm100(cap, forced, "CUDA indexer")
 
 
 def unsupported_on_sm100(q, kv, precise) -> Optional[str]:

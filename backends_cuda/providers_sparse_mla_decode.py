@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, capability
+from . import aligned16, capability, sm90_or_forced_sm100
 
 OP = "sparse_mla_decode"
 _KERNEL = "sparse_mla_decode_out"
@@ -124,19 +124,8 @@ def unsupported_shape(q, kv_cache, indices, layout="v32", attn_sink=None) -> Opt
 
 
 def unsupported_arch(cap: tuple[int, int], forced: Optional[str]) -> Optional[str]:
-    """Why the kernel does not serve a device of compute capability `cap` (None when it does), with the
-    backend `forced` (registry.forced_backend()). SM90: the wgmma kernel (run on the H200). SM100 family:
-    the tcgen05 kernel, compiled, not run, so only when the cuda backend is forced."""
-    major, minor = cap
-    if major == 9:
-        return None
-    if major == 10:
-        if forced == "cuda":
-            return None
-        return (f"compute capability {major}.{minor}: the CUDA sparse MLA decode kernel for the SM100 family "
-                "(tcgen05) is compiled, not run; it serves only when the cuda backend is forced")
-    return (f"compute capability {major}.{minor}: the CUDA sparse MLA decode kernels are for SM90 (wgmma) and "
-            "the SM100 family (tcgen05, compiled, not run)")
+    """Why the kernels do not serve compute capability `cap` (None when they do), `forced` the forced backend."""
+    return sm90_or_forced_sm100(cap, forced, "CUDA sparse MLA decode")
 
 
 def supports(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None) -> Optional[str]:

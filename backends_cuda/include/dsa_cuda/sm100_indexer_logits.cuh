@@ -211,18 +211,8 @@ __device__ __forceinline__ void epilogue(const KernelArgs& a, uint32_t bars, uin
       const int64_t row = t.row0 + col / kHeads;
       w[j] = row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
     }
-    if (a.clean) {  // keys of the chunk outside the computed tiles: -inf, no math
-      const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
-      const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = t.row0 + r;
-        if (row < a.rows) {
-          float* o = a.out + row * a.out_row_stride;
-          fill_neg_inf<kEpiThreads>(o, t.k_begin, ka);
-          fill_neg_inf<kEpiThreads>(o, kz, t.k_end);
-        }
-      }
+    if (a.clean) {
+      fill_outside_tiles<kRows, kTileKeys, kEpiThreads>(a, t);
     }
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t acc = it & 1u;

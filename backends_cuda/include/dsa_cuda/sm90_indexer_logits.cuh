@@ -144,22 +144,6 @@ __device__ __forceinline__ void load_item_weights(const KernelArgs& a, int64_t r
   }
 }
 
-// clean: -inf over the item's keys outside its computed tiles (no math there).
-template <int kRows, int kTileKeys, int kMathThreads>
-__device__ __forceinline__ void fill_outside_tiles(const KernelArgs& a, const Item<kRows>& t) {
-  const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
-  const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t row = t.row0 + r;
-    if (row < a.rows) {
-      float* o = a.out + row * a.out_row_stride;
-      fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
-      fill_neg_inf<kMathThreads>(o, kz, t.k_end);
-    }
-  }
-}
-
 // The scales of this thread's two keys, 0 past N (their scores are not stored).
 __device__ __forceinline__ void key_scales(const KernelArgs& a, int32_t key_a, int32_t key_b, float& s0, float& s1) {
   const float x0 = ldg_early(a.kv_scale + int64_t(min(key_a, a.keys - 1)) * a.kv_scale_stride);

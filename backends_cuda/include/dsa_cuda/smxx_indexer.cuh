@@ -124,6 +124,22 @@ __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t 
   return it;
 }
 
+// clean: -inf over the item's keys outside its computed tiles (no math there).
+template <int kRows, int kTileKeys, int kMathThreads>
+__device__ __forceinline__ void fill_outside_tiles(const KernelArgs& a, const Item<kRows>& t) {
+  const int32_t ka = min(t.t0 * kTileKeys, t.k_end);
+  const int32_t kz = min(t.t1 * kTileKeys, t.k_end);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = t.row0 + r;
+    if (row < a.rows) {
+      float* o = a.out + row * a.out_row_stride;
+      fill_neg_inf<kMathThreads>(o, t.k_begin, ka);
+      fill_neg_inf<kMathThreads>(o, kz, t.k_end);
+    }
+  }
+}
+
 // A CTA's items of a persistent grid: blockIdx.x, + gridDim.x, ... as (row block, chunk), stepped
 // without divisions. Args: the kernel's arguments, with row_blocks and chunks.
 template <class Args>
