@@ -250,14 +250,14 @@ def test_paged_indexer_logits(bench, case):
             continue
         # CUDA: config 0 (the launcher's defaults: 3 math warpgroups, fed by a producer warpgroup at MMA
         # N = 128) and 2 math warpgroups with the default loader and schedule.
-        wgs = (None,) if provider == "triton" else (0, 2)
-        for precise, wg in [(m, g) for m in MODES for g in wgs]:
+        configs = (None,) if provider == "triton" else (0, 2)
+        for precise, config in [(m, c) for m in MODES for c in configs]:
             if provider == "triton":
                 fn = lambda m=precise: pil.launch(*args, L, True, m)  # noqa: E731
             else:
                 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-                fn = lambda m=precise, g=wg: ppi.run(*args, L, True, m, config=g)  # noqa: E731
+                fn = lambda m=precise, c=config: ppi.run(*args, L, True, m, config=c)  # noqa: E731
             us = bench.timer.median_us(fn, warmup=3, iters=30)
             times[provider, precise] = min(us, times.get((provider, precise), us))
             baselines = {"torch": t_us}
@@ -268,8 +268,8 @@ def test_paged_indexer_logits(bench, case):
             bound = max(floor, tensor_floor[precise])
             case_d = {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
                       "page_size": 64, "precise": precise}
-            if wg is not None:
-                case_d["config"] = wg
+            if config is not None:
+                case_d["config"] = config
             bench.add(record(
                 "paged_indexer_logits", provider, case_d,
                 us,

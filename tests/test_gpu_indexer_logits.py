@@ -287,7 +287,7 @@ TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
 TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
 
 
-def _tma(args, precise, out, config, clean=True):
+def _run_config(args, precise, out, config, clean=True):
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     return pi.run(*args, clean, precise, config=config, out=out)
@@ -302,9 +302,9 @@ def test_indexer_logits_tma_variant(case, precise, config):
     out = torch.full((t, n), POISON, device="cuda")
     if dtype != FP8 or precise:
         with pytest.raises(RuntimeError, match="configs 1 and 2"):
-            _tma(args, precise, out, config)
+            _run_config(args, precise, out, config)
         return
-    _tma(args, precise, out, config)
+    _run_config(args, precise, out, config)
     torch.cuda.synchronize()
     _check_default(out, _ref_dense_cached(case, args), args=args)
 
@@ -319,7 +319,7 @@ def test_indexer_logits_cp_async_config(case, precise):
     t, n, h, dtype, windows = case
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
-    _tma(args, precise, out, pi.CP_ASYNC)
+    _run_config(args, precise, out, pi.CP_ASYNC)
     torch.cuda.synchronize()
     _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
 
@@ -338,7 +338,7 @@ def test_indexer_logits_overlapping_kv_rows(h):
     out = torch.full((t, n // 2), POISON, device="cuda")
     for config in TMA_CONFIGS:
         with pytest.raises(RuntimeError, match="do not overlap"):
-            _tma(args, False, out, config)
+            _run_config(args, False, out, config)
     pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
     torch.cuda.synchronize()
     _check_default(out, ref_dense(*args, True), args=args)
@@ -358,10 +358,10 @@ def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     args = (q, kv, s, w, ks, ke)
     ref = ref_dense(*args, True)
     out = torch.full((t, n), POISON, device="cuda")
-    _tma(args, False, out, config)
+    _run_config(args, False, out, config)
     _check_default(out, ref, args=args)
     unclean = torch.full((t, n), POISON, device="cuda")
-    _tma(args, False, unclean, config, clean=False)
+    _run_config(args, False, unclean, config, clean=False)
     vis = torch.isfinite(ref)
     assert torch.equal(unclean[vis], out[vis])  # the same kernel arithmetic inside the windows
 
