@@ -151,11 +151,59 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
   }
 }
 
+// Zero when !p, else *ptr (not read); in program order with the barrier waits, as ldg_early.
+__device__ __forceinline__ float ldg_if(bool p, const float* ptr) {
+  float v;
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\nmov.f32 %0, 0f00000000;\n@q ld.global.nc.f32 %0, [%1];\n}\n"
+      : "=f"(v)
+      : "l"(ptr), "r"(int(p)));
+  return v;
+}
+
+// Where this thread stores its quad-reduced scores of an item, set once per item so that a tile costs a
+// compare and a store per value. Value b of quad_reduce_scatter is (key half (4 b + c) / kRows, row
+// (4 b + c) % kRows): with kRows 2 or 4 every value of a thread is in row c % kRows.
+template <int kRows>
+struct ScoreSlots {
+  static_assert(kRows == 2 || kRows == 4, "64 or 32 heads");
+  static constexpr int kSlots = 2 * kRows / 4;
+  float* row_out;   // the row's first score (row 0's when the row is past T: nothing is stored)
+  int32_t key_end;  // N, or 0 for a row past T
+  int32_t lo, hi;   // the row's window
+  int32_t kr;       // key of value 0 within a stage (kr0 or kr1 = kr0 + 8); value b's is kr + 8 b
+
+  __device__ __forceinline__ ScoreSlots(const KernelArgs& a, const Item<kRows>& t, int c, int kr0) {
+    const int r = c % kRows;
+    const int64_t row = t.row0 + r;
+    const bool ok = row < a.rows;
+    row_out = a.out + (ok ? row : 0) * a.out_row_stride;
+    key_end = ok ? a.keys : 0;
+    lo = row_value(t.lo, r);
+    hi = row_value(t.hi, r);
+    kr = kr0 + (kRows == 4 ? 0 : 8 * ((c & 3) / kRows));
+  }
+
+  // The tile's scores (part: this thread's head sums before the quad reduction), -inf outside the window.
+  __device__ __forceinline__ void store(const float (&part)[2 * kRows], int c, int32_t key0) const {
+    const float kNegInf = __int_as_float(int(0xff800000u));
+    float total[kSlots];
+    quad_reduce_scatter<2 * kRows>(part, c, total);
+#pragma unroll
+    for (int b = 0; b < kSlots; ++b) {
+      const int32_t key = key0 + kr + 8 * b;
+      if (key < key_end) {
+        row_out[key] = key >= lo && key < hi ? total[b] : kNegInf;
+      }
+    }
+  }
+};
+
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads>
+template <int kWgs, int kHeads, bool kLean>
 __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
@@ -197,6 +245,50 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
 
   float acc[64];
   float w[32];
+  if constexpr (kLean) {
+    // Per tile only what changes per tile: descriptors from warp-uniform values (uniform registers),
+    // scale and score addresses stepped, the stage and phase counted.
+    const int wg_u = __shfl_sync(0xffffffffu, warp, 0) >> 2;
+    const uint64_t a_desc0 = sw128_desc(stages + uint32_t(wg_u * kWgKeys * C::kRowBytes));
+    uint32_t stage = 0, phase = 0;
+    for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
+      const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
+      math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
+      stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
+      load_item_weights<kHeads>(a, t.row0, c, w);
+      // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      math_barrier<kMathThreads>();
+      if (a.clean) {
+        fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
+      }
+      const ScoreSlots<kRows> slots(a, t, c, kr0);
+      const float* scale = a.kv_scale + (int64_t(t.t0) * kTileKeys + kr0) * a.kv_scale_stride;
+      for (int32_t tile = t.t0; tile < t.t1; ++tile) {
+        const int32_t key0 = tile * kTileKeys;
+        const float s0 = ldg_if(key0 + kr0 < a.keys, scale);
+        const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+        scale += int64_t(kTileKeys) * a.kv_scale_stride;
+        mbar_wait(full + stage * 8, phase);
+        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+        if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
+          mbar_arrive(empty + stage * 8);
+        }
+        if (++stage == uint32_t(C::kStages)) {
+          stage = 0;
+          phase ^= 1u;
+        }
+        float part[2 * kRows];
+        if (__any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f)) {
+          head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
+        } else {
+          head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
+        }
+        slots.store(part, c, key0);
+      }
+    }
+    return;
+  }
   uint32_t it = 0;
   for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
     const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
