@@ -54,7 +54,7 @@ cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_ro
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int kWgs, bool kLean = false>
+template <int kWgs>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
   using C = k::TmaCfg<kWgs>;
   const EncodeTiled encode = encode_tiled();
@@ -65,10 +65,10 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
   const dim3 block(C::kThreads);
   if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64, kLean>>(dim3(unsigned(grid)), block,
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block,
                                                                            C::kSmemBytes, stream, map, a);
   }
-  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32, kLean>>(dim3(unsigned(grid)), block,
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block,
                                                                          C::kSmemBytes, stream, map, a);
 }
 
@@ -105,7 +105,7 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // 2472, cp.async 3064 (DeepGEMM 2085); 131072 causal: 9691 / 10032 / 11863; H 32, 32768 full: 1325 / 1239
 // / 1677. TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row stride is
 // at least its 128-byte row); everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma4Lean, kTma3Lean };
+enum class Kernel { kCpAsync, kTma4, kTma3, kTma4LongChunks };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -120,11 +120,9 @@ Kernel resolve(const IndexerLogitsParams& p) {
     case 3:
       return Kernel::kCpAsync;
     case 4:
-      return Kernel::kTma4Lean;
-    case 5:
-      return Kernel::kTma3Lean;
+      return Kernel::kTma4LongChunks;
     default:
-      return !tma_takes(p) ? Kernel::kCpAsync : p.heads == 64 ? Kernel::kTma3 : Kernel::kTma4;
+      return !tma_takes(p) ? Kernel::kCpAsync : Kernel::kTma4;
   }
 }
 
@@ -153,12 +151,12 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 5) {
+  if (p.config < 0 || p.config > 4) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups) or 3 "
-           "(cp.async key tiles); 4, 5: experiment";
+           "(cp.async key tiles); 4: experiment";
   }
   if (p.config != 0 && p.config != 3 && !tma_takes(p)) {
-    return "configs 1, 2, 4 and 5 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
+    return "configs 1, 2 and 4 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
            "and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
@@ -188,8 +186,8 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3.
   // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
-  const bool tma4 = kernel == Kernel::kTma4 || kernel == Kernel::kTma4Lean;
-  const bool tma3 = kernel == Kernel::kTma3 || kernel == Kernel::kTma3Lean;
+  const bool tma4 = kernel == Kernel::kTma4 || kernel == Kernel::kTma4LongChunks;
+  const bool tma3 = kernel == Kernel::kTma3;
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
                             : tma4 ? k::TmaCfg<4>::kTileKeys
                             : tma3 ? k::TmaCfg<3>::kTileKeys
@@ -199,7 +197,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // have several (load balance) when the rows alone do not give that. TMA with 3 warpgroups takes 4x
   // longer chunks: H200, 4096 x 131072 causal H 64, 10012-10479 -> 9544-9568 us in two runs (DeepGEMM
   // 9280-9318); at 32768 keys within the runs' spread.
-  const int64_t chunk_keys = (sm100 || tma3 ? 4 : 1) * k::kMaxChunkTiles * 128;
+  const int64_t chunk_keys = (sm100 || tma3 || kernel == Kernel::kTma4LongChunks ? 4 : 1) * k::kMaxChunkTiles * 128;
   const int64_t max_chunk_tiles = chunk_keys / tile_keys;
   int64_t chunks = (key_tiles + max_chunk_tiles - 1) / max_chunk_tiles;
   chunks = std::max(chunks, std::min(key_tiles, (8 * int64_t(sms) + row_blocks - 1) / row_blocks));
@@ -241,10 +239,8 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
       return launch_tma<4>(a, p.heads, grid, stream);
     case Kernel::kTma3:
       return launch_tma<3>(a, p.heads, grid, stream);
-    case Kernel::kTma4Lean:
-      return launch_tma<4, true>(a, p.heads, grid, stream);
-    case Kernel::kTma3Lean:
-      return launch_tma<3, true>(a, p.heads, grid, stream);
+    case Kernel::kTma4LongChunks:
+      return launch_tma<4>(a, p.heads, grid, stream);
     case Kernel::kCpAsync:
       break;
   }

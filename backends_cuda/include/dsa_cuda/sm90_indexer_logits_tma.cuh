@@ -138,8 +138,8 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
   using C = TmaCfg<kWgs>;
   constexpr int kRows = kN / kHeads;
   uint32_t it = 0;
-  for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
-    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb, cur.kc);
+  for (LinearCursor cur; cur.valid(a); cur.next()) {
+    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb(a), cur.kc(a));
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
       if (it >= uint32_t(C::kStages)) {  // every math warp has finished its MMAs on the previous use
@@ -168,31 +168,29 @@ template <int kRows>
 struct ScoreSlots {
   static_assert(kRows == 2 || kRows == 4, "64 or 32 heads");
   static constexpr int kSlots = 2 * kRows / 4;
-  float* row_out;   // the row's first score (row 0's when the row is past T: nothing is stored)
-  int32_t key_end;  // N, or 0 for a row past T
-  int32_t lo, hi;   // the row's window
+  float* row_out;  // the row's first score; null for a row past T (nothing is stored)
+  int32_t lo, hi;  // the row's window
   int32_t kr;       // key of value 0 within a stage (kr0 or kr1 = kr0 + 8); value b's is kr + 8 b
 
   __device__ __forceinline__ ScoreSlots(const KernelArgs& a, const Item<kRows>& t, int c, int kr0) {
     const int r = c % kRows;
     const int64_t row = t.row0 + r;
-    const bool ok = row < a.rows;
-    row_out = a.out + (ok ? row : 0) * a.out_row_stride;
-    key_end = ok ? a.keys : 0;
+    row_out = row < a.rows ? a.out + row * a.out_row_stride : nullptr;
     lo = row_value(t.lo, r);
     hi = row_value(t.hi, r);
     kr = kr0 + (kRows == 4 ? 0 : 8 * ((c & 3) / kRows));
   }
 
   // The tile's scores (part: this thread's head sums before the quad reduction), -inf outside the window.
-  __device__ __forceinline__ void store(const float (&part)[2 * kRows], int c, int32_t key0) const {
+  __device__ __forceinline__ void store(const KernelArgs& a, const float (&part)[2 * kRows], int c,
+                                        int32_t key0) const {
     const float kNegInf = __int_as_float(int(0xff800000u));
     float total[kSlots];
     quad_reduce_scatter<2 * kRows>(part, c, total);
 #pragma unroll
     for (int b = 0; b < kSlots; ++b) {
       const int32_t key = key0 + kr + 8 * b;
-      if (key < key_end) {
+      if (row_out != nullptr && key < a.keys) {
         row_out[key] = key >= lo && key < hi ? total[b] : kNegInf;
       }
     }
@@ -203,7 +201,7 @@ struct ScoreSlots {
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads, bool kLean>
+template <int kWgs, int kHeads>
 __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
@@ -235,63 +233,20 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   setmaxnreg_inc<C::kMathRegs>();
 
   const int lane = threadIdx.x & 31;
-  const int g = lane >> 2;  // accumulator row within the warp's 16
-  const int c = lane & 3;   // accumulator column pair
-  const int wg = warp >> 2;
-  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a stage
+  const int c = lane & 3;  // accumulator column pair
+  // Warp-uniform (a shuffle from lane 0), so the MMA descriptors are computed in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, warp, 0) >> 2;
+  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);  // this thread's two keys in a stage
   const int kr1 = kr0 + 8;
   const uint64_t q_desc = sw128_desc(q_smem);
-  const uint32_t a_off = uint32_t(wg * kWgKeys * C::kRowBytes);  // the warpgroup's 64 rows: 1024-aligned
+  // Stage 0's descriptor of the warpgroup's 64 rows (1024-aligned); stage s is s x kStageBytes further.
+  const uint64_t a_desc0 = sw128_desc(stages + uint32_t(wg * kWgKeys * C::kRowBytes));
 
   float acc[64];
   float w[32];
-  if constexpr (kLean) {
-    // Per tile only what changes per tile: descriptors from warp-uniform values (uniform registers),
-    // scale and score addresses stepped, the stage and phase counted.
-    const int wg_u = __shfl_sync(0xffffffffu, warp, 0) >> 2;
-    const uint64_t a_desc0 = sw128_desc(stages + uint32_t(wg_u * kWgKeys * C::kRowBytes));
-    uint32_t stage = 0, phase = 0;
-    for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
-      const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
-      math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
-      stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
-      load_item_weights<kHeads>(a, t.row0, c, w);
-      // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      math_barrier<kMathThreads>();
-      if (a.clean) {
-        fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
-      }
-      const ScoreSlots<kRows> slots(a, t, c, kr0);
-      const float* scale = a.kv_scale + (int64_t(t.t0) * kTileKeys + kr0) * a.kv_scale_stride;
-      for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-        const int32_t key0 = tile * kTileKeys;
-        const float s0 = ldg_if(key0 + kr0 < a.keys, scale);
-        const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-        scale += int64_t(kTileKeys) * a.kv_scale_stride;
-        mbar_wait(full + stage * 8, phase);
-        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
-        if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
-          mbar_arrive(empty + stage * 8);
-        }
-        if (++stage == uint32_t(C::kStages)) {
-          stage = 0;
-          phase ^= 1u;
-        }
-        float part[2 * kRows];
-        if (__any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f)) {
-          head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-        } else {
-          head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-        }
-        slots.store(part, c, key0);
-      }
-    }
-    return;
-  }
-  uint32_t it = 0;
-  for (LeanCursor cur(a); cur.valid(a); cur.next(a)) {
-    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb, cur.kc);
+  uint32_t stage = 0, phase = 0;
+  for (LinearCursor cur; cur.valid(a); cur.next()) {
+    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb(a), cur.kc(a));
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
     stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
     load_item_weights<kHeads>(a, t.row0, c, w);
@@ -303,17 +258,21 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
       fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
-    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
-      const uint32_t stage = it % C::kStages;
+    // A tile does only what changes per tile: the scale pointer steps, the score slots are the item's.
+    const ScoreSlots<kRows> slots(a, t, c, kr0);
+    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
-      const int32_t key_a = key0 + kr0;
-      const int32_t key_b = key0 + kr1;
-      float s0, s1;
-      key_scales(a, key_a, key_b, s0, s1);
-      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
-      mma_tile_ss(acc, sw128_desc(stages + stage * C::kStageBytes + a_off), q_desc);
+      const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+      const float s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
+      const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+      mbar_wait(full + stage * 8, phase);
+      mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
       if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
         mbar_arrive(empty + stage * 8);
+      }
+      if (++stage == uint32_t(C::kStages)) {
+        stage = 0;
+        phase ^= 1u;
       }
       float part[2 * kRows];
       if (__any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f)) {
@@ -321,7 +280,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
       } else {
         head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
       }
-      store_tile_scores<kRows>(a, t, part, c, key_a, key_b);
+      slots.store(a, part, c, key0);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE

@@ -183,6 +183,28 @@ struct LeanCursor {
   }
 };
 
+// The CTA's items (blockIdx.x, then every gridDim.x-th) as one index, rb and kc derived at each item:
+// one register across the item loop where LeanCursor holds two (the SM90 TMA kernel's H 32 instance
+// spilled the second at 112 registers).
+struct LinearCursor {
+  int32_t item;
+  __device__ __forceinline__ LinearCursor() : item(int32_t(blockIdx.x)) {}
+  __device__ __forceinline__ bool valid(const KernelArgs& a) const {
+    return int64_t(item) < int64_t(a.row_blocks) * a.chunks;
+  }
+  __device__ __forceinline__ int32_t rb(const KernelArgs& a) const {
+    return int32_t(uint32_t(item) % uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ int32_t kc(const KernelArgs& a) const {
+    return int32_t(uint32_t(item) / uint32_t(a.row_blocks));
+  }
+  __device__ __forceinline__ void next() {
+    uint32_t grid;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));  // volatile: not held across the item loop
+    item += int32_t(grid);
+  }
+};
+
 #endif
 
 }  // namespace smxx_indexer
