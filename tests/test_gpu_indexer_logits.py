@@ -283,7 +283,7 @@ def test_indexer_logits_negative_scales(backend, h, precise):
 # fp8 MMAs only, checked against the default mode's bound on every dense case; for bf16 operands or
 # precise=True the launcher must refuse it by name. CP_ASYNC (3) takes every mode. Always into a poisoned
 # output with clean=True: every element written.
-TMA_CONFIGS = [1, 2, 4]  # providers_indexer.TMA, TMA3, experiment 4
+TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
 TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
 
 
@@ -301,7 +301,7 @@ def test_indexer_logits_tma_variant(case, precise, config):
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
     if dtype != FP8 or precise:
-        with pytest.raises(RuntimeError, match="configs 1, 2 and 4"):
+        with pytest.raises(RuntimeError, match="configs 1 and 2"):
             _run_config(args, precise, out, config)
         return
     _run_config(args, precise, out, config)

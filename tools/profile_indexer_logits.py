@@ -29,10 +29,10 @@ def main(which: str, keys: int, heads: int = 64) -> None:
         if dg is None:
             raise SystemExit(why)
         fn = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, keys, None)  # noqa: E731
-    elif which in ("cuda", "cuda-tma", "cuda-tma3", "cuda-tma3-lean"):
+    elif which in ("cuda", "cuda-tma", "cuda-tma3"):
         from dsa_ops.backends.cuda import providers_indexer as pi
 
-        config = {"cuda": 0, "cuda-tma": pi.TMA, "cuda-tma3": pi.TMA3, "cuda-tma3-lean": 5}[which]
+        config = {"cuda": 0, "cuda-tma": pi.TMA, "cuda-tma3": pi.TMA3}[which]
         fn = lambda: pi.run(q, kv, s, w, ks, ke, True, False, config=config)  # noqa: E731
     else:
         from dsa_ops.backends.triton import indexer_logits as il

@@ -65,11 +65,11 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
   const dim3 block(C::kThreads);
   if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block,
-                                                                           C::kSmemBytes, stream, map, a);
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                    stream, map, a);
   }
-  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block,
-                                                                         C::kSmemBytes, stream, map, a);
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                  stream, map, a);
 }
 
 // SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
@@ -100,12 +100,12 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
                                                            kv_map, q_map, a);
 }
 
-// The kernel a config runs, the default filled in: the one place it is chosen. H200, fp8 MMAs, 4096 rows
-// (docs/design_indexer.md, Dense CUDA kernel): 32768 keys H 64 full: TMA with 3 math warpgroups 2462 us, 4
-// 2472, cp.async 3064 (DeepGEMM 2085); 131072 causal: 9691 / 10032 / 11863; H 32, 32768 full: 1325 / 1239
-// / 1677. TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row stride is
-// at least its 128-byte row); everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma4LongChunks };
+// The kernel a config runs, the default filled in: the one place it is chosen. H200, fp8 MMAs, 4096 rows, one
+// run (docs/design_indexer.md, TMA kernel): 32768 keys H 64 causal: TMA with 4 math warpgroups 2117 us, 3
+// 2302, cp.async 2998 (DeepGEMM 1941); 131072 causal: 9023 / 9594 / 11914 (9291); H 32, 32768 full: 1256 /
+// 1298 / 1717 (1117). TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row
+// stride is at least its 128-byte row); everything else runs the cp.async kernel.
+enum class Kernel { kCpAsync, kTma4, kTma3 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -119,8 +119,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kTma3;
     case 3:
       return Kernel::kCpAsync;
-    case 4:
-      return Kernel::kTma4LongChunks;
     default:
       return !tma_takes(p) ? Kernel::kCpAsync : Kernel::kTma4;
   }
@@ -151,12 +149,12 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 4) {
+  if (p.config < 0 || p.config > 3) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups) or 3 "
-           "(cp.async key tiles); 4: experiment";
+           "(cp.async key tiles)";
   }
-  if (p.config != 0 && p.config != 3 && !tma_takes(p)) {
-    return "configs 1, 2 and 4 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
+  if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
+    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
            "and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
@@ -186,18 +184,16 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3.
   // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
-  const bool tma4 = kernel == Kernel::kTma4 || kernel == Kernel::kTma4LongChunks;
-  const bool tma3 = kernel == Kernel::kTma3;
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
-                            : tma4 ? k::TmaCfg<4>::kTileKeys
-                            : tma3 ? k::TmaCfg<3>::kTileKeys
+                            : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
+                            : kernel == Kernel::kTma3 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
-  // have several (load balance) when the rows alone do not give that. TMA with 3 warpgroups takes 4x
-  // longer chunks: H200, 4096 x 131072 causal H 64, 10012-10479 -> 9544-9568 us in two runs (DeepGEMM
-  // 9280-9318); at 32768 keys within the runs' spread.
-  const int64_t chunk_keys = (sm100 || tma3 || kernel == Kernel::kTma4LongChunks ? 4 : 1) * k::kMaxChunkTiles * 128;
+  // have several (load balance) when the rows alone do not give that. The TMA kernels take 4x longer
+  // chunks (fewer Q restages): H200, 4096 x 131072 causal H 64, 4 warpgroups 9316 -> 9023 us (DeepGEMM
+  // 9291), 3 warpgroups 10012-10479 -> 9544-9568 in two runs; at 32768 keys 0-4% and within the spread.
+  const int64_t chunk_keys = (sm100 || kernel != Kernel::kCpAsync ? 4 : 1) * k::kMaxChunkTiles * 128;
   const int64_t max_chunk_tiles = chunk_keys / tile_keys;
   int64_t chunks = (key_tiles + max_chunk_tiles - 1) / max_chunk_tiles;
   chunks = std::max(chunks, std::min(key_tiles, (8 * int64_t(sms) + row_blocks - 1) / row_blocks));
@@ -234,15 +230,8 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   if (sm100) {
     return launch_sm100(a, p.heads, grid, stream);
   }
-  switch (kernel) {
-    case Kernel::kTma4:
-      return launch_tma<4>(a, p.heads, grid, stream);
-    case Kernel::kTma3:
-      return launch_tma<3>(a, p.heads, grid, stream);
-    case Kernel::kTma4LongChunks:
-      return launch_tma<4>(a, p.heads, grid, stream);
-    case Kernel::kCpAsync:
-      break;
+  if (kernel != Kernel::kCpAsync) {
+    return kernel == Kernel::kTma4 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
   }
   if (p.dtype == IndexerDtype::kBf16) {
     return launch_mode<k::kBf16>(a, p.heads, grid, stream);
