@@ -205,7 +205,7 @@ struct ScoreSlots {
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads>
+template <int kWgs, int kHeads, bool kPin = true>
 __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
@@ -214,7 +214,10 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  if constexpr (kPin) {
+    asm volatile("" : "+r"(base));  // held, not recomputed from the CTA's shared window every tile
+  }
   const uint32_t q_smem = base;
   const uint32_t stages = base + C::kQBytes;
   const uint32_t full = stages + C::kStages * C::kStageBytes;
@@ -240,7 +243,10 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   const int c = lane & 3;  // accumulator column pair
   // Warp-uniform (a shuffle from lane 0), so the MMA descriptors are computed in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, warp, 0) >> 2;
-  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);  // this thread's two keys in a stage
+  int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);  // this thread's two keys in a stage
+  if constexpr (kPin) {
+    asm volatile("" : "+r"(kr0));  // held, not recomputed from the thread index every tile
+  }
   const int kr1 = kr0 + 8;
   const uint64_t q_desc = sw128_desc(q_smem);
   // Stage 0's descriptor of the warpgroup's 64 rows (1024-aligned); stage s is s x kStageBytes further.
