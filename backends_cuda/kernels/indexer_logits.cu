@@ -54,7 +54,7 @@ cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_ro
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int kWgs, bool kPin = true>
+template <int kWgs>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
   using C = k::TmaCfg<kWgs>;
   const EncodeTiled encode = encode_tiled();
@@ -65,11 +65,11 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
   const dim3 block(C::kThreads);
   if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64, kPin>>(dim3(unsigned(grid)), block,
-                                                                          C::kSmemBytes, stream, map, a);
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                    stream, map, a);
   }
-  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32, kPin>>(dim3(unsigned(grid)), block,
-                                                                        C::kSmemBytes, stream, map, a);
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
+                                                                  stream, map, a);
 }
 
 // SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
@@ -105,7 +105,7 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // 2302, cp.async 2998 (DeepGEMM 1941); 131072 causal: 9023 / 9594 / 11914 (9291); H 32, 32768 full: 1256 /
 // 1298 / 1717 (1117). TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row
 // stride is at least its 128-byte row); everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma4Unpinned };
+enum class Kernel { kCpAsync, kTma4, kTma3 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -119,8 +119,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kTma3;
     case 3:
       return Kernel::kCpAsync;
-    case 4:
-      return Kernel::kTma4Unpinned;
     default:
       return !tma_takes(p) ? Kernel::kCpAsync : Kernel::kTma4;
   }
@@ -151,7 +149,7 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 4) {
+  if (p.config < 0 || p.config > 3) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups) or 3 "
            "(cp.async key tiles)";
   }
@@ -187,7 +185,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
-                            : kernel == Kernel::kTma4 || kernel == Kernel::kTma4Unpinned ? k::TmaCfg<4>::kTileKeys
+                            : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
                             : kernel == Kernel::kTma3 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
@@ -231,9 +229,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
 
   if (sm100) {
     return launch_sm100(a, p.heads, grid, stream);
-  }
-  if (kernel == Kernel::kTma4Unpinned) {
-    return launch_tma<4, false>(a, p.heads, grid, stream);
   }
   if (kernel != Kernel::kCpAsync) {
     return kernel == Kernel::kTma4 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);

@@ -8,7 +8,8 @@
 // 246; stalls: waiting on the MMAs 20% of samples, on the key-scale loads 14%. Keeping in the tile loop
 // only what changes per tile (descriptors from warp-uniform values, the item's score slots set once, a
 // stage/phase count) cut 3-warpgroup tiles from 279 to 245 instructions and took 4 warpgroups from 2491
-// to 2184 us at 32768 keys full (same run).
+// to 2184 us at 32768 keys full (same run); holding the smem base and the key row in registers took 14
+// more a tile (4 warpgroups, H 64: 113 -> 99 beside the 128 relu / FMA), 2364 -> 2275 us (interleaved).
 //
 // Same items, windows, tile skipping, epilogue and stores as the cp.async kernel; what differs is how a
 // key tile reaches the tensor cores and how many warpgroups share an SM:
@@ -205,7 +206,7 @@ struct ScoreSlots {
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads, bool kPin = true>
+template <int kWgs, int kHeads>
 __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
@@ -215,9 +216,9 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   constexpr int kRows = kN / kHeads;
   extern __shared__ uint8_t smem_raw[];
   uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  if constexpr (kPin) {
-    asm volatile("" : "+r"(base));  // held, not recomputed from the CTA's shared window every tile
-  }
+  // Opaque to ptxas, so kept in a register: otherwise it rebuilds it from the CTA's shared window every
+  // tile (5 instructions).
+  asm volatile("" : "+r"(base));
   const uint32_t q_smem = base;
   const uint32_t stages = base + C::kQBytes;
   const uint32_t full = stages + C::kStages * C::kStageBytes;
@@ -244,9 +245,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   // Warp-uniform (a shuffle from lane 0), so the MMA descriptors are computed in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, warp, 0) >> 2;
   int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);  // this thread's two keys in a stage
-  if constexpr (kPin) {
-    asm volatile("" : "+r"(kr0));  // held, not recomputed from the thread index every tile
-  }
+  asm volatile("" : "+r"(kr0));  // kept, not rebuilt from the thread index every tile (9 instructions)
   const int kr1 = kr0 + 8;
   const uint64_t q_desc = sw128_desc(q_smem);
   // Stage 0's descriptor of the warpgroup's 64 rows (1024-aligned); stage s is s x kStageBytes further.
