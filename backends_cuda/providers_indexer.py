@@ -10,8 +10,7 @@ with ``fp8_mma = not precise`` (the op's argument is the only switch the op uses
 kernel: 0 the launcher's choice (``resolve`` in kernels/indexer_logits.cu, the one place it is made), TMA
 (1: TMA key tiles, wgmma with A from shared memory, 4 math warpgroups), TMA3 (2: the same with 3) or
 CP_ASYNC (3: cp.async key tiles, A from registers, 2 math warpgroups). TMA and TMA3 take fp8 operands with
-precise=False and kv rows that do not overlap; the default runs them there (3 warpgroups at 64 heads, 4 at
-32) and CP_ASYNC elsewhere.
+precise=False and kv rows that do not overlap; the default runs TMA there and CP_ASYNC elsewhere.
 
 fp8 operands: precise=False (the op's default) feeds e4m3 to the fp8 tensor cores: twice the fp16
 rate, but Hopper keeps only ~14 mantissa bits while accumulating their products (the op's 1e-3 of the

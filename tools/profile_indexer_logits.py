@@ -7,7 +7,7 @@ Inputs as benchmarks/bench_indexer_logits.py builds them (4096 rows, H 64, D 128
         python3 tools/profile_indexer_logits.py cuda 32768
 
 `cuda-tma` and `cuda-tma3` run the CUDA kernel's TMA variant with 4 and 3 math warpgroups
-(providers_indexer.TMA, TMA3); `cuda` runs config 0, the launcher's choice (TMA3 at 64 heads).
+(providers_indexer.TMA, TMA3); `cuda` runs config 0, the launcher's choice (TMA).
 `deepgemm` needs .peer/deep_gemm (unpacked from .peer/deep_gemm.tar.xz).
 """
 

@@ -5,17 +5,17 @@ where it was measured faster, and keep CUDA everywhere else (unmeasured shapes i
 backend (DSA_OPS_BACKEND, use_backend) overrides them; a provider that declines a call is skipped by
 its `supports` reason, as in the plain order.
 
-H200, one run (benchmarks/bench_indexer_logits.py, 2026-12-04, commit 0d0d7d4, CUDA events, cold L2), 4096 query
-rows, times in us, CUDA / Triton. CUDA is the launcher's default: the TMA kernel (3 math warpgroups at 64 heads,
-4 at 32) for fp8 with precise=False, the cp.async kernel for precise=True and bf16:
+H200, one run (benchmarks/bench_indexer_logits.py, 2026-12-04, commit 64c6640, CUDA events, cold L2), 4096 query
+rows, times in us, CUDA / Triton. CUDA is the launcher's default: the TMA kernel (4 math warpgroups) for fp8 with
+precise=False, the cp.async kernel for precise=True and bf16:
 
     keys     heads  dtype  windows  precise=False       precise=True
-    131072   64     fp8    full      9862.2 / 12066.5   17224.7 / 15709.6
-    131072   64     fp8    causal    9813.8 / 12026.7   16926.3 / 15440.4
-    32768    64     fp8    full      2442.9 /  3043.2    4395.4 /  4039.1
-    32768    64     fp8    causal    2376.5 /  2868.4    4137.3 /  3834.9
-    32768    32     fp8    full      1235.9 /  1512.5    2362.2 /  2124.9
-    32768    64     bf16   full      4449.3 /  3865.1   (bf16: one mode)
+    131072   64     fp8    full      8974.0 / 11934.1   17191.1 / 15587.2
+    131072   64     fp8    causal    8873.8 / 12043.0   16957.7 / 15503.7
+    32768    64     fp8    full      2199.0 /  3143.8    4394.7 /  4028.4
+    32768    64     fp8    causal    2049.1 /  2810.5    4142.4 /  3829.2
+    32768    32     fp8    full      1179.7 /  1508.2    2348.1 /  2109.7
+    32768    64     bf16   full      4466.3 /  3813.8   (bf16: one mode)
 
     paged, 64 requests x 65536, next_n 1, H 64 (commit ebe61f3): fp8 CUDA 138.0 us, Triton 287.5 us (precise:
     169.8 / 317.4); also faster on CUDA: next_n 2, H 32, 4 requests, 1 request of next_n 2.
@@ -37,7 +37,7 @@ DENSE_TRITON_MIN_KEYS = 32768
 DENSE_TRITON_MIN_ROWS = 4096
 
 DENSE_SUMMARY = (f"fp8 with precise=False: cuda; precise=True or bf16: triton from {DENSE_TRITON_MIN_ROWS} rows and "
-                 f"{DENSE_TRITON_MIN_KEYS} keys at {' or '.join(map(str, DENSE_TRITON_HEADS))} heads (H200: 8-15% "
+                 f"{DENSE_TRITON_MIN_KEYS} keys at {' or '.join(map(str, DENSE_TRITON_HEADS))} heads (H200: 8-17% "
                  f"faster), else the order")
 PAGED_SUMMARY = "cuda (H200 64 x 65536 fp8: 138.0 us vs triton 287.5 us), else the order"
 

@@ -44,8 +44,7 @@ struct IndexerLogitsParams {
   // in registers (exact) and use the fp16 tensor cores with fp32 accumulation.
   bool fp8_mma;
   bool clean;  // write -inf outside the windows
-  // Kernel: 0 the launcher's choice (TMA where it takes the call: 3 math warpgroups at 64 heads, 4 at 32;
-  // else cp.async); 1 TMA key tiles, wgmma with A from shared memory, 4 math warpgroups; 2 the same with 3
+  // Kernel: 0 the launcher's choice (TMA with 4 math warpgroups where it takes the call, else cp.async); 1 TMA key tiles, wgmma with A from shared memory, 4 math warpgroups; 2 the same with 3
   // (sm90_indexer_logits_tma.cuh; fp8 operands with fp8_mma, kv row stride >= 128); 3 cp.async key tiles,
   // A from registers, every mode (sm90_indexer_logits.cuh).
   int32_t config = 0;
