@@ -32,7 +32,6 @@ _KERNEL = "indexer_logits_out"
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128  # keys of a pipeline stage
 TMA, TMA3, CP_ASYNC = 1, 2, 3  # IndexerLogitsParams::config: TMA key tiles with 4 / 3 math warpgroups, cp.async
-TMA_Q = 4  # TMA with each item's Q tile by TMA too (experiment)
 
 
 def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, out=None):

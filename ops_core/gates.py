@@ -59,7 +59,6 @@ REQUIRED_BODIES = (
     ("sparse_mla_decode.cu", "sm_100a", "16sm100_mla_decode24sparse_mla_decode_kernel", 64),
     ("sparse_mla_decode.cu", SM107, "16sm100_mla_decode24sparse_mla_decode_kernel", 64),
     ("indexer_logits.cu", "sm_90a", "12sm90_indexer25indexer_logits_tma_kernel", 64),
-    ("indexer_logits.cu", "sm_90a", "12sm90_indexer27indexer_logits_tma_q_kernel", 64),
     ("indexer_logits.cu", "sm_100a", "13sm100_indexer21indexer_logits_kernel", 64),
     ("indexer_logits.cu", SM107, "13sm100_indexer21indexer_logits_kernel", 64),
 )

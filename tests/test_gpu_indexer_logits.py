@@ -283,7 +283,7 @@ def test_indexer_logits_negative_scales(backend, h, precise):
 # fp8 MMAs only, checked against the default mode's bound on every dense case; for bf16 operands or
 # precise=True the launcher must refuse it by name. CP_ASYNC (3) takes every mode. Always into a poisoned
 # output with clean=True: every element written.
-TMA_CONFIGS = [1, 2, 4]  # providers_indexer.TMA, TMA3, TMA_Q
+TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
 TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
 
 
@@ -332,7 +332,6 @@ def test_indexer_logits_overlapping_kv_rows(h):
 
     t, n = 300, 2000
     q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=21)
-    kv_ok, s_ok, out_ok = kv, s, torch.full((t, n), POISON, device="cuda")
     kv = torch.as_strided(kv, (n // 2, 128), (64, 1))
     s = s[: n // 2].contiguous()
     args = (q, kv, s, w, ks, ke)
@@ -340,9 +339,6 @@ def test_indexer_logits_overlapping_kv_rows(h):
     for config in TMA_CONFIGS:
         with pytest.raises(RuntimeError, match="do not overlap"):
             _run_config(args, False, out, config)
-    q_overlap = torch.as_strided(q, (t, h, 128), (h * 128, 64, 1))  # heads 64 bytes apart: no Q tensor map
-    with pytest.raises(RuntimeError, match="q heads at least 128 bytes apart"):
-        _run_config((q_overlap, kv_ok, s_ok, w, ks, ke), False, out_ok, pi.TMA_Q)
     pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
     torch.cuda.synchronize()
     _check_default(out, ref_dense(*args, True), args=args)

@@ -54,19 +54,6 @@ cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_ro
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// q as [T][H][128] bytes, boxes of an item's 128 / H rows x H heads (rows past T zero-filled), 128-byte
-// swizzle: the Q tile's rows n = r H + h as the MMAs' K-major operand (q heads at least 128 bytes apart).
-cudaError_t q_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int64_t heads, CUtensorMap* map) {
-  const cuuint64_t dims[3] = {cuuint64_t(k::kDim), cuuint64_t(heads), cuuint64_t(a.rows)};
-  const cuuint64_t strides[2] = {cuuint64_t(a.q_head_stride), cuuint64_t(a.q_row_stride)};  // bytes
-  const cuuint32_t box[3] = {cuuint32_t(k::kDim), cuuint32_t(heads), cuuint32_t(k::kN / heads)};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.q), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 template <int kWgs>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
   using C = k::TmaCfg<kWgs>;
@@ -85,25 +72,6 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
                                                                   stream, map, a);
 }
 
-// Config 4 (experiment): the keys' and Q's tensor maps.
-cudaError_t launch_tma_q(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
-  using C = k::TmaCfg<4, true>;
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) {
-    return cudaErrorSymbolNotFound;
-  }
-  CUtensorMap kv_map, q_map;
-  DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &kv_map));
-  DSA_CUDA_CHECK(q_tensor_map(encode, a, heads, &q_map));
-  const dim3 block(C::kThreads);
-  if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_q_kernel<4, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
-                                                                   stream, kv_map, q_map, a);
-  }
-  return launch_pdl_smem<&k::indexer_logits_tma_q_kernel<4, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
-                                                                 stream, kv_map, q_map, a);
-}
-
 // SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
 // heads (rows past T zero-filled), 128-byte swizzle.
 cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
@@ -113,7 +81,16 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
   }
   CUtensorMap kv_map, q_map;
   DSA_CUDA_CHECK(kv_tensor_map(encode, a, k100::kTileKeys, &kv_map));
-  DSA_CUDA_CHECK(q_tensor_map(encode, a, heads, &q_map));
+  const cuuint64_t dims[3] = {cuuint64_t(k::kDim), cuuint64_t(heads), cuuint64_t(a.rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(a.q_head_stride), cuuint64_t(a.q_row_stride)};  // bytes
+  const cuuint32_t box[3] = {cuuint32_t(k::kDim), cuuint32_t(heads), cuuint32_t(k::kN / heads)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.q), dims, strides,
+                            box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return cudaErrorInvalidValue;
+  }
   const dim3 block(k100::kThreads);
   if (heads == 64) {
     return launch_pdl_smem<&k100::indexer_logits_kernel<64>>(dim3(unsigned(grid)), block, k100::kSmemBytes, stream,
@@ -128,7 +105,7 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // 2302, cp.async 2998 (DeepGEMM 1941); 131072 causal: 9023 / 9594 / 11914 (9291); H 32, 32768 full: 1256 /
 // 1298 / 1717 (1117). TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row
 // stride is at least its 128-byte row); everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma4Q };
+enum class Kernel { kCpAsync, kTma4, kTma3 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -142,8 +119,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kTma3;
     case 3:
       return Kernel::kCpAsync;
-    case 4:
-      return Kernel::kTma4Q;
     default:
       return !tma_takes(p) ? Kernel::kCpAsync : Kernel::kTma4;
   }
@@ -174,14 +149,11 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 4) {
+  if (p.config < 0 || p.config > 3) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups) or 3 "
            "(cp.async key tiles)";
   }
-  if (p.config == 4 && p.q_head_stride < k::kDim) {
-    return "config 4 (Q by TMA) needs q heads at least 128 bytes apart";
-  }
-  if (p.config != 0 && p.config != 3 && !tma_takes(p)) {
+  if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
            "and kv rows that do not overlap (row stride >= 128)";
   }
@@ -213,7 +185,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
-                            : kernel == Kernel::kTma4 || kernel == Kernel::kTma4Q ? k::TmaCfg<4>::kTileKeys
+                            : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
                             : kernel == Kernel::kTma3 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
@@ -257,9 +229,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
 
   if (sm100) {
     return launch_sm100(a, p.heads, grid, stream);
-  }
-  if (kernel == Kernel::kTma4Q) {
-    return launch_tma_q(a, p.heads, grid, stream);
   }
   if (kernel != Kernel::kCpAsync) {
     return kernel == Kernel::kTma4 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);

@@ -51,7 +51,7 @@ namespace sm90_indexer {
 
 // kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
 // fourth warpgroup's worth apart from TMA's in one sweep).
-template <int kWgs_, bool kTmaQ = false>
+template <int kWgs_>
 struct TmaCfg {
   static constexpr int kWgs = kWgs_;
   static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
@@ -62,10 +62,7 @@ struct TmaCfg {
   static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
   static constexpr int kStages = kWgs == 4 ? 6 : 8;    // 6 x 32 KB or 8 x 24 KB, + Q 16 KB: one more passes 227 KB
   static constexpr int kQBytes = kN * kDim;
-  static constexpr int kQBuffers = kTmaQ ? 2 : 1;
-  // Q buffer(s), stages, full / empty barriers, then (kTmaQ) q_full[2] / q_empty[2].
-  static constexpr int kSmemBytes =
-      1024 + kQBuffers * kQBytes + kStages * kStageBytes + 2 * kStages * 8 + (kTmaQ ? 4 * 8 : 0);
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
   static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
   // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
@@ -80,7 +77,6 @@ struct TmaCfg {
 
 using smxx::prefetch_tensormap;  // smxx_tma.cuh
 using smxx::tma_load_2d;
-using smxx::tma_load_3d;
 
 __device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
@@ -141,23 +137,14 @@ __device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row
 }
 
 // One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage.
-template <int kWgs, int kHeads, bool kTmaQ>
-__device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, const CUtensorMap* q_map,
-                                             uint32_t q_smem, uint32_t stages, uint32_t full, uint32_t empty,
-                                             uint32_t q_full, uint32_t q_empty) {
-  using C = TmaCfg<kWgs, kTmaQ>;
+template <int kWgs, int kHeads>
+__device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
+                                             uint32_t full, uint32_t empty) {
+  using C = TmaCfg<kWgs>;
   constexpr int kRows = kN / kHeads;
-  uint32_t it = 0, item = 0;
-  for (LinearCursor cur; cur.valid(a); cur.next(), ++item) {
+  uint32_t it = 0;
+  for (LinearCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb(a), cur.kc(a));
-    if constexpr (kTmaQ) {  // the item's Q tile into buffer item % 2, once the math warps are done with item - 2
-      const uint32_t qb = item & 1u;
-      if (item >= 2) {
-        mbar_wait(q_empty + qb * 8, ((item >> 1) - 1) & 1);
-      }
-      mbar_arrive_expect_tx(q_full + qb * 8, C::kQBytes);  // rows past T count too (zero-filled)
-      tma_load_3d(q_smem + qb * C::kQBytes, q_map, 0, 0, int32_t(t.row0), q_full + qb * 8);
-    }
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
       if (it >= uint32_t(C::kStages)) {  // every math warp has finished its MMAs on the previous use
@@ -215,11 +202,15 @@ struct ScoreSlots {
   }
 };
 
-// The kernel's body (the kernels below); kTmaQ: Q tiles by TMA (q_map), else staged by the math warps.
-template <int kWgs, int kHeads, bool kTmaQ>
-__device__ __forceinline__ void tma_kernel_body(const CUtensorMap* kv_map, const CUtensorMap* q_map,
-                                                const KernelArgs& a) {
-  using C = TmaCfg<kWgs, kTmaQ>;
+#endif  // DSA_SM90_INDEXER_DEVICE
+
+// kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
+// swizzle, zero fill (the launcher builds it).
+template <int kWgs, int kHeads>
+__global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
+    indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
+#if DSA_SM90_INDEXER_DEVICE
+  using C = TmaCfg<kWgs>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
@@ -229,23 +220,11 @@ __device__ __forceinline__ void tma_kernel_body(const CUtensorMap* kv_map, const
   // tile (5 instructions).
   asm volatile("" : "+r"(base));
   const uint32_t q_smem = base;
-  const uint32_t stages = base + C::kQBuffers * C::kQBytes;
+  const uint32_t stages = base + C::kQBytes;
   const uint32_t full = stages + C::kStages * C::kStageBytes;
   const uint32_t empty = full + C::kStages * 8;
-  const uint32_t q_full = empty + C::kStages * 8;  // kTmaQ: [2], then q_empty [2]
-  const uint32_t q_empty = q_full + 2 * 8;
 
-  if constexpr (kTmaQ) {  // q_full: the producer's expect_tx arrival; q_empty: one arrival a math warp
-    if (threadIdx.x == 0) {
-      for (int b = 0; b < 2; ++b) {
-        mbar_init(q_full + b * 8, 1);
-        mbar_init(q_empty + b * 8, kMathThreads / 32);
-      }
-    }
-  }
-
-  // full: the producer's one expect_tx arrival; empty: one arrival a math warp (ends with the CTA barrier
-  // and the init fence, which cover the Q barriers too).
+  // full: the producer's one expect_tx arrival; empty: one arrival a math warp.
   init_stage_barriers<C::kStages, kMathThreads / 32, 1>(full, empty);
   pdl_wait();
   pdl_launch_dependents();
@@ -254,11 +233,8 @@ __device__ __forceinline__ void tma_kernel_body(const CUtensorMap* kv_map, const
   if (warp >= kMathThreads / 32) {
     setmaxnreg_dec<C::kProducerRegs>();
     if (threadIdx.x == kMathThreads) {
-      prefetch_tensormap(kv_map);
-      if constexpr (kTmaQ) {
-        prefetch_tensormap(q_map);
-      }
-      tma_producer<kWgs, kHeads, kTmaQ>(a, kv_map, q_map, q_smem, stages, full, empty, q_full, q_empty);
+      prefetch_tensormap(&kv_map);
+      tma_producer<kWgs, kHeads>(a, &kv_map, stages, full, empty);
     }
     return;
   }
@@ -271,28 +247,21 @@ __device__ __forceinline__ void tma_kernel_body(const CUtensorMap* kv_map, const
   int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);  // this thread's two keys in a stage
   asm volatile("" : "+r"(kr0));  // kept, not rebuilt from the thread index every tile (9 instructions)
   const int kr1 = kr0 + 8;
+  const uint64_t q_desc = sw128_desc(q_smem);
   // Stage 0's descriptor of the warpgroup's 64 rows (1024-aligned); stage s is s x kStageBytes further.
   const uint64_t a_desc0 = sw128_desc(stages + uint32_t(wg * kWgKeys * C::kRowBytes));
 
   float acc[64];
   float w[32];
-  uint32_t stage = 0, phase = 0, item = 0;
-  for (LinearCursor cur; cur.valid(a); cur.next(), ++item) {
+  uint32_t stage = 0, phase = 0;
+  for (LinearCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb(a), cur.kc(a));
-    uint64_t q_desc;
-    if constexpr (kTmaQ) {
-      load_item_weights<kHeads>(a, t.row0, c, w);
-      mbar_wait(q_full + (item & 1u) * 8, (item >> 1) & 1);
-      q_desc = sw128_desc(q_smem + (item & 1u) * C::kQBytes);
-    } else {
-      math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
-      stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
-      load_item_weights<kHeads>(a, t.row0, c, w);
-      // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      math_barrier<kMathThreads>();
-      q_desc = sw128_desc(q_smem);
-    }
+    math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
+    stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
+    load_item_weights<kHeads>(a, t.row0, c, w);
+    // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    math_barrier<kMathThreads>();
 
     if (a.clean) {
       fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
@@ -322,35 +291,7 @@ __device__ __forceinline__ void tma_kernel_body(const CUtensorMap* kv_map, const
       }
       slots.store(a, part, c, key0);
     }
-    if constexpr (kTmaQ) {  // this warp's MMAs on the item's Q have completed (mma_tile_ss waits)
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(q_empty + (item & 1u) * 8);
-      }
-    }
   }
-}
-
-#endif  // DSA_SM90_INDEXER_DEVICE
-
-// Configs 1 and 2: Q staged by the math warps. kv_map: the keys as a [N, 128] uint8 tensor, box
-// [TmaCfg::kTileKeys rows, 128 bytes], 128-byte swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads>
-__global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
-    indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
-#if DSA_SM90_INDEXER_DEVICE
-  tma_kernel_body<kWgs, kHeads, false>(&kv_map, nullptr, a);
-#endif  // DSA_SM90_INDEXER_DEVICE
-}
-
-// Config 4 (experiment): config 1 with each item's Q tile loaded by the producer (q_map: q as [T][H][128]
-// bytes, box [128 / H rows, H heads, 128 bytes], 128-byte swizzle, zero fill) into one of two buffers.
-template <int kWgs, int kHeads>
-__global__ void __launch_bounds__(TmaCfg<kWgs, true>::kThreads, 1)
-    indexer_logits_tma_q_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap q_map,
-                                const __grid_constant__ KernelArgs a) {
-#if DSA_SM90_INDEXER_DEVICE
-  tma_kernel_body<kWgs, kHeads, true>(&kv_map, &q_map, a);
 #endif  // DSA_SM90_INDEXER_DEVICE
 }
 
