@@ -2,10 +2,10 @@
 // and 2 (3), fp8 operands in the fp8-MMA mode only; the launcher's default there (4 warpgroups). Every
 // other mode runs the cp.async kernel, sm90_indexer_logits.cuh (config 3).
 //
-// H200, 4096 rows, H 64, one run: 32768 keys causal 2117 us, 131072 causal 9023 (DeepGEMM 1941, 9291).
-// What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp instructions a 64-key tile
-// (4 MMAs, 64 relu, 64 weight FMAs; the rest addresses, scales, quad sums, the store) against DeepGEMM's
-// 246; stalls: waiting on the MMAs 20% of samples, on the key-scale loads 14%. Keeping in the tile loop
+// H200, 4096 rows, H 64 (benchmarks/results/h200.md, 64c6640): 32768 keys causal 2049 us, 131072 causal 8874
+// (DeepGEMM 1990, 9324). What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp
+// instructions a 64-key tile (4 MMAs, 64 relu, 64 weight FMAs; the rest addresses, scales, quad sums, the
+// store) against DeepGEMM's 246; stalls: waiting on the MMAs 18% of samples, on the key-scale loads 9%. Keeping in the tile loop
 // only what changes per tile (descriptors from warp-uniform values, the item's score slots set once, a
 // stage/phase count) cut 3-warpgroup tiles from 279 to 245 instructions and took 4 warpgroups from 2491
 // to 2184 us at 32768 keys full (same run); holding the smem base and the key row in registers took 14
@@ -156,7 +156,7 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
   }
 }
 
-// Zero when !p, else *ptr (not read); in program order with the barrier waits, as ldg_early.
+// *ptr when p, else zero (ptr not read); in program order with the barrier waits, as ldg_early.
 __device__ __forceinline__ float ldg_if(bool p, const float* ptr) {
   float v;
   asm volatile(
@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
       fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
-    // A tile does only what changes per tile: the scale pointer steps, the score slots are the item's.
+    // The score slots are the item's; the scale address is rebuilt per tile (a pointer stepped instead
+    // takes two more registers, which spill at 112).
     const ScoreSlots<kRows> slots(a, t, c, kr0);
     for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
