@@ -5,11 +5,12 @@
 // H200, 4096 rows, H 64 (benchmarks/results/h200.md, 64c6640): 32768 keys causal 2049 us, 131072 causal 8874
 // (DeepGEMM 1990, 9324). What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp
 // instructions a 64-key tile (4 MMAs, 64 relu, 64 weight FMAs; the rest addresses, scales, quad sums, the
-// store) against DeepGEMM's 246; stalls: waiting on the MMAs 18% of samples, on the key-scale loads 9%. Keeping in the tile loop
-// only what changes per tile (descriptors from warp-uniform values, the item's score slots set once, a
-// stage/phase count) cut 3-warpgroup tiles from 279 to 245 instructions and took 4 warpgroups from 2491
-// to 2184 us at 32768 keys full (same run); holding the smem base and the key row in registers took 14
-// more a tile (4 warpgroups, H 64: 113 -> 99 beside the 128 relu / FMA), 2364 -> 2275 us (interleaved).
+// store) against DeepGEMM's 246; stalls: waiting on the MMAs 18% of samples, on the key-scale loads 9%.
+// Keeping in the tile loop only what changes per tile (descriptors from warp-uniform values, the item's
+// score slots set once, a stage/phase count) cut 3-warpgroup tiles from 279 to 245 instructions and took 4
+// warpgroups from 2491 to 2184 us at 32768 keys full (same run); holding the smem base and the key row in
+// registers took 14 more a tile (4 warpgroups, H 64: 113 -> 99 beside the 128 relu / FMA), 2364 -> 2275 us
+// (interleaved, tools/ab_indexer_logits.py).
 //
 // Same items, windows, tile skipping, epilogue and stores as the cp.async kernel; what differs is how a
 // key tile reaches the tensor cores and how many warpgroups share an SM:
