@@ -119,15 +119,6 @@ using smxx::prefetch_tensormap;
 using smxx::tma_load_2d;
 using smxx::tma_load_3d;
 
-// D[tmem] (+)= A * B, cta_group::1, kind::f8f6f4; accumulate iff `acc`.
-__device__ __forceinline__ void umma_f8(uint32_t d, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-      "tcgen05.mma.cta_group::1.kind::f8f6f4 [%0], %1, %2, %3, p;\n}\n" ::"r"(d),
-      "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(acc)
-      : "memory");
-}
-
 // One thread: every item's Q box and every tile's key box, in the MMA warp's order.
 template <int kHeads>
 __device__ __forceinline__ void produce(const KernelArgs& a, const CUtensorMap* kv_map, const CUtensorMap* q_map,

@@ -40,6 +40,15 @@ __device__ __forceinline__ void umma(uint32_t d, uint64_t a_desc, uint64_t b_des
       : "memory");
 }
 
+// D[tmem] (+)= A * B, cta_group::1, kind::f8f6f4 (e4m3 operands); accumulate iff `acc`.
+__device__ __forceinline__ void umma_f8(uint32_t d, uint64_t a_desc, uint64_t b_desc, uint32_t idesc, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
+      "tcgen05.mma.cta_group::1.kind::f8f6f4 [%0], %1, %2, %3, p;\n}\n" ::"r"(d),
+      "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(acc)
+      : "memory");
+}
+
 // One arrival on `bar` once every earlier MMA of this thread has completed.
 __device__ __forceinline__ void umma_commit(uint32_t bar) {
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar) : "memory");

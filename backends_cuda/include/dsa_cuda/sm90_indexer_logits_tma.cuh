@@ -78,6 +78,7 @@ struct TmaCfg {
 
 using smxx::prefetch_tensormap;  // smxx_tma.cuh
 using smxx::tma_load_2d;
+using smxx::ldg_if;  // smxx_memory.cuh
 
 __device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
@@ -155,16 +156,6 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
       tma_load_2d(stages + stage * C::kStageBytes, map, 0, tile * C::kTileKeys, full + stage * 8);
     }
   }
-}
-
-// *ptr when p, else zero (ptr not read); in program order with the barrier waits, as ldg_early.
-__device__ __forceinline__ float ldg_if(bool p, const float* ptr) {
-  float v;
-  asm volatile(
-      "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\nmov.f32 %0, 0f00000000;\n@q ld.global.nc.f32 %0, [%1];\n}\n"
-      : "=f"(v)
-      : "l"(ptr), "r"(int(p)));
-  return v;
 }
 
 // Where this thread stores its quad-reduced scores of an item, set once per item so that a tile costs a

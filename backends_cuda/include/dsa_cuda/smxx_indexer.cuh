@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "smxx_memory.cuh"
+
 namespace dsa_cuda {
 namespace smxx_indexer {
 
@@ -51,23 +53,8 @@ struct Item {
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// A load the compiler keeps in program order with the barrier waits (asm volatile), so it is in flight
-// while the thread waits for its tile.
-__device__ __forceinline__ float ldg_early(const float* p) {
-  float v;
-  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ int32_t ldg_early(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
+using smxx::ldg_early;  // smxx_memory.cuh
+using smxx::smem_addr;
 
 // v[r] for a row r known only at run time, by selects (a dynamic index would put v in local memory).
 template <int kRows>

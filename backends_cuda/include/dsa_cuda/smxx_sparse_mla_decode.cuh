@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "common_launch.cuh"
+#include "smxx_memory.cuh"
 
 // Device code of the shared pieces: sm_90 and newer (cp.async, cvt from e4m3x2, griddepcontrol).
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -147,24 +148,10 @@ __device__ __forceinline__ CtaSpan cta_span(const KernelArgs& a, int32_t b, int3
   return CtaSpan{n_end, t0, min(t0 + a.tiles_per_split, tiles), a.idx + int64_t(b) * a.i_sb + int64_t(i) * a.i_ss};
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-// A load the compiler keeps in program order (asm volatile), so it is in flight through later waits.
-__device__ __forceinline__ int32_t ldg_early(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
+using smxx::cp_async16;  // smxx_memory.cuh
+using smxx::ldg_early;
+using smxx::smem_addr;
+using smxx::sts32;
 
 __device__ __forceinline__ void sts128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
