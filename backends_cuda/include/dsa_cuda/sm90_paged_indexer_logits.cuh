@@ -454,7 +454,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  asm volatile("" : "+r"(base));  // kept in a register, not rebuilt from the CTA's shared window every tile
   const uint32_t q_smem = base;
   const uint32_t stages = base + C::kQBytes;
   const uint32_t scales = stages + C::kStages * C::kStageBytes;
@@ -491,17 +492,17 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   }
 
   const int lane = threadIdx.x & 31;
-  const int g = lane >> 2;  // accumulator row within the warp's 16
-  const int c = lane & 3;   // accumulator column pair
-  const int wg = warp >> 2;
-  const int kr0 = wg * kWgKeys + (warp & 3) * 16 + g;  // this thread's two keys in a tile
+  const int c = lane & 3;  // accumulator column pair
+  const int wg = __shfl_sync(0xffffffffu, warp, 0) >> 2;  // warp-uniform
+  int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);  // this thread's two keys in a tile
+  asm volatile("" : "+r"(kr0));  // kept, not rebuilt from the thread index every tile
   const int kr1 = kr0 + 8;
   const float kNegInf = __int_as_float(int(0xff800000u));
   const uint64_t q_desc = sw128_desc(q_smem);
 
   float acc[kN / 2];
   float w[kN / 4];
-  uint32_t it = 0;
+  uint32_t stage = 0, phase = 0;
   int32_t staged_rb = -1;  // the row block whose Q tile and weights are loaded
   ItemPipeline<kRows, kWgs> pipe(a, lane);
   Item<kRows> t;
@@ -543,48 +544,51 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
       }
     }
 
-    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
-      const uint32_t stage = it % C::kStages;
+    // Where this thread stores, set once per item: all its values are in row c % kRows (kRows 2 or 4), or
+    // (kRows 1) lane c < 2 stores key kr0, c >= 2 key kr1, from the even lane.
+    const int my_r = c % kRows;
+    float* const row_out = kRows == 1 || my_r < t.ntok ? a.out + (t.row0 + my_r) * a.out_row_stride : nullptr;
+    const int32_t row_hi = row_value(t.hi, my_r);
+    const int32_t my_kr = kRows == 1 ? (c < 2 ? kr0 : kr1) : kRows == 2 ? kr0 + 8 * ((c & 3) >> 1) : kr0;
+    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
-      const int32_t key_a = key0 + kr0;
-      const int32_t key_b = key0 + kr1;
       // This warpgroup's block id (-1 for a page past the last visible position: never looked up).
       const int32_t id = page_id(ids, kWgs * (tile - t.t0) + wg);
       const bool page_ok = id >= 0 && id < a.num_blocks;
-      mbar_wait(full + stage * 8, (it / C::kStages) & 1);
+      mbar_wait(full + stage * 8, phase);
       float s0 = 0.f, s1 = 0.f;  // a page not copied holds stale data: its scores are -inf below
       if (page_ok) {
         s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
         s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
       }
       float part[2 * kRows];
+      const uint32_t tile_smem = stages + stage * C::kStageBytes;
+      const uint32_t empty_bar = empty + stage * 8;
+      if (++stage == uint32_t(C::kStages)) {
+        stage = 0;
+        phase ^= 1u;
+      }
       if constexpr (kBulk) {
-        score_tile_rows<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc,
-                                           acc, w, s0, s1, part);
+        score_tile_rows<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
       } else {
-        score_tile<kMode, kHeads, kN>(stages + stage * C::kStageBytes, kr0, kr1, c, empty + stage * 8, q_desc, acc, w,
-                                      s0, s1, part);
+        score_tile<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
       }
       if constexpr (kRows == 1) {
-        // Lanes c = 0, 1 hold key a's total, c = 2, 3 key b's; the even lane stores.
+        // Lanes c = 0, 1 hold key kr0's total, c = 2, 3 key kr1's; the even lane stores.
         const float total = quad_reduce_pair(part, c);
-        const int32_t key = c < 2 ? key_a : key_b;
+        const int32_t key = key0 + my_kr;
         if ((c & 1) == 0 && key < a.width) {
-          a.out[t.row0 * a.out_row_stride + key] = page_ok && key < t.hi[0] ? total : kNegInf;
+          row_out[key] = page_ok && key < row_hi ? total : kNegInf;
         }
       } else {
         float total[2 * kRows / 4];
         quad_reduce_scatter<2 * kRows>(part, c, total);
-        // Lane c stores value 4 b + c = kh * kRows + r.
+        // Lane c stores value 4 b + c = (key half (4 b + c) / kRows, row c % kRows).
 #pragma unroll
         for (int b = 0; b < 2 * kRows / 4; ++b) {
-          const int v = 4 * b + c;
-          const int kh = v / kRows;
-          const int r = v % kRows;
-          const int32_t hi = row_value(t.hi, r);
-          const int32_t key = kh ? key_b : key_a;
-          if (r < t.ntok && key < a.width) {
-            a.out[(t.row0 + r) * a.out_row_stride + key] = page_ok && key < hi ? total[b] : kNegInf;
+          const int32_t key = key0 + my_kr + 8 * b;
+          if (row_out != nullptr && key < a.width) {
+            row_out[key] = page_ok && key < row_hi ? total[b] : kNegInf;
           }
         }
       }
