@@ -63,7 +63,7 @@ LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB", handover=_ta
 
 # One module per op; each has register().
 _OP_MODULES = ("page_table_transform", "providers_topk", "providers_indexer", "providers_paged_indexer",
-               "providers_sparse_mla_decode")
+               "providers_sparse_mla_decode", "providers_sparse_attention")
 
 
 def lib_name(arch: str) -> str:

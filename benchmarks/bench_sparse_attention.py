@@ -119,6 +119,68 @@ def test_sparse_attention(bench, dtype, rows):
                      baselines=times, **extra))
 
 
+
+CUDA_ROWS = (1, 16, 64, 400, 1600, 4096)
+
+
+@pytest.mark.parametrize("rows", CUDA_ROWS)
+def test_sparse_attention_cuda(bench, rows):
+    """The CUDA provider (fp8 caches; the op's default there) beside our Triton kernel, split-K and vLLM's."""
+    from dsa_ops.backends.cuda import providers_sparse_attention as cu
+    from dsa_ops.backends.triton import sparse_attention as sa
+    from dsa_ops.ops.sparse_attention import reference
+
+    kc, vc = _pool("fp8")
+    q, idx, bt, t2r = _inputs(rows)
+    outs = {name: torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda") for name in ("cuda", "triton",
+                                                                                              "splitk", "vllm")}
+    fns = {"cuda": lambda: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, outs["cuda"]),
+           "triton": lambda: sa.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, outs["triton"]),
+           "splitk": lambda: sa.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, outs["splitk"], split=True)}
+    peer = _peer()
+    if peer is not None:
+        packed = torch.cat([idx, torch.full((rows, 1), TOPK, dtype=torch.int32, device="cuda")], dim=1)
+        gate = torch.full((rows, HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
+        fns["vllm"] = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
+            q, kc, vc, packed, bt, t2r, True, outs["vllm"], 1.0, 1.0, output_gate=gate)
+    graphs = {name: capture_graph(fn) for name, fn in fns.items()}
+    times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
+
+    sample = slice(0, min(rows, 16))
+    ref = reference(q[sample], kc, vc, idx[sample], bt, t2r[sample], SCALE, 1.0, 1.0).float()
+    errors = {name: ((outs[name][sample].float() - ref).abs().max() / ref.abs().max()).item() for name in fns}
+    assert errors["cuda"] < 2e-2, errors
+
+    nbytes = rows * HKV * TOPK * 2 * D
+    us = times.pop("cuda")
+    splits = cu.split_count(rows, HKV, TOPK, torch.cuda.get_device_properties(0).multi_processor_count)
+    extra = {"timing": "cuda-graph replay, cold L2", "achieved_gbps": round(nbytes / (us * 1e-6) / 1e9, 1),
+             "splits": splits, "max_rel_err": {k: float(f"{v:.3g}") for k, v in errors.items()}}
+    if rows <= 64:
+        extra["host_overhead_us"] = round(host_overhead_us(fns["cuda"])[0], 2)
+    bench.add(record("sparse_attention", "cuda",
+                     {"rows": rows, "tokens": REQ_LEN, "topk": TOPK, "heads": f"{HQ}/{HKV}", "head_dim": D,
+                      "dtype": "fp8", "page_size": PAGE},
+                     us, floor_us=bench.floor_us(nbytes), floor_kind="memory (selected K+V bytes at copy rate)",
+                     baselines=times, **extra))
+
+
+@pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split sweep")
+@pytest.mark.parametrize("rows", (1, 4, 16, 32, 64, 128, 200, 400))
+def test_sparse_attention_cuda_splits_sweep(bench, rows):
+    """The CUDA kernel's time per forced split count (the split_count heuristic's inputs), graph replay, cold L2."""
+    from dsa_ops.backends.cuda import providers_sparse_attention as cu
+
+    kc, vc = _pool("fp8")
+    q, idx, bt, t2r = _inputs(rows)
+    out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
+    res = {}
+    for s in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32):
+        g = capture_graph(lambda s=s: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s))
+        res[s] = round(bench.timer.median_us(g.replay, iters=30), 1)
+    print(f"\n  cuda splits sweep rows {rows}: heuristic {cu.split_count(rows, HKV, TOPK)}: {res}")
+
+
 # Sweep variants: CONFIG_OVERRIDE dicts of backends_triton/sparse_attention.py.
 # fp8 forms (every flag explicit, so the module defaults do not leak into a variant): codes loaded directly,
 # V as int16 pairs, V's columns permuted, and both widened tiles passed through _opaque (fp16 ldmatrix MMAs).

@@ -61,6 +61,9 @@ REQUIRED_BODIES = (
     ("indexer_logits.cu", "sm_90a", "12sm90_indexer25indexer_logits_tma_kernel", 64),
     ("indexer_logits.cu", "sm_100a", "13sm100_indexer21indexer_logits_kernel", 64),
     ("indexer_logits.cu", SM107, "13sm100_indexer21indexer_logits_kernel", 64),
+    ("sparse_attention.cu", "sm_90a", "21smxx_sparse_attention27sparse_attention_fp8_kernel", 64),
+    ("sparse_attention.cu", "sm_100a", "21smxx_sparse_attention27sparse_attention_fp8_kernel", 64),
+    ("sparse_attention.cu", SM107, "21smxx_sparse_attention27sparse_attention_fp8_kernel", 64),
 )
 HIP_FLAGS = ["-x", "hip", f"--offload-arch={HIP_ARCH}", "--offload-device-only", "-nogpulib", "-O3", "-S",
              "-D__AMDGCN_WAVEFRONT_SIZE=64"]

@@ -1,0 +1,509 @@
+// dsa.sparse_attention over an fp8 e4m3 paged cache: warp-level MMAs (mma.sync m16n8k16, fp16 in, fp32
+// accumulate), cp.async gathers, no CTA barrier in the main loop. sm_90a runs it (the H200); sm_100a and
+// sm_107a compile the same code (compiled, not run).
+//
+// - Work: one CTA = one query row x one KV head x one split of its top-k positions; 1-D grid
+//   (row * Hkv + kv head) * splits + split. Its 4 warps take 16-token steps in turn (warp w: steps
+//   w, w + 4, ...), each with its own online softmax; the CTA merges the 4 at the end.
+// - A warp's step: the 16 tokens' K and V codes (128 B each) land by cp.async in the warp's own ring
+//   of kStages stages (4 KiB each); only __syncwarp orders the ring. Page lookups (index -> block table)
+//   run two steps ahead of the copies, so each dependent load has a step's compute to land in. Invalid
+//   tokens (negative index, page slot past the table, block id outside the cache, position past top-k)
+//   copy nothing (zero-filled) and are masked; no address is formed from them.
+// - QK^T: the group's query heads (<= 16) are the MMA M side. The thread's K bytes of a token are two
+//   16-byte chunks (16 t and 64 + 16 t); each 4-byte word gives one k16 step's B fragment as two
+//   e4m3x2 -> f16x2 converts. q's columns are loaded in the same permuted order, so the dot product
+//   is unchanged. q is scaled by a power of two into fp16 (exact for bf16 values within 2^-28 of the
+//   row group's largest), the scores scaled back in fp32.
+// - PV: P (fp16, from the score accumulators as the A fragment) times V. A thread's B fragments need
+//   pairs of tokens for one value column; it loads 16 bytes (one chunk) of 4 tokens and byte-permutes
+//   (prmt) them into pairs, so its column n of MMA tile j is value column 16 n + j. The output is
+//   un-permuted when it is written.
+// - Softmax: base 2 (log2 e folded into the score scale), masked scores the finite sentinel kNeg,
+//   running max starting there (as the Triton kernel: no exp2(-inf + inf)); the accumulator is rescaled
+//   only when some row's max grew (warp vote).
+//
+// Torch-free. Included by sparse_attention.cuh under __CUDACC__.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common_launch.cuh"
+#include "smxx_memory.cuh"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define DSA_SMXX_SA_DEVICE 1
+#else
+#define DSA_SMXX_SA_DEVICE 0
+#endif
+
+namespace dsa_cuda {
+namespace smxx_sparse_attention {
+
+constexpr int kD = 128;       // q / K head dim and V head dim
+constexpr int kHeads = 16;    // MMA M: a KV head's query group, padded
+constexpr int kStep = 16;     // tokens a warp step
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kStages = 4;    // a warp's ring: 3 steps in flight while it computes one
+constexpr int kStageBytes = 2 * kStep * kD;  // K then V codes of 16 tokens
+constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+constexpr int kMaskOff = kRingBytes;         // uint32 [kWarps][kStages]: valid-token bits of each stage
+constexpr int kMergeBytes = kWarps * kHeads * (kD + 2) * 4;  // per warp: O [16 x 128], m [16], l [16]
+constexpr int kSmemBytes = kRingBytes + kWarps * kStages * 4;
+constexpr float kNeg = -1.0e30f;
+static_assert(kMergeBytes <= kRingBytes, "the merge reuses the ring");
+
+struct KernelArgs {
+  const __nv_bfloat16* q;
+  const uint8_t* k;        // e4m3 codes
+  const uint8_t* v;
+  const int32_t* idx;
+  const int32_t* bt;
+  const int32_t* t2r;
+  __nv_bfloat16* out;
+  float* part;             // split path: [items * splits][16][128] unnormalised outputs
+  float* ml;               // split path: [items * splits][2][16] running max (log2) and sum
+  int64_t q_st, q_sh;      // elements
+  int64_t k_sb, k_sp, k_sh, v_sb, v_sp, v_sh;  // bytes
+  int64_t i_st, i_sn, bt_sr, bt_sp, t2r_s, o_st, o_sh;
+  int32_t topk, num_blocks, num_reqs, max_pages, page;
+  int32_t page_shift;      // log2(page) when a power of two, else -1
+  int32_t group, hkv, splits, steps_per_split;
+  float qk_scale;          // softmax_scale * k_scale * log2(e)
+  float out_scale;         // v_scale
+};
+
+struct CombineArgs {
+  const float* part;
+  const float* ml;
+  __nv_bfloat16* out;
+  int64_t o_st, o_sh;
+  int32_t group, hkv, splits;
+  float out_scale;
+};
+
+#if DSA_SMXX_SA_DEVICE
+
+using smxx::cp_async16;
+using smxx::lds128;
+using smxx::lds32;
+using smxx::smem_addr;
+using smxx::sts32;
+
+__device__ __forceinline__ int32_t ldg_i32_if(bool p, const int32_t* ptr) {
+  int32_t v;
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\nmov.b32 %0, -1;\n@q ld.global.nc.s32 %0, [%1];\n}\n"
+      : "=r"(v)
+      : "l"(ptr), "r"(int(p)));
+  return v;
+}
+
+// Two e4m3 pairs (the low and high halves of w) as two f16x2 words; exact, NaN kept.
+__device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(d) : "f"(lo), "f"(hi));
+  return d;
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Swizzled 16-byte chunk positions of a 128-byte token row: conflict-free for the K reads (tokens g, g + 1
+// at chunks t / 4 + t) and the V reads (tokens 2 t, 2 t + 1, ... at chunk g).
+__device__ __forceinline__ uint32_t k_chunk(int row, int c) { return uint32_t(row * 128 + ((c ^ ((row & 1) << 2)) << 4)); }
+__device__ __forceinline__ uint32_t v_chunk(int row, int c) { return uint32_t(row * 128 + ((c ^ (row & 7)) << 4)); }
+
+// A lane's token of a step: lanes 0-15 address the K row of token `lane`, lanes 16-31 the V row of token
+// `lane - 16`. load_pos reads the request-relative position (-1: none), load_page its block id and the
+// offset inside the page (block -1: none), byte_offset the row's byte offset (-1: invalid).
+__device__ __forceinline__ int32_t load_pos(const KernelArgs& a, const int32_t* idx_row, int32_t step, int32_t end,
+                                            int lane) {
+  const int32_t n = step * kStep + (lane & 15);
+  return ldg_i32_if(step < end && n < a.topk, idx_row + int64_t(n) * a.i_sn);
+}
+
+__device__ __forceinline__ int32_t load_page(const KernelArgs& a, const int32_t* bt_row, int32_t pos, int32_t& off) {
+  const int32_t ps = pos < 0 ? a.max_pages : a.page_shift >= 0 ? pos >> a.page_shift : pos / a.page;
+  off = pos - ps * a.page;
+  return ldg_i32_if(ps < a.max_pages, bt_row + int64_t(ps) * a.bt_sp);
+}
+
+__device__ __forceinline__ int64_t byte_offset(const KernelArgs& a, int32_t page, int32_t off, int h, int lane) {
+  if (page < 0 || page >= a.num_blocks) {
+    return -1;
+  }
+  return lane < 16 ? int64_t(page) * a.k_sb + int64_t(off) * a.k_sp + int64_t(h) * a.k_sh
+                   : int64_t(page) * a.v_sb + int64_t(off) * a.v_sp + int64_t(h) * a.v_sh;
+}
+
+// Copy one step's 16 K and 16 V rows into `stage`; lane L copies chunk L % 8 of rows L / 8 + 4 i.
+__device__ __forceinline__ uint32_t issue_step(const KernelArgs& a, uint32_t stage, int64_t off, int lane) {
+  const uint32_t valid = __ballot_sync(0xffffffffu, off >= 0) & 0xffffu;
+  const int c = lane & 7;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = 4 * i + (lane >> 3);
+    const int64_t ko = __shfl_sync(0xffffffffu, off, row);
+    const int64_t vo = __shfl_sync(0xffffffffu, off, 16 + row);
+    cp_async16(stage + k_chunk(row, c), a.k + (ko >= 0 ? ko + 16 * c : 0), ko >= 0 ? 16u : 0u);
+    cp_async16(stage + kStep * kD + v_chunk(row, c), a.v + (vo >= 0 ? vo + 16 * c : 0), vo >= 0 ? 16u : 0u);
+  }
+  return valid;
+}
+
+#endif  // DSA_SMXX_SA_DEVICE
+
+template <bool kSplit>
+__global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const __grid_constant__ KernelArgs a) {
+#if DSA_SMXX_SA_DEVICE
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int lane = int(threadIdx.x & 31);
+  const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int64_t item = blockIdx.x / a.splits;  // row * hkv + kv head
+  const int32_t split = int32_t(blockIdx.x - item * a.splits);
+  const int64_t row = item / a.hkv;
+  const int h = int(item - row * a.hkv);
+
+  pdl_wait();
+  const int32_t req = __ldg(a.t2r + row * a.t2r_s);
+  const bool req_ok = req >= 0 && req < a.num_reqs;
+  const int32_t steps = (a.topk + kStep - 1) / kStep;
+  const int32_t s0 = split * a.steps_per_split;
+  const int32_t s1 = req_ok ? min(s0 + a.steps_per_split, steps) : s0;
+  // This warp's steps: s0 + warp + kWarps j for j < n_mine.
+  const int32_t n_mine = s1 > s0 + warp ? (s1 - s0 - warp + kWarps - 1) / kWarps : 0;
+  const int32_t first = s0 + warp;
+  const int32_t* idx_row = a.idx + row * a.i_st;
+  const int32_t* bt_row = a.bt + int64_t(req_ok ? req : 0) * a.bt_sr;
+
+  // q of this KV head's group: rows g and g + 8, columns 16 t + [0, 16) and 64 + 16 t + [0, 16).
+  float qf[2][32];
+  float qmax = 0.f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hr = g + 8 * r;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        uint4 w = make_uint4(0u, 0u, 0u, 0u);
+        if (hr < a.group) {
+          w = __ldg(reinterpret_cast<const uint4*>(a.q + row * a.q_st + int64_t(h * a.group + hr) * a.q_sh +
+                                                   64 * half + 16 * t + 8 * c));
+        }
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lo = __uint_as_float(ws[e] << 16);
+          const float hi = __uint_as_float(ws[e] & 0xffff0000u);
+          qf[r][16 * half + 8 * c + 2 * e] = lo;
+          qf[r][16 * half + 8 * c + 2 * e + 1] = hi;
+          qmax = fmaxf(qmax, fmaxf(fabsf(lo), fabsf(hi)));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) {
+    qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, m));
+  }
+  // Scale q by 2^sh so its largest element lies in [2^14, 2^15): fp16 then holds every bf16 value exactly
+  // down to 2^-28 of it. NaN / inf q: the exponent field is 255 and the scores come out NaN, as the reference's.
+  const int e = int((__float_as_uint(qmax) >> 23) & 0xffu) - 127;
+  const int sh = min(max(14 - e, -126), 126);
+  const float up = __uint_as_float(uint32_t(sh + 127) << 23);
+  const float qk_scale = a.qk_scale * __uint_as_float(uint32_t(127 - sh) << 23);
+  // A fragments, k step kk = 4 half + kq: regs (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
+  // hold q columns 64 half + 16 t + 4 kq + {0, 1} (rows g, g + 8) and + {2, 3}.
+  uint32_t qa[8][4];
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const int b = 16 * (kk >> 2) + 4 * (kk & 3);
+    qa[kk][0] = pack_f16(qf[0][b] * up, qf[0][b + 1] * up);
+    qa[kk][1] = pack_f16(qf[1][b] * up, qf[1][b + 1] * up);
+    qa[kk][2] = pack_f16(qf[0][b + 2] * up, qf[0][b + 3] * up);
+    qa[kk][3] = pack_f16(qf[1][b + 2] * up, qf[1][b + 3] * up);
+  }
+
+  uint32_t smem_base = smem_addr(smem);
+  asm volatile("" : "+r"(smem_base));
+  const uint32_t ring = smem_base + uint32_t(warp * kStages * kStageBytes);
+  const uint32_t masks = smem_base + uint32_t(kMaskOff + warp * kStages * 4);
+
+  // Prologue: steps 0 .. kStages - 2 resolved and issued; the lookups of steps kStages - 1 (page) and
+  // kStages (position) in flight.
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    const int32_t st = first + kWarps * j;
+    int32_t off;
+    const int32_t pos = load_pos(a, idx_row, st, j < n_mine ? s1 : 0, lane);
+    const int32_t page = load_page(a, bt_row, pos, off);
+    const uint32_t valid = issue_step(a, ring + j * kStageBytes, byte_offset(a, page, off, h, lane), lane);
+    if (lane == 0) {
+      sts32(masks + 4 * j, valid);
+    }
+    cp_async_commit();
+  }
+  int32_t off1;
+  int32_t page1 = load_page(a, bt_row, load_pos(a, idx_row, first + kWarps * (kStages - 1), kStages - 1 < n_mine ? s1 : 0, lane),
+                            off1);
+  int32_t pos2 = load_pos(a, idx_row, first + kWarps * kStages, kStages < n_mine ? s1 : 0, lane);
+
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  }
+  float m0 = kNeg, m1 = kNeg, l0 = 0.f, l1 = 0.f;  // rows g, g + 8 (l: this thread's columns only)
+
+  uint32_t stage = 0;
+  uint32_t issue_stage = kStages - 1;
+  for (int32_t j = 0; j < n_mine; ++j) {
+    {  // issue step j + kStages - 1, look up the next two
+      const uint32_t valid = issue_step(a, ring + issue_stage * kStageBytes, byte_offset(a, page1, off1, h, lane), lane);
+      if (lane == 0) {
+        sts32(masks + 4 * issue_stage, valid);
+      }
+      cp_async_commit();
+      issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
+      page1 = load_page(a, bt_row, pos2, off1);
+      pos2 = load_pos(a, idx_row, first + kWarps * (j + kStages + 1), j + kStages + 1 < n_mine ? s1 : 0, lane);
+    }
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint32_t sk = ring + stage * kStageBytes;
+    const uint32_t sv = sk + kStep * kD;
+    const uint32_t valid = lds32(masks + 4 * stage);
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+
+    // S = q K^T for tokens 8 n + g (n8 tile n), this thread's columns 8 n + 2 t + {0, 1}.
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const int r = 8 * n + g;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint4 kw = lds128(sk + k_chunk(r, 4 * half + t));
+        const uint32_t ws[4] = {kw.x, kw.y, kw.z, kw.w};
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) {
+          uint32_t b0, b1;
+          e4m3x4_to_f16x4(ws[kq], b0, b1);
+          mma_f16(s[n], qa[4 * half + kq], b0, b1);
+        }
+      }
+    }
+    float mx0 = kNeg, mx1 = kNeg;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const bool ok = (valid >> (8 * n + 2 * t + e2)) & 1u;
+        s[n][e2] = ok ? s[n][e2] * qk_scale : kNeg;
+        s[n][2 + e2] = ok ? s[n][2 + e2] * qk_scale : kNeg;
+        mx0 = fmaxf(mx0, s[n][e2]);
+        mx1 = fmaxf(mx1, s[n][2 + e2]);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    if (__any_sync(0xffffffffu, mx0 > m0 || mx1 > m1)) {
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float al0 = exp2f(m0 - n0), al1 = exp2f(m1 - n1);
+      m0 = n0;
+      m1 = n1;
+      l0 *= al0;
+      l1 *= al1;
+#pragma unroll
+      for (int j2 = 0; j2 < 16; ++j2) {
+        o[j2][0] *= al0;
+        o[j2][1] *= al0;
+        o[j2][2] *= al1;
+        o[j2][3] *= al1;
+      }
+    }
+    uint32_t pa[4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float p0 = exp2f(s[n][0] - m0), p1 = exp2f(s[n][1] - m0);
+      const float p2 = exp2f(s[n][2] - m1), p3 = exp2f(s[n][3] - m1);
+      l0 += p0 + p1;
+      l1 += p2 + p3;
+      pa[2 * n] = pack_f16(p0, p1);
+      pa[2 * n + 1] = pack_f16(p2, p3);
+    }
+
+    // O += P V: tokens 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1); tile j2's column g is value column 16 g + j2.
+    const uint4 va = lds128(sv + v_chunk(2 * t, g));
+    const uint4 vb = lds128(sv + v_chunk(2 * t + 1, g));
+    const uint4 vc = lds128(sv + v_chunk(2 * t + 8, g));
+    const uint4 vd = lds128(sv + v_chunk(2 * t + 9, g));
+    const uint32_t wa[4] = {va.x, va.y, va.z, va.w}, wb[4] = {vb.x, vb.y, vb.z, vb.w};
+    const uint32_t wc[4] = {vc.x, vc.y, vc.z, vc.w}, wd[4] = {vd.x, vd.y, vd.z, vd.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      uint32_t lo0, hi0, lo1, hi1, lo2, hi2, lo3, hi3;
+      e4m3x4_to_f16x4(prmt(wa[w], wb[w], 0x5140u), lo0, hi0);  // bytes 4w, 4w + 1 of tokens 2t, 2t + 1
+      e4m3x4_to_f16x4(prmt(wa[w], wb[w], 0x7362u), lo1, hi1);  // bytes 4w + 2, 4w + 3
+      e4m3x4_to_f16x4(prmt(wc[w], wd[w], 0x5140u), lo2, hi2);
+      e4m3x4_to_f16x4(prmt(wc[w], wd[w], 0x7362u), lo3, hi3);
+      mma_f16(o[4 * w + 0], pa, lo0, lo2);
+      mma_f16(o[4 * w + 1], pa, hi0, hi2);
+      mma_f16(o[4 * w + 2], pa, lo1, lo3);
+      mma_f16(o[4 * w + 3], pa, hi1, hi3);
+    }
+    __syncwarp();  // every lane's reads of this stage are done before it is refilled
+  }
+  cp_async_wait<0>();
+  pdl_launch_dependents();
+
+  // Merge the warps: O, m and l of each into the ring, then 16 outputs a thread.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  __syncthreads();
+  float* mo = reinterpret_cast<float*>(smem) + warp * kHeads * (kD + 2);  // [16][128] O, then m [16], l [16]
+#pragma unroll
+  for (int j2 = 0; j2 < 16; ++j2) {
+    const int c0 = 16 * (2 * t) + j2, c1 = 16 * (2 * t + 1) + j2;
+    mo[g * kD + c0] = o[j2][0];
+    mo[g * kD + c1] = o[j2][1];
+    mo[(g + 8) * kD + c0] = o[j2][2];
+    mo[(g + 8) * kD + c1] = o[j2][3];
+  }
+  if (t == 0) {
+    mo[kHeads * kD + g] = m0;
+    mo[kHeads * kD + g + 8] = m1;
+    mo[kHeads * kD + kHeads + g] = l0;
+    mo[kHeads * kD + kHeads + g + 8] = l1;
+  }
+  __syncthreads();
+  const float* all = reinterpret_cast<const float*>(smem);
+  const int hr = int(threadIdx.x >> 3);        // head row
+  const int c0 = int(threadIdx.x & 7) * 16;    // 16 value columns
+  float mw[kWarps], mm = kNeg;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    mw[w] = all[w * kHeads * (kD + 2) + kHeads * kD + hr];
+    mm = fmaxf(mm, mw[w]);
+  }
+  float den = 0.f, acc[16];
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    acc[c] = 0.f;
+  }
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float* base = all + w * kHeads * (kD + 2);
+    const float wt = exp2f(mw[w] - mm);
+    den += wt * base[kHeads * kD + kHeads + hr];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      acc[c] += wt * base[hr * kD + c0 + c];
+    }
+  }
+  if constexpr (kSplit) {
+    const int64_t p = int64_t(blockIdx.x);
+    float* dst = a.part + (p * kHeads + hr) * kD + c0;
+#pragma unroll
+    for (int c = 0; c < 16; c += 4) {
+      *reinterpret_cast<float4*>(dst + c) = make_float4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]);
+    }
+    if ((threadIdx.x & 7) == 0) {
+      a.ml[p * 2 * kHeads + hr] = mm;
+      a.ml[p * 2 * kHeads + kHeads + hr] = den;
+    }
+  } else if (hr < a.group) {
+    const float inv = den > 0.f ? a.out_scale / den : 0.f;
+    __nv_bfloat16* dst = a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + c0;
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      dst[c] = __float2bfloat16_rn(acc[c] * inv);
+    }
+  }
+#endif  // DSA_SMXX_SA_DEVICE
+}
+
+// out[row, head] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s over the splits; one CTA a (row, KV head),
+// a thread 16 value columns of one head row.
+__global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(const __grid_constant__ CombineArgs a) {
+#if DSA_SMXX_SA_DEVICE
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t item = blockIdx.x;
+  const int64_t row = item / a.hkv;
+  const int h = int(item - row * a.hkv);
+  const int hr = int(threadIdx.x >> 3);
+  const int c0 = int(threadIdx.x & 7) * 16;
+  if (hr >= a.group) {
+    return;
+  }
+  const float* ml = a.ml + item * a.splits * 2 * kHeads;
+  float mm = kNeg;
+  for (int sp = 0; sp < a.splits; ++sp) {
+    mm = fmaxf(mm, ml[sp * 2 * kHeads + hr]);
+  }
+  float den = 0.f, acc[16];
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    acc[c] = 0.f;
+  }
+  for (int sp = 0; sp < a.splits; ++sp) {
+    const float wt = exp2f(ml[sp * 2 * kHeads + hr] - mm);
+    den += wt * ml[sp * 2 * kHeads + kHeads + hr];
+    const float4* src = reinterpret_cast<const float4*>(a.part + ((item * a.splits + sp) * kHeads + hr) * kD + c0);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float4 v = __ldg(src + c);
+      acc[4 * c] += wt * v.x;
+      acc[4 * c + 1] += wt * v.y;
+      acc[4 * c + 2] += wt * v.z;
+      acc[4 * c + 3] += wt * v.w;
+    }
+  }
+  const float inv = den > 0.f ? a.out_scale / den : 0.f;
+  __nv_bfloat16* dst = a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + c0;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    dst[c] = __float2bfloat16_rn(acc[c] * inv);
+  }
+#endif  // DSA_SMXX_SA_DEVICE
+}
+
+}  // namespace smxx_sparse_attention
+}  // namespace dsa_cuda

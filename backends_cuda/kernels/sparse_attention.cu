@@ -1,0 +1,136 @@
+// Launcher of dsa.sparse_attention over an fp8 cache: include/dsa_cuda/smxx_sparse_attention.cuh on compute
+// capability 9.x (run) and 10.x (compiled, not run). Torch-free: the compile gates build this file alone.
+#include "dsa_cuda/sparse_attention.cuh"
+
+#include <algorithm>
+
+namespace dsa_cuda {
+namespace {
+
+namespace k = smxx_sparse_attention;
+
+constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
+constexpr float kLog2e = 1.4426950408889634f;
+
+int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+bool mult16(int64_t bytes) { return bytes % 16 == 0; }
+
+}  // namespace
+
+int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits) {
+  if (splits <= 1) {
+    return 0;
+  }
+  return rows * kv_heads * splits * k::kHeads * (k::kD + 2);
+}
+
+const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
+  if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.q_heads / p.kv_heads > k::kHeads) {
+    return "the CUDA sparse attention kernel takes 1 to 16 query heads per KV head";
+  }
+  if (p.topk >= (int64_t{1} << 30)) {
+    return "the CUDA sparse attention kernel takes top-k below 2^30";
+  }
+  if (p.page_size <= 0 || p.num_blocks >= (int64_t{1} << 31) || p.max_pages >= (int64_t{1} << 31) ||
+      p.num_reqs >= (int64_t{1} << 31) || p.page_size * p.max_pages >= (int64_t{1} << 31)) {
+    return "the CUDA sparse attention kernel takes int32 block ids, page counts and request-relative positions";
+  }
+  if (p.splits < 1 || p.rows * p.kv_heads * p.splits > kMaxGrid) {
+    return "the CUDA sparse attention kernel takes fewer than 2^31 (row, KV head, split) CTAs";
+  }
+  if (!is_aligned16(p.q) || !mult16(p.q_row_stride * 2) || !mult16(p.q_head_stride * 2)) {
+    return "the CUDA sparse attention kernel needs q's data and row/head strides 16-byte aligned";
+  }
+  if (!is_aligned16(p.k_cache) || !is_aligned16(p.v_cache) || !mult16(p.k_block_stride) ||
+      !mult16(p.k_page_stride) || !mult16(p.k_head_stride) || !mult16(p.v_block_stride) ||
+      !mult16(p.v_page_stride) || !mult16(p.v_head_stride)) {
+    return "the CUDA sparse attention kernel needs the caches' data and block/token/head strides 16-byte aligned";
+  }
+  if (p.splits > 1 && (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0) {
+    return "the CUDA sparse attention kernel needs a 16-byte aligned workspace";
+  }
+  return nullptr;
+}
+
+cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t stream) {
+  if (p.rows <= 0 || p.q_heads <= 0) {
+    return cudaSuccess;
+  }
+  if (sparse_attention_unsupported(p) != nullptr) {
+    return cudaErrorNotSupported;
+  }
+  int major = 0;
+  DSA_CUDA_CHECK(current_arch_major(&major));
+  if (major != 9 && major != 10) {
+    return cudaErrorNotSupported;
+  }
+  const int64_t steps = std::max<int64_t>(1, ceil_div(p.topk, k::kStep));
+  const int64_t splits = std::min(p.splits, steps);
+  const int64_t per = ceil_div(steps, splits);
+  const int64_t used = ceil_div(steps, per);  // no empty split
+  const int64_t items = p.rows * p.kv_heads;
+
+  k::KernelArgs a;
+  a.q = static_cast<const __nv_bfloat16*>(p.q);
+  a.k = static_cast<const uint8_t*>(p.k_cache);
+  a.v = static_cast<const uint8_t*>(p.v_cache);
+  a.idx = p.indices;
+  a.bt = p.block_table;
+  a.t2r = p.token_to_req;
+  a.out = static_cast<__nv_bfloat16*>(p.out);
+  a.part = used > 1 ? p.workspace : nullptr;
+  a.ml = used > 1 ? p.workspace + items * used * k::kHeads * k::kD : nullptr;
+  a.q_st = p.q_row_stride;
+  a.q_sh = p.q_head_stride;
+  a.k_sb = p.k_block_stride;
+  a.k_sp = p.k_page_stride;
+  a.k_sh = p.k_head_stride;
+  a.v_sb = p.v_block_stride;
+  a.v_sp = p.v_page_stride;
+  a.v_sh = p.v_head_stride;
+  a.i_st = p.idx_row_stride;
+  a.i_sn = p.idx_pos_stride;
+  a.bt_sr = p.bt_req_stride;
+  a.bt_sp = p.bt_page_stride;
+  a.t2r_s = p.t2r_stride;
+  a.o_st = p.out_row_stride;
+  a.o_sh = p.out_head_stride;
+  a.topk = int32_t(p.topk);
+  a.num_blocks = int32_t(p.num_blocks);
+  a.num_reqs = int32_t(p.num_reqs);
+  a.max_pages = int32_t(p.max_pages);
+  a.page = int32_t(p.page_size);
+  a.page_shift = -1;
+  for (int b = 0; b < 31; ++b) {
+    if (p.page_size == (int64_t{1} << b)) {
+      a.page_shift = b;
+    }
+  }
+  a.group = int32_t(p.q_heads / p.kv_heads);
+  a.hkv = int32_t(p.kv_heads);
+  a.splits = int32_t(used);
+  a.steps_per_split = int32_t(per);
+  a.qk_scale = p.softmax_scale * p.k_scale * kLog2e;
+  a.out_scale = p.v_scale;
+
+  const dim3 grid(unsigned(items * used));
+  if (used == 1) {
+    return launch_pdl_smem<&k::sparse_attention_fp8_kernel<false>>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a);
+  }
+  DSA_CUDA_CHECK(
+      (launch_pdl_smem<&k::sparse_attention_fp8_kernel<true>>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
+  k::CombineArgs c;
+  c.part = a.part;
+  c.ml = a.ml;
+  c.out = a.out;
+  c.o_st = a.o_st;
+  c.o_sh = a.o_sh;
+  c.group = a.group;
+  c.hkv = a.hkv;
+  c.splits = a.splits;
+  c.out_scale = a.out_scale;
+  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(items)), dim3(k::kThreads), 0, stream, c);
+}
+
+}  // namespace dsa_cuda

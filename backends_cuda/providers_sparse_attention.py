@@ -1,0 +1,132 @@
+"""CUDA C++ provider of dsa.sparse_attention for fp8 e4m3 caches (kernel:
+include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled for the SM100 family, not run).
+
+Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
+softmax_scale, k_scale, v_scale, splits, out, workspace)``. One CTA is one query row x one KV head x one split
+of its top-k positions (4 warps, ~64 KiB of shared memory, 3 CTAs an SM). When rows x KV heads fill less
+than SPLIT_WAVES waves, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
+shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out.
+
+Serves fp8 caches with head dim 128 and up to 16 query heads per KV head; bf16 caches are declined with the
+reason (the Triton kernel runs them at the memory rate). On compute capability 10.x the kernel has never run
+on a GPU, so `supports` declines there unless the cuda backend is forced.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from . import aligned16, capability
+
+OP = "sparse_attention"
+_KERNEL = "sparse_attention_out"
+D = 128
+MAX_GROUP = 16  # query heads per KV head: the MMA's M
+STEP = 16  # tokens a warp step
+WARPS = 4
+CTAS_PER_SM = 3
+# Split when (row, KV head) CTAs fill less than this many waves of CTAS_PER_SM a SM; each split keeps at least
+# one step a warp.
+SPLIT_WAVES = 2
+MAX_SPLITS = 64
+_fn = None  # the loaded OpOverload, resolved on the first call
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: Optional[int]) -> int:
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count
+
+
+def split_count(rows: int, kv_heads: int, topk: int, sms: int = 132) -> int:
+    """Splits of each (row, KV head)'s top-k axis; 1 is the single pass. Shapes only."""
+    items = max(1, rows * kv_heads)
+    steps = max(1, -(-topk // STEP))
+    target = SPLIT_WAVES * CTAS_PER_SM * sms
+    if items >= target // SPLIT_WAVES:
+        return 1
+    want = max(1, min(-(-target // items), steps // WARPS, MAX_SPLITS))
+    per = -(-steps // want)
+    return -(-steps // per)
+
+
+def workspace_floats(rows: int, kv_heads: int, splits: int) -> int:
+    """fp32 elements of the split workspace (partial outputs, maxima and sums); 0 for one split."""
+    return 0 if splits <= 1 else rows * kv_heads * splits * MAX_GROUP * (D + 2)
+
+
+def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out, *,
+           splits: Optional[int] = None):
+    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `splits` forces a split count."""
+    global _fn
+    fn = _fn
+    if fn is None:
+        from . import op
+
+        fn = _fn = op(_KERNEL, q.device)
+    t = q.shape[0]
+    hkv = k_cache.shape[2]
+    if splits is None:
+        splits = split_count(t, hkv, indices.shape[1], _sm_count(q.device.index))
+    splits = int(splits)
+    if splits < 1:
+        raise ValueError(f"`splits` must be >= 1, got {splits}")
+    ws = torch.empty((workspace_floats(t, hkv, splits),), dtype=torch.float32, device=q.device)
+    fn(q, k_cache, v_cache, indices, block_table, token_to_req, float(softmax_scale), float(k_scale), float(v_scale),
+       splits, out, ws)
+
+
+def unsupported_shape(q, k_cache, v_cache, indices, block_table, out=None) -> Optional[str]:
+    """The device-independent part of `supports` (the kernel's limits), CPU-testable."""
+    if k_cache.dtype != torch.float8_e4m3fn:
+        return (f"{k_cache.dtype} cache: the CUDA kernel takes fp8 e4m3 caches (the Triton kernel runs bf16 caches "
+                "at the memory rate)")
+    t, hq, d = q.shape
+    nb, page, hkv, dv = v_cache.shape
+    if d != D or dv != D:
+        return f"head dims {d} / {dv} (the CUDA kernel takes 128 / 128)"
+    if hkv == 0 or hq % hkv or hq // hkv > MAX_GROUP:
+        return f"{hq} query heads over {hkv} KV heads (the CUDA kernel takes 1 to {MAX_GROUP} a KV head)"
+    if indices.shape[1] >= 2**30:
+        return f"top-k {indices.shape[1]}: 2**30 or more"
+    if nb >= 2**31 or block_table.shape[1] * page >= 2**31:
+        return "block ids or request-relative positions past int32"
+    if t * hkv * MAX_SPLITS >= 2**31:
+        return f"{t} rows x {hkv} KV heads: too many CTAs"
+    if q.stride(2) != 1 or not aligned16(q, (q.stride(0), q.stride(1))):
+        return "q's data or row/head strides are not 16-byte aligned (or its last stride is not 1)"
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not aligned16(c, c.stride()[:3]):
+            return f"{name}'s data or block/token/head strides are not 16-byte aligned (16-byte copies)"
+    return None
+
+
+def unsupported_arch(cap: tuple[int, int], forced: Optional[str]) -> Optional[str]:
+    """Why the kernel does not serve compute capability `cap` (None when it does), `forced` the forced backend."""
+    major, minor = cap
+    if major == 9 or (major == 10 and forced == "cuda"):
+        return None
+    if major == 10:
+        return (f"compute capability {major}.{minor}: the CUDA sparse attention kernel is compiled for sm_100a / "
+                "sm_107a, not run; it serves only when the cuda backend is forced")
+    return f"compute capability {major}.{minor}: the CUDA sparse attention kernel is built for 9.x and 10.x"
+
+
+def supports(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale,
+             out=None) -> Optional[str]:
+    from dsa_ops import registry
+
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return (unsupported_arch(capability(index), registry.forced_backend())
+            or unsupported_shape(q, k_cache, v_cache, indices, block_table, out))
+
+
+def register() -> None:
+    from dsa_ops import registry
+
+    from . import available
+
+    registry.register_provider(registry.Provider(OP, "cuda", launch, supports, available))

@@ -1,0 +1,174 @@
+"""dsa.sparse_attention's CUDA provider (fp8 caches) on the GPU against the reference (fp32 on dequantised values).
+
+Inputs from tests/sparse_attention_cases.py, as the Triton provider's tests: unreferenced pages NaN, permuted
+block tables with invalid entries, indices -1 / INT32_MIN / INT32_MAX / past the table, rows with no valid
+index, padding rows. Outputs NaN-poisoned before each call. Tolerance (bf16 output): per (row, head) the
+largest error at most 2e-2 of the largest reference value, cosine similarity at least 0.999, exact 0 where the
+reference is 0. Every case runs the single pass and forced split counts (the combine kernel).
+"""
+
+from __future__ import annotations
+
+import dsa_ops
+import pytest
+import torch
+from dsa_ops import registry
+from dsa_ops.ops.sparse_attention import reference
+from sparse_attention_cases import FP8, compare, make_case
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+if torch.cuda.get_device_capability()[0] != 9:
+    pytest.skip("the CUDA sparse attention kernel runs on SM90 here (SM100: compiled, not run)",
+                allow_module_level=True)
+
+cu = pytest.importorskip("dsa_ops.backends.cuda.providers_sparse_attention")
+
+SCALES = (128**-0.5, 0.7, 1.9)
+# (rows, hq, hkv, d, dv, page, num_blocks, num_reqs, max_pages, topk)
+SHAPES = {
+    "decode1": (1, 24, 2, 128, 128, 64, 1200, 1, 1024, 2048),
+    "verify5": (5, 24, 2, 128, 128, 64, 700, 3, 200, 2048),
+    "rows37": (37, 24, 2, 128, 128, 64, 700, 8, 64, 2048),
+    "rows400": (400, 24, 2, 128, 128, 64, 4000, 50, 64, 2048),
+    "rows8192": (8192, 24, 2, 128, 128, 64, 600, 64, 8, 256),
+    "ragged-topk": (70, 24, 2, 128, 128, 64, 300, 4, 40, 1000),
+    "topk-odd": (9, 24, 2, 128, 128, 64, 300, 4, 40, 37),
+}
+SPLITS = (None, 1, 3, 64)
+
+
+def _case(shape, seed=0, layout="plain", hostile=True):
+    rows, hq, hkv, d, dv, page, nb, nreq, mp, topk = SHAPES[shape] if isinstance(shape, str) else shape
+    return make_case(rows, hq, hkv, d, dv, page=page, num_blocks=nb, num_reqs=nreq, max_pages=mp, topk=topk,
+                     dtype=FP8, seed=seed, device="cuda", cache_layout=layout, hostile=hostile)
+
+
+def _run(case, scales=SCALES, splits=None):
+    q, kc, vc, idx, bt, t2r = case
+    out = torch.full((q.shape[0], q.shape[1], vc.shape[3]), float("nan"), dtype=torch.bfloat16, device=q.device)
+    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits)
+    return out
+
+
+def _check(case, scales=SCALES, splits=None):
+    out = _run(case, scales, splits)
+    err = compare(out, reference(*case, *scales))
+    assert err is None, err
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("splits", SPLITS)
+def test_matches_reference(shape, splits):
+    _check(_case(shape, seed=len(shape)), splits=splits)
+
+
+@pytest.mark.parametrize("splits", SPLITS)
+def test_vllm_strided_cache_views(splits):
+    """K and V as views of one [num_blocks, Hkv, P, D + Dv] buffer (vLLM's layout)."""
+    _check(_case((64, 24, 2, 128, 128, 64, 500, 6, 64, 2048), seed=3, layout="vllm"), splits=splits)
+
+
+@pytest.mark.parametrize("heads", [(16, 1), (12, 1), (8, 8), (6, 2), (32, 2), (1, 1)])
+def test_head_groups(heads):
+    hq, hkv = heads
+    for splits in (1, 2):
+        _check(_case((23, hq, hkv, 128, 128, 16, 400, 5, 50, 300), seed=hq * 7 + hkv), splits=splits)
+
+
+@pytest.mark.parametrize("page", [1, 16, 48, 64, 128])
+def test_page_sizes(page):
+    for splits in (None, 1, 2):
+        _check(_case((19, 24, 2, 128, 128, page, 3000 // page + 40, 4, 2000 // page, 512), seed=page), splits=splits)
+
+
+def test_every_code_and_nan():
+    """Every e4m3 code in valid tokens (subnormals, +-0, +-448), then NaN codes in a valid token's K and V:
+    NaN exactly where the reference has it, the rest within tolerance."""
+    q, kc, vc, idx, bt, t2r = make_case(9, 24, 2, 128, 128, page=64, num_blocks=40, num_reqs=3, max_pages=8,
+                                        topk=300, dtype=FP8, seed=21, hostile=False)
+    kb = (torch.arange(kc.numel()) % 256).to(torch.uint8).view(kc.shape)
+    vb = ((torch.arange(vc.numel()) * 7 + 3) % 256).to(torch.uint8).view(vc.shape)
+    for b in (kb, vb):
+        b[b == 0x7F] = 0x7E
+        b[b == 0xFF] = 0xFE
+    scales = (0.01, 1.0, 1.0)
+    for splits in (1, 4):
+        _check(tuple(x.cuda() for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r)), scales, splits)
+
+    def slot(r, j):
+        pos = int(idx[r, j])
+        return int(bt[int(t2r[r]), pos // 64]), pos % 64
+
+    vb[slot(0, 0)][1, 3] = 0x7F
+    vb[slot(4, 5)][0, 100] = 0xFF
+    kb[slot(3, 2)][0, 5] = 0x7F
+    case = tuple(x.cuda() for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r))
+    ref = reference(*case, *scales)
+    assert ref.isnan().any()
+    for splits in (1, 4):
+        out = _run(case, scales, splits)
+        nan, ref_nan = out.isnan(), ref.isnan()
+        assert torch.equal(nan, ref_nan), f"NaN at {int(nan.sum())}, reference {int(ref_nan.sum())}"
+        err = compare(out.nan_to_num(0.0), ref.nan_to_num(0.0))
+        assert err is None, err
+
+
+def test_q_extremes():
+    """q with one huge and many tiny bf16 values (the power-of-two shift into fp16), and an all-zero q."""
+    case = list(_case((12, 24, 2, 128, 128, 64, 300, 3, 40, 512), seed=5, hostile=False))
+    q = case[0]
+    q[0] *= 1e-30
+    q[1, :, 0] = 3.0e4
+    q[2] = 0
+    q[3, 5, 7] = 2.0**-100
+    for splits in (1, 2):
+        _check(tuple(case), splits=splits)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 64, 200, 1600])
+def test_dispatch_through_the_op(rows):
+    """dsa_ops.sparse_attention picks the CUDA provider for an fp8 cache; out= and functional forms."""
+    q, kc, vc, idx, bt, t2r = _case((rows, 24, 2, 128, 128, 64, 2000, 7, 256, 2048), seed=rows)
+    kw = dict(softmax_scale=SCALES[0], k_scale=SCALES[1], v_scale=SCALES[2])
+    ref = reference(q, kc, vc, idx, bt, t2r, *SCALES)
+    assert registry.select("sparse_attention", (q, kc, vc, idx, bt, t2r, *SCALES, None)).backend == "cuda"
+    with registry.use_backend("cuda"):
+        out = torch.full_like(ref, float("nan"))
+        got = dsa_ops.sparse_attention(q, kc, vc, idx, bt, t2r, out=out, **kw)
+        assert got is out
+        assert compare(out, ref) is None, compare(out, ref)
+        fresh = dsa_ops.sparse_attention(q, kc, vc, idx, bt, t2r, **kw)
+        assert compare(fresh, ref) is None, compare(fresh, ref)
+
+
+def test_bf16_cache_declined_with_reason():
+    q, kc, vc, idx, bt, t2r = _case("verify5")
+    kb, vb = kc.to(torch.bfloat16), vc.to(torch.bfloat16)
+    why = cu.supports(q, kb, vb, idx, bt, t2r, *SCALES)
+    assert why is not None and "fp8" in why
+
+
+def test_cuda_graph_capture():
+    """Capture the single pass and the split path; replays follow new inputs written into the captured buffers."""
+    for rows in (4, 300):
+        case = _case((rows, 24, 2, 128, 128, 64, 1500, 5, 256, 2048), seed=rows)
+        q, kc, vc, idx, bt, t2r = case
+        out = torch.empty((rows, 24, 128), dtype=torch.bfloat16, device="cuda")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            cu.launch(*case, *SCALES, out)
+        torch.cuda.current_stream().wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            cu.launch(*case, *SCALES, out)
+        fresh = _case((rows, 24, 2, 128, 128, 64, 1500, 5, 256, 2048), seed=rows + 1)
+        for dst, src in zip(case, fresh):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert compare(out, reference(*fresh, *SCALES)) is None
