@@ -53,7 +53,12 @@ constexpr int kStageBytes = 2 * kStep * kD;  // K then V codes of 16 tokens
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 constexpr int kMaskOff = kRingBytes;         // uint32 [kWarps][kStages]: valid-token bits of each stage
 constexpr int kMergeBytes = kWarps * kHeads * (kD + 2) * 4;  // per warp: O [16 x 128], m [16], l [16]
-constexpr int kSmemBytes = kRingBytes + kWarps * kStages * 4;
+constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // int64 [kWarps][32]: issue_step's offsets
+constexpr int kSmemBytes = kTableOff + kWarps * 32 * 8;
+// A row max may run ahead of the max the accumulator is scaled to by up to this much (log2 domain) before
+// the warp rescales: p <= 2^8 stays exact enough in fp16 and the sums in fp32, and the rescale (64 FMULs)
+// runs a few times a row instead of at most steps.
+constexpr float kRescaleSlack = 8.0f;
 constexpr float kNeg = -1.0e30f;
 static_assert(kMergeBytes <= kRingBytes, "the merge reuses the ring");
 
@@ -165,17 +170,29 @@ __device__ __forceinline__ int64_t byte_offset(const KernelArgs& a, int32_t page
                    : int64_t(page) * a.v_sb + int64_t(off) * a.v_sp + int64_t(h) * a.v_sh;
 }
 
-// Copy one step's 16 K and 16 V rows into `stage`; lane L copies chunk L % 8 of rows L / 8 + 4 i.
-__device__ __forceinline__ uint32_t issue_step(const KernelArgs& a, uint32_t stage, int64_t off, int lane) {
+// Copy one step's 16 K and 16 V rows into `stage`; lane L copies chunk L % 8 of rows L / 8 + 4 i. The lanes'
+// row offsets go through the warp's table in shared memory (slot 4 (r % 4) + r / 4 for token r, V after K),
+// so a lane reads its 4 K and 4 V offsets with 4 LDS.128 (16 64-bit shuffles took 22% of the loop's MIO stalls).
+__device__ __forceinline__ uint32_t issue_step(const KernelArgs& a, uint32_t stage, uint32_t table, int64_t off,
+                                               int lane) {
   const uint32_t valid = __ballot_sync(0xffffffffu, off >= 0) & 0xffffu;
+  const int r = lane & 15;
+  asm volatile("st.shared.b64 [%0], %1;" ::"r"(table + 8 * ((lane & 16) + 4 * (r & 3) + (r >> 2))), "l"(off)
+               : "memory");
+  __syncwarp();
+  const uint32_t mine = table + 32 * (lane >> 3);
+  int64_t ko[4], vo[4];
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(ko[0]), "=l"(ko[1]) : "r"(mine) : "memory");
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(ko[2]), "=l"(ko[3]) : "r"(mine + 16) : "memory");
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(vo[0]), "=l"(vo[1]) : "r"(mine + 128) : "memory");
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(vo[2]), "=l"(vo[3]) : "r"(mine + 144) : "memory");
+  __syncwarp();
   const int c = lane & 7;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = 4 * i + (lane >> 3);
-    const int64_t ko = __shfl_sync(0xffffffffu, off, row);
-    const int64_t vo = __shfl_sync(0xffffffffu, off, 16 + row);
-    cp_async16(stage + k_chunk(row, c), a.k + (ko >= 0 ? ko + 16 * c : 0), ko >= 0 ? 16u : 0u);
-    cp_async16(stage + kStep * kD + v_chunk(row, c), a.v + (vo >= 0 ? vo + 16 * c : 0), vo >= 0 ? 16u : 0u);
+    cp_async16(stage + k_chunk(row, c), a.k + (ko[i] >= 0 ? ko[i] + 16 * c : 0), ko[i] >= 0 ? 16u : 0u);
+    cp_async16(stage + kStep * kD + v_chunk(row, c), a.v + (vo[i] >= 0 ? vo[i] + 16 * c : 0), vo[i] >= 0 ? 16u : 0u);
   }
   return valid;
 }
@@ -260,25 +277,29 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
   asm volatile("" : "+r"(smem_base));
   const uint32_t ring = smem_base + uint32_t(warp * kStages * kStageBytes);
   const uint32_t masks = smem_base + uint32_t(kMaskOff + warp * kStages * 4);
+  const uint32_t table = smem_base + uint32_t(kTableOff + warp * 32 * 8);
 
-  // Prologue: steps 0 .. kStages - 2 resolved and issued; the lookups of steps kStages - 1 (page) and
-  // kStages (position) in flight.
+  // Prologue: steps 0 .. kStages - 2 resolved and issued; the block ids of steps kStages - 1 and kStages and
+  // the positions of steps kStages + 1 and kStages + 2 in flight: each dependent lookup has two steps of
+  // compute to land in (with one, the block-id load was the loop's largest stall under ncu).
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
     const int32_t st = first + kWarps * j;
     int32_t off;
     const int32_t pos = load_pos(a, idx_row, st, j < n_mine ? s1 : 0, lane);
     const int32_t page = load_page(a, bt_row, pos, off);
-    const uint32_t valid = issue_step(a, ring + j * kStageBytes, byte_offset(a, page, off, h, lane), lane);
+    const uint32_t valid = issue_step(a, ring + j * kStageBytes, table, byte_offset(a, page, off, h, lane), lane);
     if (lane == 0) {
       sts32(masks + 4 * j, valid);
     }
     cp_async_commit();
   }
-  int32_t off1;
-  int32_t page1 = load_page(a, bt_row, load_pos(a, idx_row, first + kWarps * (kStages - 1), kStages - 1 < n_mine ? s1 : 0, lane),
-                            off1);
-  int32_t pos2 = load_pos(a, idx_row, first + kWarps * kStages, kStages < n_mine ? s1 : 0, lane);
+  auto pos_of = [&](int32_t j) { return load_pos(a, idx_row, first + kWarps * j, j < n_mine ? s1 : 0, lane); };
+  int32_t off1, off2;
+  int32_t page1 = load_page(a, bt_row, pos_of(kStages - 1), off1);
+  int32_t page2 = load_page(a, bt_row, pos_of(kStages), off2);
+  int32_t pos3 = pos_of(kStages + 1);
+  int32_t pos4 = pos_of(kStages + 2);
 
   float o[16][4];
 #pragma unroll
@@ -290,15 +311,19 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
   uint32_t stage = 0;
   uint32_t issue_stage = kStages - 1;
   for (int32_t j = 0; j < n_mine; ++j) {
-    {  // issue step j + kStages - 1, look up the next two
-      const uint32_t valid = issue_step(a, ring + issue_stage * kStageBytes, byte_offset(a, page1, off1, h, lane), lane);
+    {  // issue step j + kStages - 1, move the lookups along
+      const uint32_t valid =
+          issue_step(a, ring + issue_stage * kStageBytes, table, byte_offset(a, page1, off1, h, lane), lane);
       if (lane == 0) {
         sts32(masks + 4 * issue_stage, valid);
       }
       cp_async_commit();
       issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
-      page1 = load_page(a, bt_row, pos2, off1);
-      pos2 = load_pos(a, idx_row, first + kWarps * (j + kStages + 1), j + kStages + 1 < n_mine ? s1 : 0, lane);
+      page1 = page2;
+      off1 = off2;
+      page2 = load_page(a, bt_row, pos3, off2);
+      pos3 = pos4;
+      pos4 = pos_of(j + kStages + 3);
     }
     cp_async_wait<kStages - 1>();
     __syncwarp();
@@ -341,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    if (__any_sync(0xffffffffu, mx0 > m0 || mx1 > m1)) {
+    if (__any_sync(0xffffffffu, mx0 > m0 + kRescaleSlack || mx1 > m1 + kRescaleSlack)) {
       const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
       const float al0 = exp2f(m0 - n0), al1 = exp2f(m1 - n1);
       m0 = n0;
