@@ -213,16 +213,30 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
   const int h = int(item - row * a.hkv);
 
   pdl_wait();
-  const int32_t req = __ldg(a.t2r + row * a.t2r_s);
-  const bool req_ok = req >= 0 && req < a.num_reqs;
   const int32_t steps = (a.topk + kStep - 1) / kStep;
   const int32_t s0 = split * a.steps_per_split;
-  const int32_t s1 = req_ok ? min(s0 + a.steps_per_split, steps) : s0;
-  // This warp's steps: s0 + warp + kWarps j for j < n_mine.
-  const int32_t n_mine = s1 > s0 + warp ? (s1 - s0 - warp + kWarps - 1) / kWarps : 0;
+  const int32_t s1 = min(s0 + a.steps_per_split, steps);
+  // This warp's steps: first + kWarps j for j < n_mine (none for a padding row).
   const int32_t first = s0 + warp;
+  const int32_t n_all = s1 > first ? (s1 - first + kWarps - 1) / kWarps : 0;
   const int32_t* idx_row = a.idx + row * a.i_st;
+  // The first lookups in flight together (positions do not depend on the request): the prologue waits for
+  // one load, then one block-id load, not for a chain of them.
+  constexpr int kAhead = kStages + 3;  // positions of steps 0 .. kStages + 2
+  const int32_t req = ldg_i32_if(true, a.t2r + row * a.t2r_s);
+  int32_t pos[kAhead];
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    pos[j] = load_pos(a, idx_row, first + kWarps * j, j < n_all ? s1 : 0, lane);
+  }
+  const bool req_ok = req >= 0 && req < a.num_reqs;
+  const int32_t n_mine = req_ok ? n_all : 0;
   const int32_t* bt_row = a.bt + int64_t(req_ok ? req : 0) * a.bt_sr;
+  int32_t page[kStages + 1], poff[kStages + 1];
+#pragma unroll
+  for (int j = 0; j <= kStages; ++j) {
+    page[j] = load_page(a, bt_row, req_ok ? pos[j] : -1, poff[j]);
+  }
 
   // q of this KV head's group: rows g and g + 8, columns 16 t + [0, 16) and 64 + 16 t + [0, 16).
   float qf[2][32];
@@ -284,22 +298,17 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
   // compute to land in (with one, the block-id load was the loop's largest stall under ncu).
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
-    const int32_t st = first + kWarps * j;
-    int32_t off;
-    const int32_t pos = load_pos(a, idx_row, st, j < n_mine ? s1 : 0, lane);
-    const int32_t page = load_page(a, bt_row, pos, off);
-    const uint32_t valid = issue_step(a, ring + j * kStageBytes, table, byte_offset(a, page, off, h, lane), lane);
+    const uint32_t valid = issue_step(a, ring + j * kStageBytes, table, byte_offset(a, page[j], poff[j], h, lane), lane);
     if (lane == 0) {
       sts32(masks + 4 * j, valid);
     }
     cp_async_commit();
   }
   auto pos_of = [&](int32_t j) { return load_pos(a, idx_row, first + kWarps * j, j < n_mine ? s1 : 0, lane); };
-  int32_t off1, off2;
-  int32_t page1 = load_page(a, bt_row, pos_of(kStages - 1), off1);
-  int32_t page2 = load_page(a, bt_row, pos_of(kStages), off2);
-  int32_t pos3 = pos_of(kStages + 1);
-  int32_t pos4 = pos_of(kStages + 2);
+  int32_t page1 = page[kStages - 1], off1 = poff[kStages - 1];
+  int32_t page2 = page[kStages], off2 = poff[kStages];
+  int32_t pos3 = pos[kStages + 1];
+  int32_t pos4 = pos[kStages + 2];
 
   float o[16][4];
 #pragma unroll
