@@ -3,9 +3,10 @@ include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled f
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
 softmax_scale, k_scale, v_scale, splits, out, workspace)``. One CTA is one query row x one KV head x one split
-of its top-k positions (4 warps, ~64 KiB of shared memory, 3 CTAs an SM). When rows x KV heads fill less
-than SPLIT_WAVES waves, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
-shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out.
+of its top-k positions (4 warps, ~66 KiB of shared memory, 3 CTAs an SM). When rows x KV heads are fewer
+than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
+shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. The op's automatic
+choice (ops_core/ops/sparse_attention.py, `prefer`) sends the fewest rows to the Triton kernel's split-K path.
 
 Serves fp8 caches with head dim 128 and up to 16 query heads per KV head; bf16 caches are declined with the
 reason (the Triton kernel runs them at the memory rate). On compute capability 10.x the kernel has never run
@@ -14,7 +15,6 @@ on a GPU, so `supports` declines there unless the cuda backend is forced.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -28,27 +28,22 @@ MAX_GROUP = 16  # query heads per KV head: the MMA's M
 STEP = 16  # tokens a warp step
 WARPS = 4
 CTAS_PER_SM = 3
-# Split when (row, KV head) CTAs fill less than this many waves of CTAS_PER_SM a SM; each split keeps at least
-# one step a warp.
-SPLIT_WAVES = 2
-MAX_SPLITS = 64
+# Split while (row, KV head) CTAs are fewer than SPLIT_CTAS, into at most MAX_SPLITS: H200 sweep (24 q / 2 KV
+# heads, top-k 2048, cold-L2 graph replay, `DSA_BENCH_SWEEP=1 pytest benchmarks/bench_sparse_attention.py -k
+# cuda_splits_sweep`), us by splits 1 / 2 / 4 / 8: 1 row 38.8 / 28.0 / 22.1 / 20.2 (16: 21.6, 32: 25.9); 16 rows
+# 39.7 / 29.4 / 25.9 / 30.7 (3: 25.7); 32 rows 39.9 / 32.1 / 34.8 / 48.4; 64 rows 41.8 / 43.6 / 58.5 / 81.8; 128
+# rows 57.3 / 78.2 / 100.1 / 149.2. Splits cost above one CTA an SM (64 rows x 2 KV heads), pay below it.
+SPLIT_CTAS = 128
+MAX_SPLITS = 8
 _fn = None  # the loaded OpOverload, resolved on the first call
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: Optional[int]) -> int:
-    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
-                                            ).multi_processor_count
-
-
-def split_count(rows: int, kv_heads: int, topk: int, sms: int = 132) -> int:
-    """Splits of each (row, KV head)'s top-k axis; 1 is the single pass. Shapes only."""
+def split_count(rows: int, kv_heads: int, topk: int) -> int:
+    """Splits of each (row, KV head)'s top-k axis; 1 is the single pass. Shapes only (measured on the H200's
+    132 SMs)."""
     items = max(1, rows * kv_heads)
     steps = max(1, -(-topk // STEP))
-    target = SPLIT_WAVES * CTAS_PER_SM * sms
-    if items >= target // SPLIT_WAVES:
-        return 1
-    want = max(1, min(-(-target // items), steps // WARPS, MAX_SPLITS))
+    want = max(1, min(-(-SPLIT_CTAS // items), steps // WARPS, MAX_SPLITS))
     per = -(-steps // want)
     return -(-steps // per)
 
@@ -70,7 +65,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     t = q.shape[0]
     hkv = k_cache.shape[2]
     if splits is None:
-        splits = split_count(t, hkv, indices.shape[1], _sm_count(q.device.index))
+        splits = split_count(t, hkv, indices.shape[1])
     splits = int(splits)
     if splits < 1:
         raise ValueError(f"`splits` must be >= 1, got {splits}")

@@ -1,0 +1,78 @@
+"""CPU tests of the CUDA sparse_attention provider's host side and the op's shape rule: which shapes the
+provider declines and why, its split counts, and which backend the automatic choice names first.
+
+The kernel runs only on the H200 (tests/test_gpu_sparse_attention_cuda.py); these decisions are plain shape
+and stride arithmetic, checked here on CPU tensors so CI sees them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from dsa_ops import registry
+from dsa_ops.backends.cuda import providers_sparse_attention as psa
+
+FP8 = torch.float8_e4m3fn
+
+
+def _args(rows=4, hq=24, hkv=2, d=128, dv=128, dtype=FP8, q_offset=0):
+    qf = torch.zeros(rows * hq * d + q_offset, dtype=torch.bfloat16)
+    q = qf[q_offset:].view(rows, hq, d)
+    kc = torch.zeros((10, 64, hkv, d), dtype=dtype)
+    vc = torch.zeros((10, 64, hkv, dv), dtype=dtype)
+    idx = torch.zeros((rows, 2048), dtype=torch.int32)
+    bt = torch.zeros((3, 1024), dtype=torch.int32)
+    return q, kc, vc, idx, bt
+
+
+def test_accepts_the_serving_shapes():
+    for hq, hkv in ((24, 2), (16, 1), (64, 8), (8, 8)):
+        assert psa.unsupported_shape(*_args(hq=hq, hkv=hkv)) is None
+
+
+@pytest.mark.parametrize("kw,why", [
+    ({"dtype": torch.bfloat16}, "fp8"),
+    ({"d": 64, "dv": 64}, "head dims 64"),
+    ({"hq": 64, "hkv": 2}, "32 a KV head"),
+    ({"q_offset": 4}, "q's data"),
+])
+def test_declines_with_a_reason(kw, why):
+    reason = psa.unsupported_shape(*_args(**kw))
+    assert reason is not None
+    if why == "32 a KV head":
+        assert "64 query heads over 2 KV heads" in reason
+    else:
+        assert why in reason
+
+
+def test_cache_strides_must_allow_16_byte_copies():
+    q, kc, vc, idx, bt = _args()
+    odd = torch.zeros((10, 64, 2, 136), dtype=FP8)[..., :128]  # rows 136 bytes apart: not 16-byte multiples
+    assert "k_cache" in psa.unsupported_shape(q, odd, vc, idx, bt)
+
+
+def test_split_counts():
+    """One CTA an SM or more: the single pass; fewer: splits up to 8, each at least a step a warp."""
+    assert psa.split_count(64, 2, 2048) == 1
+    assert psa.split_count(4096, 2, 2048) == 1
+    assert psa.split_count(32, 2, 2048) == 2
+    assert psa.split_count(16, 2, 2048) == 4
+    assert psa.split_count(1, 2, 2048) == 8
+    assert psa.split_count(1, 2, 100) == 1  # 7 steps: fewer than one a warp in a second split
+    assert psa.split_count(1, 2, 0) == 1
+
+
+def test_arch_rule():
+    assert psa.unsupported_arch((9, 0), None) is None
+    assert "compiled" in psa.unsupported_arch((10, 0), None)
+    assert psa.unsupported_arch((10, 0), "cuda") is None
+    assert psa.unsupported_arch((8, 0), None) is not None
+
+
+def test_preference_names_triton_for_the_fewest_rows():
+    q, kc, vc, idx, bt = _args(rows=32)
+    t2r = torch.zeros(32, dtype=torch.int32)
+    assert registry.preferred_backend("sparse_attention", (q, kc, vc, idx, bt, t2r, 1.0, 1.0, 1.0)) == "triton"
+    q, kc, vc, idx, bt = _args(rows=33)
+    t2r = torch.zeros(33, dtype=torch.int32)
+    assert registry.preferred_backend("sparse_attention", (q, kc, vc, idx, bt, t2r, 1.0, 1.0, 1.0)) is None
