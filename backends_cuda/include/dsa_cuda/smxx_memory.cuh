@@ -40,6 +40,16 @@ __device__ __forceinline__ float ldg_if(bool p, const float* ptr) {
   return v;
 }
 
+// *ptr when p, else `otherwise` (ptr not read); in program order as ldg_early.
+__device__ __forceinline__ int32_t ldg_if(bool p, const int32_t* ptr, int32_t otherwise) {
+  int32_t v;
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\nmov.b32 %0, %3;\n@q ld.global.nc.s32 %0, [%1];\n}\n"
+      : "=r"(v)
+      : "l"(ptr), "r"(int(p)), "r"(otherwise));
+  return v;
+}
+
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }

@@ -94,19 +94,11 @@ struct CombineArgs {
 #if DSA_SMXX_SA_DEVICE
 
 using smxx::cp_async16;
+using smxx::ldg_if;
 using smxx::lds128;
 using smxx::lds32;
 using smxx::smem_addr;
 using smxx::sts32;
-
-__device__ __forceinline__ int32_t ldg_i32_if(bool p, const int32_t* ptr) {
-  int32_t v;
-  asm volatile(
-      "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\nmov.b32 %0, -1;\n@q ld.global.nc.s32 %0, [%1];\n}\n"
-      : "=r"(v)
-      : "l"(ptr), "r"(int(p)));
-  return v;
-}
 
 // Two e4m3 pairs (the low and high halves of w) as two f16x2 words; exact, NaN kept.
 __device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
@@ -153,13 +145,13 @@ __device__ __forceinline__ uint32_t v_chunk(int row, int c) { return uint32_t(ro
 __device__ __forceinline__ int32_t load_pos(const KernelArgs& a, const int32_t* idx_row, int32_t step, int32_t end,
                                             int lane) {
   const int32_t n = step * kStep + (lane & 15);
-  return ldg_i32_if(step < end && n < a.topk, idx_row + int64_t(n) * a.i_sn);
+  return ldg_if(step < end && n < a.topk, idx_row + int64_t(n) * a.i_sn, -1);
 }
 
 __device__ __forceinline__ int32_t load_page(const KernelArgs& a, const int32_t* bt_row, int32_t pos, int32_t& off) {
   const int32_t ps = pos < 0 ? a.max_pages : a.page_shift >= 0 ? pos >> a.page_shift : pos / a.page;
   off = pos - ps * a.page;
-  return ldg_i32_if(ps < a.max_pages, bt_row + int64_t(ps) * a.bt_sp);
+  return ldg_if(ps < a.max_pages, bt_row + int64_t(ps) * a.bt_sp, -1);
 }
 
 __device__ __forceinline__ int64_t byte_offset(const KernelArgs& a, int32_t page, int32_t off, int h, int lane) {
@@ -197,6 +189,14 @@ __device__ __forceinline__ uint32_t issue_step(const KernelArgs& a, uint32_t sta
   return valid;
 }
 
+// out[c0 .. c0 + 16) of one head row = acc * inv, as bf16.
+__device__ __forceinline__ void store_row16(__nv_bfloat16* dst, const float (&acc)[16], float inv) {
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    dst[c] = __float2bfloat16_rn(acc[c] * inv);
+  }
+}
+
 #endif  // DSA_SMXX_SA_DEVICE
 
 template <bool kSplit>
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
   // The first lookups in flight together (positions do not depend on the request): the prologue waits for
   // one load, then one block-id load, not for a chain of them.
   constexpr int kAhead = kStages + 3;  // positions of steps 0 .. kStages + 2
-  const int32_t req = ldg_i32_if(true, a.t2r + row * a.t2r_s);
+  const int32_t req = ldg_if(true, a.t2r + row * a.t2r_s, -1);
   int32_t pos[kAhead];
 #pragma unroll
   for (int j = 0; j < kAhead; ++j) {
@@ -483,12 +483,8 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
       a.ml[p * 2 * kHeads + kHeads + hr] = den;
     }
   } else if (hr < a.group) {
-    const float inv = den > 0.f ? a.out_scale / den : 0.f;
-    __nv_bfloat16* dst = a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + c0;
-#pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      dst[c] = __float2bfloat16_rn(acc[c] * inv);
-    }
+    store_row16(a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + c0, acc,
+                den > 0.f ? a.out_scale / den : 0.f);
   }
 #endif  // DSA_SMXX_SA_DEVICE
 }
@@ -530,12 +526,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(cons
       acc[4 * c + 3] += wt * v.w;
     }
   }
-  const float inv = den > 0.f ? a.out_scale / den : 0.f;
-  __nv_bfloat16* dst = a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + c0;
-#pragma unroll
-  for (int c = 0; c < 16; ++c) {
-    dst[c] = __float2bfloat16_rn(acc[c] * inv);
-  }
+  store_row16(a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + c0, acc,
+              den > 0.f ? a.out_scale / den : 0.f);
 #endif  // DSA_SMXX_SA_DEVICE
 }
 
