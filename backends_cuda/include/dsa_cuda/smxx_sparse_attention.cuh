@@ -48,13 +48,15 @@ constexpr int kHeads = 16;    // MMA M: a KV head's query group, padded
 constexpr int kStep = 16;     // tokens a warp step
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStages = 4;    // a warp's ring: 3 steps in flight while it computes one
+constexpr int kStages = 3;    // a warp's ring: 2 steps in flight while it computes one
 constexpr int kStageBytes = 2 * kStep * kD;  // K then V codes of 16 tokens
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 constexpr int kMaskOff = kRingBytes;         // uint32 [kWarps][kStages]: valid-token bits of each stage
 constexpr int kMergeBytes = kWarps * kHeads * (kD + 2) * 4;  // per warp: O [16 x 128], m [16], l [16]
 constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // int64 [kWarps][32]: issue_step's offsets
-constexpr int kSmemBytes = kTableOff + kWarps * 32 * 8;
+constexpr int kQOff = kTableOff + kWarps * 32 * 8;  // uint32 [8 k steps][32 lanes][4]: q's A fragments
+constexpr int kSmemBytes = kQOff + 8 * 32 * 16;
+constexpr int kCtasPerSm = 4;  // 128 registers a thread, 53 KiB of shared memory a CTA
 // A row max may run ahead of the max the accumulator is scaled to by up to this much (log2 domain) before
 // the warp rescales: p <= 2^8 stays exact enough in fp16 and the sums in fp32, and the rescale (64 FMULs)
 // runs a few times a row instead of at most steps.
@@ -200,7 +202,7 @@ __device__ __forceinline__ void store_row16(__nv_bfloat16* dst, const float (&ac
 #endif  // DSA_SMXX_SA_DEVICE
 
 template <bool kSplit>
-__global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SMXX_SA_DEVICE
   extern __shared__ __align__(128) uint8_t smem[];
   const int lane = int(threadIdx.x & 31);
@@ -275,20 +277,25 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
   const int sh = min(max(14 - e, -126), 126);
   const float up = __uint_as_float(uint32_t(sh + 127) << 23);
   const float qk_scale = a.qk_scale * __uint_as_float(uint32_t(127 - sh) << 23);
-  // A fragments, k step kk = 4 half + kq: regs (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
+  // q's A fragments, k step kk = 4 half + kq: regs (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
   // hold q columns 64 half + 16 t + 4 kq + {0, 1} (rows g, g + 8) and + {2, 3}.
-  uint32_t qa[8][4];
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    const int b = 16 * (kk >> 2) + 4 * (kk & 3);
-    qa[kk][0] = pack_f16(qf[0][b] * up, qf[0][b + 1] * up);
-    qa[kk][1] = pack_f16(qf[1][b] * up, qf[1][b + 1] * up);
-    qa[kk][2] = pack_f16(qf[0][b + 2] * up, qf[0][b + 3] * up);
-    qa[kk][3] = pack_f16(qf[1][b + 2] * up, qf[1][b + 3] * up);
-  }
-
   uint32_t smem_base = smem_addr(smem);
   asm volatile("" : "+r"(smem_base));
+  // q's fragments live in shared memory (an LDS.128 a k step), not in 32 registers: 4 CTAs an SM.
+  const uint32_t qs = smem_base + uint32_t(kQOff) + 16u * uint32_t(lane);
+  if (warp == 0) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const int b = 16 * (kk >> 2) + 4 * (kk & 3);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(qs + 512u * kk),
+                   "r"(pack_f16(qf[0][b] * up, qf[0][b + 1] * up)), "r"(pack_f16(qf[1][b] * up, qf[1][b + 1] * up)),
+                   "r"(pack_f16(qf[0][b + 2] * up, qf[0][b + 3] * up)),
+                   "r"(pack_f16(qf[1][b + 2] * up, qf[1][b + 3] * up))
+                   : "memory");
+    }
+  }
+  __syncthreads();
+
   const uint32_t ring = smem_base + uint32_t(warp * kStages * kStageBytes);
   const uint32_t masks = smem_base + uint32_t(kMaskOff + warp * kStages * 4);
   const uint32_t table = smem_base + uint32_t(kTableOff + warp * 32 * 8);
@@ -346,17 +353,21 @@ __global__ void __launch_bounds__(kThreads, 3) sparse_attention_fp8_kernel(const
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      const int r = 8 * n + g;
+    }
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const uint4 kw = lds128(sk + k_chunk(r, 4 * half + t));
-        const uint32_t ws[4] = {kw.x, kw.y, kw.z, kw.w};
+    for (int half = 0; half < 2; ++half) {
+      const uint4 k0 = lds128(sk + k_chunk(g, 4 * half + t));
+      const uint4 k1 = lds128(sk + k_chunk(8 + g, 4 * half + t));
+      const uint32_t w0[4] = {k0.x, k0.y, k0.z, k0.w}, w1[4] = {k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
-        for (int kq = 0; kq < 4; ++kq) {
-          uint32_t b0, b1;
-          e4m3x4_to_f16x4(ws[kq], b0, b1);
-          mma_f16(s[n], qa[4 * half + kq], b0, b1);
-        }
+      for (int kq = 0; kq < 4; ++kq) {
+        const uint4 qv = lds128(qs + 512u * (4 * half + kq));
+        const uint32_t qa[4] = {qv.x, qv.y, qv.z, qv.w};
+        uint32_t b0, b1;
+        e4m3x4_to_f16x4(w0[kq], b0, b1);
+        mma_f16(s[0], qa, b0, b1);
+        e4m3x4_to_f16x4(w1[kq], b0, b1);
+        mma_f16(s[1], qa, b0, b1);
       }
     }
     float mx0 = kNeg, mx1 = kNeg;
