@@ -3,7 +3,7 @@ include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled f
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
 softmax_scale, k_scale, v_scale, splits, out, workspace)``. One CTA is one query row x one KV head x one split
-of its top-k positions (4 warps, ~66 KiB of shared memory, 3 CTAs an SM). When rows x KV heads are fewer
+of its top-k positions (4 warps, 53 KiB of shared memory, 124 registers: 4 CTAs an SM). When rows x KV heads are fewer
 than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
 shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. The op's automatic
 choice (ops_core/ops/sparse_attention.py, `prefer`) sends the fewest rows to the Triton kernel's split-K path.
@@ -27,12 +27,11 @@ D = 128
 MAX_GROUP = 16  # query heads per KV head: the MMA's M
 STEP = 16  # tokens a warp step
 WARPS = 4
-CTAS_PER_SM = 3
 # Split while (row, KV head) CTAs are fewer than SPLIT_CTAS, into at most MAX_SPLITS: H200 sweep (24 q / 2 KV
 # heads, top-k 2048, cold-L2 graph replay, `DSA_BENCH_SWEEP=1 pytest benchmarks/bench_sparse_attention.py -k
-# cuda_splits_sweep`), us by splits 1 / 2 / 4 / 8: 1 row 38.8 / 28.0 / 22.1 / 20.2 (16: 21.6, 32: 25.9); 16 rows
-# 39.7 / 29.4 / 25.9 / 30.7 (3: 25.7); 32 rows 39.9 / 32.1 / 34.8 / 48.4; 64 rows 41.8 / 43.6 / 58.5 / 81.8; 128
-# rows 57.3 / 78.2 / 100.1 / 149.2. Splits cost above one CTA an SM (64 rows x 2 KV heads), pay below it.
+# cuda_splits_sweep`, d63bf07), us by splits 1 / 2 / 4 / 8: 1 row 37.8 / 27.2 / 21.6 / 19.6 (16: 20.8, 32: 25.6);
+# 16 rows 38.5 / 29.2 / 23.8 / 28.7 (3: 24.9); 32 rows 38.8 / 30.2 / 32.5 / 44.3; 64 rows 40.3 / 41.2 / 51.8 / 77.3;
+# 128 rows 55.4 / 68.6 / 93.9 / 140.9. Splits pay below one CTA an SM (64 rows x 2 KV heads), cost above it.
 SPLIT_CTAS = 128
 MAX_SPLITS = 8
 _fn = None  # the loaded OpOverload, resolved on the first call
