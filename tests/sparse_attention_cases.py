@@ -14,6 +14,16 @@ import torch
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 FP8 = torch.float8_e4m3fn
 
+# The GPU tests' shapes: (rows, hq, hkv, d, dv, page, num_blocks, num_reqs, max_pages, topk).
+SHAPES = {
+    "decode1": (1, 24, 2, 128, 128, 64, 1200, 1, 1024, 2048),
+    "verify5": (5, 24, 2, 128, 128, 64, 700, 3, 200, 2048),
+    "rows37": (37, 24, 2, 128, 128, 64, 700, 8, 64, 2048),
+    "rows400": (400, 24, 2, 128, 128, 64, 4000, 50, 64, 2048),
+    "rows8192": (8192, 24, 2, 128, 128, 64, 600, 64, 8, 256),
+    "ragged-topk": (70, 24, 2, 128, 128, 64, 300, 4, 40, 1000),
+}
+
 
 def make_case(rows, hq, hkv, d, dv, *, page, num_blocks, num_reqs, max_pages, topk, dtype, seed=0,
               device="cpu", hostile=True, cache_layout="plain"):

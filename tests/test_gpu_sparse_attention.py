@@ -16,7 +16,7 @@ import pytest
 import torch
 from dsa_ops import registry
 from dsa_ops.ops.sparse_attention import reference
-from sparse_attention_cases import FP8, compare, make_case
+from sparse_attention_cases import FP8, SHAPES, compare, make_case
 
 pytestmark = pytest.mark.gpu
 
@@ -27,15 +27,6 @@ sa = pytest.importorskip("dsa_ops.backends.triton.sparse_attention")
 
 DTYPES = {"fp8": FP8, "bf16": torch.bfloat16}
 SCALES = (128**-0.5, 0.7, 1.9)
-# (rows, hq, hkv, d, dv, page, num_blocks, num_reqs, max_pages, topk)
-SHAPES = {
-    "decode1": (1, 24, 2, 128, 128, 64, 1200, 1, 1024, 2048),
-    "verify5": (5, 24, 2, 128, 128, 64, 700, 3, 200, 2048),
-    "rows37": (37, 24, 2, 128, 128, 64, 700, 8, 64, 2048),
-    "rows400": (400, 24, 2, 128, 128, 64, 4000, 50, 64, 2048),
-    "rows8192": (8192, 24, 2, 128, 128, 64, 600, 64, 8, 256),
-    "ragged-topk": (70, 24, 2, 128, 128, 64, 300, 4, 40, 1000),
-}
 
 
 def _case(shape, dtype, seed=0, layout="plain"):

@@ -15,6 +15,7 @@ import torch
 from dsa_ops import registry
 from dsa_ops.ops.sparse_attention import reference
 from sparse_attention_cases import FP8, compare, make_case
+from sparse_attention_cases import SHAPES as CASE_SHAPES
 
 pytestmark = pytest.mark.gpu
 
@@ -27,16 +28,7 @@ if torch.cuda.get_device_capability()[0] != 9:
 cu = pytest.importorskip("dsa_ops.backends.cuda.providers_sparse_attention")
 
 SCALES = (128**-0.5, 0.7, 1.9)
-# (rows, hq, hkv, d, dv, page, num_blocks, num_reqs, max_pages, topk)
-SHAPES = {
-    "decode1": (1, 24, 2, 128, 128, 64, 1200, 1, 1024, 2048),
-    "verify5": (5, 24, 2, 128, 128, 64, 700, 3, 200, 2048),
-    "rows37": (37, 24, 2, 128, 128, 64, 700, 8, 64, 2048),
-    "rows400": (400, 24, 2, 128, 128, 64, 4000, 50, 64, 2048),
-    "rows8192": (8192, 24, 2, 128, 128, 64, 600, 64, 8, 256),
-    "ragged-topk": (70, 24, 2, 128, 128, 64, 300, 4, 40, 1000),
-    "topk-odd": (9, 24, 2, 128, 128, 64, 300, 4, 40, 37),
-}
+SHAPES = {**CASE_SHAPES, "topk-odd": (9, 24, 2, 128, 128, 64, 300, 4, 40, 37)}  # + top-k off the 16-token step
 SPLITS = (None, 1, 3, 64)
 
 
