@@ -281,11 +281,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   const int sh = min(max(14 - e, -126), 126);
   const float up = __uint_as_float(uint32_t(sh + 127) << 23);
   const float qk_scale = a.qk_scale * __uint_as_float(uint32_t(127 - sh) << 23);
-  // q's A fragments, k step kk = 4 half + kq: regs (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
-  // hold q columns 64 half + 16 t + 4 kq + {0, 1} (rows g, g + 8) and + {2, 3}.
   uint32_t smem_base = smem_addr(smem);
   asm volatile("" : "+r"(smem_base));
-  // q's fragments live in shared memory (an LDS.128 a k step), not in 32 registers: 4 CTAs an SM.
+  // q's A fragments live in shared memory (an LDS.128 a k step), not in 32 registers: 4 CTAs an SM. At k step
+  // kk = 4 half + kq a lane's regs (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..) hold q
+  // columns 64 half + 16 t + 4 kq + {0, 1} (rows g, g + 8) and + {2, 3}; slot 512 kk + 16 lane.
   const uint32_t qs = smem_base + uint32_t(kQOff) + 16u * uint32_t(lane);
   if (warp == 0) {
 #pragma unroll
