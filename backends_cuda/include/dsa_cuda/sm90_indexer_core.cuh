@@ -91,6 +91,7 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full, uint32_t empt
 
 using smxx::cp_async16;  // smxx_memory.cuh
 using smxx::cp_async_arrive;
+using smxx::e4m3x2_to_f16x2;
 using smxx::lds128;
 using smxx::lds32;
 using smxx::sts32;
@@ -98,13 +99,6 @@ using smxx::sts32;
 template <int kMathThreads>
 __device__ __forceinline__ void math_barrier() {
   asm volatile("bar.sync %0, %1;" ::"n"(kMathBarrier), "n"(kMathThreads) : "memory");
-}
-
-// Two e4m3 (low byte first) -> f16x2, exact.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
-  return r;
 }
 
 // Byte offset of (row n, K byte b) in a K-major tile of `rows` rows stored as 128-byte K blocks with

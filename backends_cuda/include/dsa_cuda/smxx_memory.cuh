@@ -1,6 +1,7 @@
-// Shared-memory addresses, loads and stores, cp.async and in-order global loads (sm_90 and newer): the PTX
-// wrappers every SM90 / SM100 kernel family uses (the indexer kernels through smxx_indexer.cuh and
-// sm90_indexer_core.cuh, the sparse MLA decode kernels through smxx_sparse_mla_decode.cuh). Torch-free.
+// Shared-memory addresses, loads and stores, cp.async, in-order global loads and the exact e4m3 -> f16 widening
+// (sm_90 and newer): the PTX wrappers every SM90 / SM100 kernel family uses (the indexer kernels through
+// smxx_indexer.cuh and sm90_indexer_core.cuh, the sparse MLA decode kernels through smxx_sparse_mla_decode.cuh,
+// sparse attention through smxx_sparse_attention.cuh). Torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -76,6 +77,21 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
 
 __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Two e4m3 (low byte first) -> f16x2, exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
+  return r;
+}
+
+// Four e4m3 (low byte first) as two f16x2, exact: lo from bytes 0-1, hi from bytes 2-3. The 16-bit split is
+// inside the asm (two e4m3x2_to_f16x2 on w & 0xFFFF and w >> 16 gave the sparse attention cubin 72 more instructions, nvcc 13.0).
+__device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 }
 
 #endif

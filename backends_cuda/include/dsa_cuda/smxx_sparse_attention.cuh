@@ -100,18 +100,12 @@ struct CombineArgs {
 #if DSA_SMXX_SA_DEVICE
 
 using smxx::cp_async16;
+using smxx::e4m3x4_to_f16x4;
 using smxx::ldg_if;
 using smxx::lds128;
 using smxx::lds32;
 using smxx::smem_addr;
 using smxx::sts32;
-
-// Two e4m3 pairs (the low and high halves of w) as two f16x2 words; exact, NaN kept.
-__device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
-}
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;

@@ -149,6 +149,7 @@ __device__ __forceinline__ CtaSpan cta_span(const KernelArgs& a, int32_t b, int3
 }
 
 using smxx::cp_async16;  // smxx_memory.cuh
+using smxx::e4m3x2_to_f16x2;
 using smxx::ldg_early;
 using smxx::smem_addr;
 using smxx::sts32;
@@ -180,13 +181,6 @@ __device__ __forceinline__ uint32_t ldg8(const uint8_t* p) {
 
 // Generic-proxy shared-memory writes -> the MMAs' async-proxy reads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// Two e4m3 (low byte first) -> f16x2, exact.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
-  return r;
-}
 
 // 2^(e - 127) from a ue8m0 byte, built from its bits (e = 0: the subnormal 2^-127), as the reference.
 __device__ __forceinline__ float ue8m0(uint32_t e) { return __uint_as_float(e == 0 ? (1u << 22) : (e << 23)); }
