@@ -73,7 +73,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
        splits, out, ws)
 
 
-def unsupported_shape(q, k_cache, v_cache, indices, block_table, out=None) -> Optional[str]:
+def unsupported_shape(q, k_cache, v_cache, indices, block_table) -> Optional[str]:
     """The device-independent part of `supports` (the kernel's limits), CPU-testable."""
     if k_cache.dtype != torch.float8_e4m3fn:
         return (f"{k_cache.dtype} cache: the CUDA kernel takes fp8 e4m3 caches (the Triton kernel runs bf16 caches "
@@ -115,7 +115,7 @@ def supports(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_sc
 
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     return (unsupported_arch(capability(index), registry.forced_backend())
-            or unsupported_shape(q, k_cache, v_cache, indices, block_table, out))
+            or unsupported_shape(q, k_cache, v_cache, indices, block_table))
 
 
 def register() -> None:

@@ -112,3 +112,27 @@ def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float = 2e-2, min_cos: f
         i = cos_bad.nonzero()[0].tolist()
         return f"cosine similarity {cos[tuple(i)].item():.5f} < {min_cos} at (row, head) {i}"
     return None
+
+
+def every_code_cases(device):
+    """Two fp8 cases of 9 rows (top-k 300, pages of 64), no invalid index: K and V bytes run through every e4m3
+    code but NaN (subnormals, +-0, +-448), then the same with NaN codes in three valid tokens' K and V (rows 0,
+    3, 4). Returns (finite case, NaN case), each (q, k_cache, v_cache, indices, block_table, token_to_req)."""
+    q, kc, vc, idx, bt, t2r = make_case(9, 24, 2, 128, 128, page=64, num_blocks=40, num_reqs=3, max_pages=8,
+                                        topk=300, dtype=FP8, seed=21, hostile=False)
+    kb = (torch.arange(kc.numel()) % 256).to(torch.uint8).view(kc.shape)
+    vb = ((torch.arange(vc.numel()) * 7 + 3) % 256).to(torch.uint8).view(vc.shape)
+    for b in (kb, vb):
+        b[b == 0x7F] = 0x7E
+        b[b == 0xFF] = 0xFE
+    finite = tuple(x.to(device) for x in (q, kb.clone().view(FP8), vb.clone().view(FP8), idx, bt, t2r))
+
+    def slot(r, j):
+        pos = int(idx[r, j])
+        return int(bt[int(t2r[r]), pos // 64]), pos % 64
+
+    vb[slot(0, 0)][1, 3] = 0x7F
+    vb[slot(4, 5)][0, 100] = 0xFF
+    kb[slot(3, 2)][0, 5] = 0x7F
+    return finite, tuple(x.to(device) for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r))
+

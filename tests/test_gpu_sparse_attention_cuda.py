@@ -14,7 +14,7 @@ import pytest
 import torch
 from dsa_ops import registry
 from dsa_ops.ops.sparse_attention import reference
-from sparse_attention_cases import FP8, compare, make_case
+from sparse_attention_cases import FP8, compare, every_code_cases, make_case
 from sparse_attention_cases import SHAPES as CASE_SHAPES
 
 pytestmark = pytest.mark.gpu
@@ -79,25 +79,10 @@ def test_page_sizes(page):
 def test_every_code_and_nan():
     """Every e4m3 code in valid tokens (subnormals, +-0, +-448), then NaN codes in a valid token's K and V:
     NaN exactly where the reference has it, the rest within tolerance."""
-    q, kc, vc, idx, bt, t2r = make_case(9, 24, 2, 128, 128, page=64, num_blocks=40, num_reqs=3, max_pages=8,
-                                        topk=300, dtype=FP8, seed=21, hostile=False)
-    kb = (torch.arange(kc.numel()) % 256).to(torch.uint8).view(kc.shape)
-    vb = ((torch.arange(vc.numel()) * 7 + 3) % 256).to(torch.uint8).view(vc.shape)
-    for b in (kb, vb):
-        b[b == 0x7F] = 0x7E
-        b[b == 0xFF] = 0xFE
+    finite, case = every_code_cases("cuda")
     scales = (0.01, 1.0, 1.0)
     for splits in (1, 4):
-        _check(tuple(x.cuda() for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r)), scales, splits)
-
-    def slot(r, j):
-        pos = int(idx[r, j])
-        return int(bt[int(t2r[r]), pos // 64]), pos % 64
-
-    vb[slot(0, 0)][1, 3] = 0x7F
-    vb[slot(4, 5)][0, 100] = 0xFF
-    kb[slot(3, 2)][0, 5] = 0x7F
-    case = tuple(x.cuda() for x in (q, kb.view(FP8), vb.view(FP8), idx, bt, t2r))
+        _check(finite, scales, splits)
     ref = reference(*case, *scales)
     assert ref.isnan().any()
     for splits in (1, 4):
