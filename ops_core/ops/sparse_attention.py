@@ -102,9 +102,9 @@ OP = define_op(
 
 # Which GPU provider serves a call, by shape (the automatic order puts CUDA first; it serves fp8 caches only).
 # H200, 24 q / 2 KV heads, top-k 2048 of 65536-token requests, fp8, cold-L2 graph replay
-# (benchmarks/bench_sparse_attention.py, d63bf07), us CUDA / Triton: 1 row 19.6 / 11.8, 16 rows 24.2 / 21.0,
-# 32 rows 30.2 / 31.0 (Triton's from the sweep in docs/design_attention.md), 64 rows 40.5 / 48.8,
-# 400 rows 157.6 / 192.4, 1600 rows 531.8 / 668.5. Triton's split-K path wins while it serves
+# (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 20.0 / 11.6, 16 rows 24.4 / 21.0,
+# 32 rows 30.2 / 31.0 (the sweep in docs/design_attention.md), 64 rows 39.3 / 49.1,
+# 400 rows 153.4 / 194.3, 1600 rows 519.1 / 673.9. Triton's split-K path wins while it serves
 # (rows x KV heads <= 64 programs; 32 rows is even), the CUDA kernel above.
 TRITON_MAX_PROGRAMS = 64
 PREFER_SUMMARY = f"triton while rows x KV heads <= {TRITON_MAX_PROGRAMS} (its split-K path), else the order"

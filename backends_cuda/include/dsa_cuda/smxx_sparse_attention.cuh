@@ -13,7 +13,8 @@
 //   (index -> block table) run ahead of the copies, so each dependent load has two steps' compute to land
 //   in. Invalid
 //   tokens (negative index, page slot past the table, block id outside the cache, position past top-k)
-//   copy nothing (zero-filled) and are masked; no address is formed from them.
+//   copy nothing and get probability exactly 0 (their stage bytes are stale; the ring is zeroed at the
+//   start); no address is formed from them.
 // - QK^T: the group's query heads (<= 16) are the MMA M side. The thread's K bytes of a token are two
 //   16-byte chunks (16 t and 64 + 16 t); each 4-byte word gives one k16 step's B fragment as two
 //   e4m3x2 -> f16x2 converts. q's columns are loaded in the same permuted order, so the dot product
@@ -57,7 +58,7 @@ constexpr int kStageBytes = 2 * kStep * kD;  // K then V codes of 16 tokens
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 constexpr int kMaskOff = kRingBytes;         // uint32 [kWarps][kStages]: valid-token bits of each stage
 constexpr int kMergeBytes = kWarps * kHeads * (kD + 2) * 4;  // per warp: O [16 x 128], m [16], l [16]
-constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // int64 [kWarps][32]: issue_step's offsets
+constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // uint64 [kWarps][32]: issue_step's row addresses
 constexpr int kQOff = kTableOff + kWarps * 32 * 8;  // uint32 [8 k steps][32 lanes][4]: q's A fragments
 constexpr int kSmemBytes = kQOff + 8 * 32 * 16;
 constexpr int kCtasPerSm = 4;  // 128 registers a thread, 53 KiB of shared memory a CTA
@@ -141,7 +142,7 @@ __device__ __forceinline__ uint32_t v_chunk(int row, int c) { return uint32_t(ro
 
 // A lane's token of a step: lanes 0-15 address the K row of token `lane`, lanes 16-31 the V row of token
 // `lane - 16`. load_pos reads the request-relative position (-1: none), load_page its block id and the
-// offset inside the page (block -1: none), byte_offset the row's byte offset (-1: invalid).
+// offset inside the page (block -1: none), row_ptr the row's address (nullptr: invalid).
 __device__ __forceinline__ int32_t load_pos(const KernelArgs& a, const int32_t* idx_row, int32_t step, int32_t end,
                                             int lane) {
   const int32_t n = step * kStep + (lane & 15);
@@ -154,37 +155,50 @@ __device__ __forceinline__ int32_t load_page(const KernelArgs& a, const int32_t*
   return ldg_if(ps < a.max_pages, bt_row + int64_t(ps) * a.bt_sp, -1);
 }
 
-__device__ __forceinline__ int64_t byte_offset(const KernelArgs& a, int32_t page, int32_t off, int h, int lane) {
+// The global address of this lane's row (K for lanes 0-15, V for 16-31), nullptr when the token is invalid.
+__device__ __forceinline__ const uint8_t* row_ptr(const KernelArgs& a, int32_t page, int32_t off, int h, int lane) {
   if (page < 0 || page >= a.num_blocks) {
-    return -1;
+    return nullptr;
   }
-  return lane < 16 ? int64_t(page) * a.k_sb + int64_t(off) * a.k_sp + int64_t(h) * a.k_sh
-                   : int64_t(page) * a.v_sb + int64_t(off) * a.v_sp + int64_t(h) * a.v_sh;
+  // Select the cache first, then one address computation: the K and V halves of the warp would otherwise run
+  // two divergent paths in turn.
+  const bool k = lane < 16;
+  const uint8_t* base = k ? a.k : a.v;
+  const int64_t sb = k ? a.k_sb : a.v_sb, sp = k ? a.k_sp : a.v_sp, sh = k ? a.k_sh : a.v_sh;
+  return base + (int64_t(page) * sb + int64_t(off) * sp + int64_t(h) * sh);
+}
+
+__device__ __forceinline__ void cp_async16_if(bool p, uint32_t dst, const void* src) {
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(dst),
+               "l"(src), "r"(int(p))
+               : "memory");
 }
 
 // Copy one step's 16 K and 16 V rows into `stage`; lane L copies chunk L % 8 of rows L / 8 + 4 i. The lanes'
-// row offsets go through the warp's table in shared memory (slot 4 (r % 4) + r / 4 for token r, V after K),
-// so a lane reads its 4 K and 4 V offsets with 4 LDS.128 (16 64-bit shuffles took 22% of the loop's MIO stalls).
-__device__ __forceinline__ uint32_t issue_step(const KernelArgs& a, uint32_t stage, uint32_t table, int64_t off,
-                                               int lane) {
-  const uint32_t valid = __ballot_sync(0xffffffffu, off >= 0) & 0xffffu;
+// row addresses go through the warp's table in shared memory (slot 4 (r % 4) + r / 4 for token r, V after K),
+// so a lane reads its 4 K and 4 V addresses with 4 LDS.128 (16 64-bit shuffles took 22% of the loop's MIO
+// stalls). Invalid rows copy nothing: their stage bytes stay stale (finite or not) and the softmax gives
+// them probability exactly 0; the ring is zeroed once at the start so no other CTA's bytes are read.
+__device__ __forceinline__ uint32_t issue_step(uint32_t stage, uint32_t table, const uint8_t* row, int lane) {
+  const uint32_t valid = __ballot_sync(0xffffffffu, row != nullptr) & 0xffffu;
   const int r = lane & 15;
-  asm volatile("st.shared.b64 [%0], %1;" ::"r"(table + 8 * ((lane & 16) + 4 * (r & 3) + (r >> 2))), "l"(off)
+  asm volatile("st.shared.b64 [%0], %1;" ::"r"(table + 8 * ((lane & 16) + 4 * (r & 3) + (r >> 2))),
+               "l"(reinterpret_cast<uint64_t>(row))
                : "memory");
   __syncwarp();
   const uint32_t mine = table + 32 * (lane >> 3);
-  int64_t ko[4], vo[4];
-  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(ko[0]), "=l"(ko[1]) : "r"(mine) : "memory");
-  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(ko[2]), "=l"(ko[3]) : "r"(mine + 16) : "memory");
-  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(vo[0]), "=l"(vo[1]) : "r"(mine + 128) : "memory");
-  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(vo[2]), "=l"(vo[3]) : "r"(mine + 144) : "memory");
+  uint64_t kp[4], vp[4];
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(kp[0]), "=l"(kp[1]) : "r"(mine) : "memory");
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(kp[2]), "=l"(kp[3]) : "r"(mine + 16) : "memory");
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(vp[0]), "=l"(vp[1]) : "r"(mine + 128) : "memory");
+  asm volatile("ld.shared.v2.b64 {%0, %1}, [%2];" : "=l"(vp[2]), "=l"(vp[3]) : "r"(mine + 144) : "memory");
   __syncwarp();
   const int c = lane & 7;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int row = 4 * i + (lane >> 3);
-    cp_async16(stage + k_chunk(row, c), a.k + (ko[i] >= 0 ? ko[i] + 16 * c : 0), ko[i] >= 0 ? 16u : 0u);
-    cp_async16(stage + kStep * kD + v_chunk(row, c), a.v + (vo[i] >= 0 ? vo[i] + 16 * c : 0), vo[i] >= 0 ? 16u : 0u);
+    const int row_i = 4 * i + (lane >> 3);
+    cp_async16_if(kp[i] != 0, stage + k_chunk(row_i, c), reinterpret_cast<const uint8_t*>(kp[i]) + 16 * c);
+    cp_async16_if(vp[i] != 0, stage + kStep * kD + v_chunk(row_i, c), reinterpret_cast<const uint8_t*>(vp[i]) + 16 * c);
   }
   return valid;
 }
@@ -301,9 +315,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   // Prologue: steps 0 .. kStages - 2 resolved and issued; the block ids of steps kStages - 1 and kStages and
   // the positions of steps kStages + 1 and kStages + 2 in flight: each dependent lookup has two steps of
   // compute to land in (with one, the block-id load was the loop's largest stall under ncu).
+  // Zero this warp's ring once: an invalid token's row is never copied, and its stale bytes must come from
+  // this warp's own earlier tokens, not another CTA's.
+#pragma unroll
+  for (int i = 0; i < kStages * kStageBytes / (32 * 16); ++i) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(ring + 16u * (32 * i + lane)), "r"(0u) : "memory");
+  }
+  __syncwarp();
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
-    const uint32_t valid = issue_step(a, ring + j * kStageBytes, table, byte_offset(a, page[j], poff[j], h, lane), lane);
+    const uint32_t valid = issue_step(ring + j * kStageBytes, table, row_ptr(a, page[j], poff[j], h, lane), lane);
     if (lane == 0) {
       sts32(masks + 4 * j, valid);
     }
@@ -327,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   for (int32_t j = 0; j < n_mine; ++j) {
     {  // issue step j + kStages - 1, move the lookups along
       const uint32_t valid =
-          issue_step(a, ring + issue_stage * kStageBytes, table, byte_offset(a, page1, off1, h, lane), lane);
+          issue_step(ring + issue_stage * kStageBytes, table, row_ptr(a, page1, off1, h, lane), lane);
       if (lane == 0) {
         sts32(masks + 4 * issue_stage, valid);
       }
@@ -401,9 +422,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
     }
     uint32_t pa[4];
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const float p0 = exp2f(s[n][0] - m0), p1 = exp2f(s[n][1] - m0);
-      const float p2 = exp2f(s[n][2] - m1), p3 = exp2f(s[n][3] - m1);
+    for (int n = 0; n < 2; ++n) {  // masked tokens: probability exactly 0 (their V bytes are stale)
+      const bool ok0 = (valid >> (8 * n + 2 * t)) & 1u, ok1 = (valid >> (8 * n + 2 * t + 1)) & 1u;
+      const float p0 = ok0 ? exp2f(s[n][0] - m0) : 0.f, p1 = ok1 ? exp2f(s[n][1] - m0) : 0.f;
+      const float p2 = ok0 ? exp2f(s[n][2] - m1) : 0.f, p3 = ok1 ? exp2f(s[n][3] - m1) : 0.f;
       l0 += p0 + p1;
       l1 += p2 + p3;
       pa[2 * n] = pack_f16(p0, p1);
