@@ -1,12 +1,14 @@
-"""CUDA C++ provider of dsa.sparse_mla_decode (kernels: include/dsa_cuda/sm90_sparse_mla_decode.cuh on Hopper,
-run on the H200; sm100_sparse_mla_decode.cuh on the SM100 family, compiled, not run).
+"""CUDA C++ provider of dsa.sparse_mla_decode (kernels: include/dsa_cuda/sm90_sparse_mla_decode.cuh and
+sm90_sparse_mla_decode_ws.cuh on Hopper, run on the H200; sm100_sparse_mla_decode.cuh on the SM100 family,
+compiled, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
-v4, splits, out, lse, workspace)``. One CTA is one query token x 64 heads x one split of its top-k
-positions and holds 227 KiB of shared memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill
-less than one wave, the top-k axis is cut into splits (split-KV) whose fp32 partials go to a workspace
-sized from the shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out
-and lse.
+v4, splits, out, lse, workspace, variant)``. Two SM90 kernels: variant 0 (every warp loads and computes) and
+variant 1 (producer, QK and PV warpgroups); `variant_for` picks by shape (SM100: variant 0, the tcgen05
+kernel). One CTA is one query token x 64 heads x one split of its top-k positions and holds about 227 KiB of
+shared memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill less than one wave, the top-k axis
+is cut into splits (split-KV) whose fp32 partials go to a workspace sized from the shapes (allocated here,
+no host sync: CUDA-graph safe) and a combine kernel writes out and lse.
 
 On compute capability 10.x the tcgen05 kernel has never run on a GPU, so `supports` declines there unless
 the cuda backend is forced (``dsa_ops.use_backend("cuda")`` or the environment variable): an op does not
@@ -55,6 +57,19 @@ def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> 
     return -(-tiles // per)
 
 
+# Variant 1 from this many (query token, 64-head block) programs on SM90. H200, FlashMLA's shapes
+# (tools/smoke_sparse_mla_decode.py --time, us variant 0 / 1): from 64 programs variant 1 is 3-9% faster on v32
+# and 7-18% on v4 (b128 h128 s_q2 v32 640.0 / 580.9); at 32 programs (64 heads, s_q 1, batch 32, 4 splits)
+# 59.7 / 61.6, at batch 1-4 (8 splits) 1-4% slower: its producer's gather is exposed when a CTA has few tiles.
+WS_MIN_PROGRAMS = 64
+
+
+def variant_for(batch: int, s_q: int, heads: int, cap: tuple[int, int] = (9, 0)) -> int:
+    """The kernel variant for a shape on compute capability `cap`: 1 on SM90 from WS_MIN_PROGRAMS programs."""
+    programs = batch * s_q * -(-heads // HEADS_PER_CTA)
+    return 1 if cap[0] == 9 and programs >= WS_MIN_PROGRAMS else 0
+
+
 def workspace_floats(batch: int, s_q: int, heads: int, splits: int) -> int:
     """fp32 elements of the split-KV workspace (partial outputs, row maxima and sums); 0 for one split."""
     if splits <= 1:
@@ -64,12 +79,13 @@ def workspace_floats(batch: int, s_q: int, heads: int, splits: int) -> int:
 
 def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, attn_sink=None, *,
            split: Optional[bool] = None, splits: Optional[int] = None, out: Optional[torch.Tensor] = None,
-           lse: Optional[torch.Tensor] = None):
+           lse: Optional[torch.Tensor] = None, variant: Optional[int] = None):
     """Kernel form of dsa::sparse_mla_decode (arguments validated by the op): returns (out, lse).
 
     `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
     `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
-    `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first)."""
+    `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first).
+    `variant`: None picks by shape (variant_for); 0 or 1 forces a kernel (1: SM90 only)."""
     global _fn
     fn = _fn
     if fn is None:
@@ -88,11 +104,15 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
             splits = 1
         elif split is True and splits == 1:
             splits = min(2, max(1, -(-topk // TILE)))
+    if variant is None:
+        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        variant = variant_for(b, s_q, h, capability(index))
     splits = int(splits)
     if splits < 1:
         raise ValueError(f"`splits` must be >= 1, got {splits}")
     ws = torch.empty((workspace_floats(b, s_q, h, splits),), dtype=torch.float32, device=q.device)
-    fn(q, kv_cache, indices, topk_lens, attn_sink, float(softmax_scale), layout == "v4", splits, out, lse, ws)
+    fn(q, kv_cache, indices, topk_lens, attn_sink, float(softmax_scale), layout == "v4", splits, out, lse, ws,
+       int(variant))
     return out, lse
 
 

@@ -56,6 +56,7 @@ NVCC_FLAGS = ["-O3", "-std=c++17", "-c", "-Xptxas", "-v,--warn-on-spills,--warn-
 # (source, target, substring of the mangled kernel name, fewest registers a real body has)
 REQUIRED_BODIES = (
     ("sparse_mla_decode.cu", "sm_90a", "15sm90_mla_decode24sparse_mla_decode_kernel", 64),
+    ("sparse_mla_decode.cu", "sm_90a", "18sm90_mla_decode_ws27sparse_mla_decode_ws_kernel", 64),
     ("sparse_mla_decode.cu", "sm_100a", "16sm100_mla_decode24sparse_mla_decode_kernel", 64),
     ("sparse_mla_decode.cu", SM107, "16sm100_mla_decode24sparse_mla_decode_kernel", 64),
     ("indexer_logits.cu", "sm_90a", "12sm90_indexer25indexer_logits_tma_kernel", 64),

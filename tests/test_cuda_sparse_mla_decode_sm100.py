@@ -99,3 +99,13 @@ def test_sparse_mla_decode_gate(target, release, tmp_path):
     assert len(bodies) == 4  # v32 / v4 x single pass / split
     for k in bodies:
         assert k.registers >= 64 and k.stack == 0 and k.spill_stores == 0 and k.spill_loads == 0, k
+
+
+def test_variant_rule():
+    """The SM90 three-role kernel (variant 1) from WS_MIN_PROGRAMS (token, 64-head block) programs; SM100: 0."""
+    assert pm.variant_for(128, 2, 128) == 1
+    assert pm.variant_for(64, 1, 64) == 1
+    assert pm.variant_for(32, 1, 64) == 0  # 32 programs
+    assert pm.variant_for(32, 1, 128) == 1
+    assert pm.variant_for(1, 1, 128) == 0
+    assert pm.variant_for(128, 2, 128, (10, 0)) == 0

@@ -1,7 +1,9 @@
 """GPU tests of the sparse_mla_decode providers (triton and cuda) against a float64 oracle on the dequantised rows.
 
 Every case runs for both providers (the `m` fixture: each provider module's `launch`, and the op forced to
-that backend through the registry's `use_backend`). Caches are NaN-filled except the slots in use
+that backend through the registry's `use_backend`), and once more for the CUDA provider's warp-specialised
+kernel (`cuda_ws`: `launch(..., variant=1)`, sm90_sparse_mla_decode_ws.cuh; the op and `cuda` pick the
+variant by shape, providers_sparse_mla_decode.variant_for). Caches are NaN-filled except the slots in use
 (tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
 topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
 valid token; 64 and 128 heads; both layouts; both paths (single pass, split-KV forced, and the heuristic);
@@ -12,6 +14,7 @@ row, lse 1e-5 relative).
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +25,7 @@ pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 SCALE = {"v32": 576**-0.5, "v4": 512**-0.5}
-PROVIDERS = ("triton", "cuda")
+PROVIDERS = ("triton", "cuda", "cuda_ws")  # cuda_ws: the CUDA provider's kernel variant 1
 
 
 def _module(name):
@@ -36,17 +39,21 @@ def _module(name):
 
 
 def _provider(name):
-    """The provider `name` as (name, launch, supports); skips where it cannot run."""
+    """The provider `name` as (name, launch, supports); skips where it cannot run. "cuda_ws" is the cuda
+    provider with its launch bound to variant 1 (PROVIDER stays "cuda": registry routing is the provider's)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    if name == "cuda":
+    if name in ("cuda", "cuda_ws"):
         from dsa_ops.backends import cuda
 
         why = cuda.available(torch.device(DEV)) or cuda.sm90_only(torch.zeros(1, device=DEV), "CUDA sparse MLA decode")
         if why is not None:
             pytest.skip(f"cuda provider unavailable here: {why}")
     mod = _module(name)
-    return SimpleNamespace(PROVIDER=name, launch=mod.launch, supports=mod.supports, module=mod)
+    if name == "cuda_ws":
+        return SimpleNamespace(PROVIDER="cuda", launch=functools.partial(mod.launch, variant=1), supports=mod.supports,
+                               module=mod, forced_variant=True)
+    return SimpleNamespace(PROVIDER=name, launch=mod.launch, supports=mod.supports, module=mod, forced_variant=False)
 
 
 @pytest.fixture(scope="module", params=PROVIDERS)
@@ -54,9 +61,9 @@ def m(request):
     return _provider(request.param)
 
 
-@pytest.fixture(scope="module")
-def mc():
-    return _provider("cuda")
+@pytest.fixture(scope="module", params=("cuda", "cuda_ws"))
+def mc(request):
+    return _provider(request.param)
 
 
 def _run(m, case, layout, split=None):
@@ -132,7 +139,10 @@ def test_op_routes_to_provider_and_captures(m, layout):
                                              topk_lens=lens, attn_sink=sink)
         _check(out, lse, case, layout)
         out2, lse2 = m.launch(*args)
-        assert torch.equal(out, out2) and torch.equal(lse, lse2)
+        if not m.forced_variant:  # the op and the provider's launch make the same choice
+            assert torch.equal(out, out2) and torch.equal(lse, lse2)
+        else:  # the op picks variant 0 at this shape; variant 1 tiles differently: the oracle's tolerance
+            _check(out2, lse2, case, layout)
         # CUDA-graph capture and replay of the op (split path: its workspace comes from the graph's pool)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())

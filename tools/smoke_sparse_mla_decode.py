@@ -4,6 +4,9 @@ exact reference, one line each with the max errors, so a failure is easy to plac
     python tools/smoke_sparse_mla_decode.py            # exits 1 if any case is off or NaN
     python tools/smoke_sparse_mla_decode.py --time     # also times the kernel beside FlashMLA
 
+Each case runs kernel variant 0 and 1 (three warpgroup roles, sm90_sparse_mla_decode_ws.cuh); --time times
+both ("v0", "v1") and the provider's choice by shape ("op", variant_for).
+
 --time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
 FlashMLA from .peer): us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its
 time over ours, and ours against the reference on the first request.
@@ -38,30 +41,30 @@ def main() -> int:
     t = time.perf_counter()
     print(f"library: {cuda.load(dev)} ({time.perf_counter() - t:.1f} s)", flush=True)
     failed = 0
-    for layout in ("v32", "v4"):
-        for heads in (64, 128):
-            for splits in (1, 3):
-                q, cache, idx, lens, sink = make_case(layout, 3, 2, heads, 512, page=64, num_blocks=24,
-                                                      lens=[512, 300, 0], seed=heads + splits, device=dev)
-                out = torch.full((3, 2, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
-                lse = torch.full((3, heads, 2), float("nan"), dtype=torch.float32, device=dev)
-                name = f"{layout} heads={heads} splits={splits}"
-                try:
-                    pm.launch(q, cache, idx, SCALE[layout], layout, lens, sink, splits=splits, out=out, lse=lse)
-                    torch.cuda.synchronize()
-                except Exception as e:  # noqa: BLE001  (reported per case; the next case still runs)
-                    print(f"{name}: FAILED to run: {type(e).__name__}: {e}", flush=True)
-                    failed += 1
-                    continue
-                ro, rl, vmax = oracle(q, cache, idx, SCALE[layout], layout, lens, sink)
-                fin = torch.isfinite(rl)
-                oerr = (out.double() - ro).abs().max().item()
-                lerr = ((lse.double() - rl).abs() / rl.abs().clamp(min=1))[fin].max().item()
-                nan = int(torch.isnan(out).sum()) + int(torch.isnan(lse).sum())
-                why = compare(out, lse, ro, rl, vmax)
-                print(f"{name}: max |out err| {oerr:.3g} (max |out| {ro.abs().max().item():.3g}), "
-                      f"max lse rel err {lerr:.3g}, NaN {nan}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
-                failed += why is not None
+    for layout, heads, splits, variant in ((lo, h, sp, v) for v in (0, 1) for lo in ("v32", "v4") for h in (64, 128)
+                                           for sp in (1, 3)):
+        q, cache, idx, lens, sink = make_case(layout, 3, 2, heads, 512, page=64, num_blocks=24,
+                                              lens=[512, 300, 0], seed=heads + splits, device=dev)
+        out = torch.full((3, 2, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
+        lse = torch.full((3, heads, 2), float("nan"), dtype=torch.float32, device=dev)
+        name = f"variant={variant} {layout} heads={heads} splits={splits}"
+        try:
+            pm.launch(q, cache, idx, SCALE[layout], layout, lens, sink, splits=splits, out=out, lse=lse,
+                      variant=variant)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001  (reported per case; the next case still runs)
+            print(f"{name}: FAILED to run: {type(e).__name__}: {e}", flush=True)
+            failed += 1
+            continue
+        ro, rl, vmax = oracle(q, cache, idx, SCALE[layout], layout, lens, sink)
+        fin = torch.isfinite(rl)
+        oerr = (out.double() - ro).abs().max().item()
+        lerr = ((lse.double() - rl).abs() / rl.abs().clamp(min=1))[fin].max().item()
+        nan = int(torch.isnan(out).sum()) + int(torch.isnan(lse).sum())
+        why = compare(out, lse, ro, rl, vmax)
+        print(f"{name}: max |out err| {oerr:.3g} (max |out| {ro.abs().max().item():.3g}), "
+              f"max lse rel err {lerr:.3g}, NaN {nan}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
+        failed += why is not None
     print("smoke:", "ok" if failed == 0 else f"{failed} failed")
     if "--time" in sys.argv[1:]:
         failed += time_variants()
@@ -69,7 +72,7 @@ def main() -> int:
 
 
 def time_variants() -> int:
-    """One line per benchmark shape: each variant's us, FlashMLA's us and its time over the default's."""
+    """One line per benchmark shape: us of each variant and of the op's choice; FlashMLA's us, over the op's."""
     sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
     import bench_sparse_mla_decode as bm
     from dsa_ops.backends.cuda import providers_sparse_mla_decode as pm
@@ -85,14 +88,16 @@ def time_variants() -> int:
         scale = bm.D_QK[layout] ** -0.5
         out = torch.empty((batch, s_q, heads, 512), dtype=torch.bfloat16, device="cuda")
         lse = torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")
-        variants = {"default": {}}
+        variants = {"v0": {"variant": 0}, "v1": {"variant": 1}, "op": {}}
         times = {}
+        ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
+        err = lerr = 0.0
         for name, kw in variants.items():
+            out.fill_(float("nan"))
             fn = functools.partial(pm.launch, q, cache, idx, scale, layout, out=out, lse=lse, **kw)
             times[name] = timer.median_us(capture_graph(fn).replay, iters=30)
-        ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
-        err = ((out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item()
-        lerr = ((lse[:1] - rl).abs() / rl.abs().clamp(min=1)).max().item()
+            err = max(err, ((out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item())
+            lerr = max(lerr, ((lse[:1] - rl).abs() / rl.abs().clamp(min=1)).max().item())
         ok = err < 2 / 128 and lerr < 1e-5
         bad += not ok
         peer = ""
@@ -103,13 +108,13 @@ def time_variants() -> int:
                 g = capture_graph(functools.partial(fm.sparse_decode_fwd, q, cache, idx, None, None, meta, nsp, None,
                                                     None, None, 512, scale, None, False))
                 tf = timer.median_us(g.replay, iters=30)
-                peer = f" | flashmla {tf:.1f} us, flashmla/ours {tf / times['default']:.3f}"
+                peer = f" | flashmla {tf:.1f} us, flashmla/op {tf / times['op']:.3f}"
             except Exception as e:  # noqa: BLE001  (reported; ours is still timed)
                 peer = f" | flashmla failed: {type(e).__name__}: {str(e)[:120]}"
         flops = 2 * (bm.D_QK[layout] + 512) * bm.TOPK * batch * s_q * heads
         cells = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
         print(f"{layout} h{heads} s_q{s_q} b{batch} splits {pm.split_count(batch, s_q, heads, bm.TOPK)}: {cells} us "
-              f"({flops / times['default'] / 1e6:.0f} TFLOP/s), err {err:.2g} lse {lerr:.2g}"
+              f"(op {flops / times['op'] / 1e6:.0f} TFLOP/s), err {err:.2g} lse {lerr:.2g}"
               f"{'' if ok else ' FAIL'}{peer}", flush=True)
     return bad
 

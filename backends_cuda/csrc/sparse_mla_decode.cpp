@@ -23,7 +23,7 @@ bool on(const Tensor& t, int32_t device) { return t.is_cuda() && t.get_device_in
 
 void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optional<Tensor> topk_lens,
                            std::optional<Tensor> attn_sink, double softmax_scale, bool v4, int64_t splits, Tensor out,
-                           Tensor lse, Tensor workspace) {
+                           Tensor lse, Tensor workspace, int64_t variant) {
   const int64_t d = v4 ? 512 : 576;
   const int64_t bpt = v4 ? 584 : 656;
   STD_TORCH_CHECK(q.dim() == 4 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(3) == d &&
@@ -58,6 +58,8 @@ void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optio
                       lse.scalar_type() == ScalarType::Float && on(lse, device) && lse.is_contiguous(),
                   kOp, ": `lse` must be a contiguous float32 [B, H, s_q] tensor on q's device");
   STD_TORCH_CHECK(splits >= 1, kOp, ": `splits` must be >= 1, got ", splits);
+  STD_TORCH_CHECK(variant == 0 || variant == 1, kOp,
+                  ": `variant` must be 0 or 1 (the three-role kernel, SM90 only), got ", variant);
   const int64_t need = dsa_cuda::sparse_mla_decode_workspace_floats(b, s_q, h, splits);
   STD_TORCH_CHECK(workspace.scalar_type() == ScalarType::Float && on(workspace, device) && workspace.is_contiguous() &&
                       workspace.numel() >= need,
@@ -93,6 +95,7 @@ void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optio
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.v4 = v4;
   p.splits = splits;
+  p.variant = variant;
   if (b == 0 || s_q == 0 || h == 0) {
     return;
   }
@@ -112,7 +115,8 @@ void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optio
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_lens, Tensor? attn_sink, "
-      "float softmax_scale, bool v4, int splits, Tensor(a!) out, Tensor(b!) lse, Tensor(c!) workspace) -> ()");
+      "float softmax_scale, bool v4, int splits, Tensor(a!) out, Tensor(b!) lse, Tensor(c!) workspace, "
+      "int variant=0) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {

@@ -1,5 +1,6 @@
 // Launcher of dsa.sparse_mla_decode: the SM90 kernel (include/dsa_cuda/sm90_sparse_mla_decode.cuh) on
-// compute capability 9.x, the SM100 one (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
+// compute capability 9.x (variant 1: sm90_sparse_mla_decode_ws.cuh, three warpgroup roles; the provider picks
+// by shape), the SM100 one (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
 // Torch-free: the compile gates build this file alone with nvcc.
 #include "dsa_cuda/sparse_mla_decode.cuh"
 
@@ -10,6 +11,7 @@ namespace {
 
 namespace k = smxx_mla_decode;  // shared constants, arguments, combine kernel
 namespace k90 = sm90_mla_decode;
+namespace k90ws = sm90_mla_decode_ws;
 namespace k100 = sm100_mla_decode;
 
 constexpr int64_t kMaxGrid = int64_t{1} << 31;
@@ -17,7 +19,12 @@ constexpr int64_t kMaxGrid = int64_t{1} << 31;
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
 template <bool kV4, bool kSplit>
-cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, cudaStream_t stream) {
+cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, int64_t variant, cudaStream_t stream) {
+  if (variant == 1) {  // the three-role SM90 kernel
+    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit>;
+    return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads), k90ws::Cfg<kV4>::kSmemBytes,
+                                   stream, a);
+  }
   if (sm100) {
     constexpr auto kernel = &k100::sparse_mla_decode_kernel<kV4, kSplit>;
     return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k100::kThreads), k100::Cfg<kV4>::kSmemBytes, stream,
@@ -39,6 +46,9 @@ int64_t sparse_mla_decode_workspace_floats(int64_t batch, int64_t s_q, int64_t h
 const char* sparse_mla_decode_unsupported(const SparseMlaDecodeParams& p) {
   if (p.heads <= 0 || p.heads % k::kHeads != 0) {
     return "the CUDA sparse MLA decode kernel takes a multiple of 64 heads";
+  }
+  if (p.variant != 0 && p.variant != 1) {
+    return "variant must be 0 or 1 (the three-role kernel, SM90 only)";
   }
   if (p.splits < 1 || p.splits > 1024) {
     return "splits must be in [1, 1024]";
@@ -82,6 +92,9 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
     return cudaErrorNotSupported;
   }
   const bool sm100 = major == 10;
+  if (sm100 && p.variant != 0) {  // variant 1 is wgmma (SM90) only
+    return cudaErrorNotSupported;
+  }
   const int64_t head_blocks = p.heads / k::kHeads;
   const int64_t tiles = std::max<int64_t>(1, ceil_div(p.topk, k::kTile));
   const int64_t splits = std::min(p.splits, tiles);
@@ -121,11 +134,11 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   const int64_t grid = programs * splits;
 
   if (splits == 1) {
-    return p.v4 ? launch_decode<true, false>(a, grid, sm100, stream)
-                : launch_decode<false, false>(a, grid, sm100, stream);
+    return p.v4 ? launch_decode<true, false>(a, grid, sm100, p.variant, stream)
+                : launch_decode<false, false>(a, grid, sm100, p.variant, stream);
   }
-  const cudaError_t err = p.v4 ? launch_decode<true, true>(a, grid, sm100, stream)
-                               : launch_decode<false, true>(a, grid, sm100, stream);
+  const cudaError_t err = p.v4 ? launch_decode<true, true>(a, grid, sm100, p.variant, stream)
+                               : launch_decode<false, true>(a, grid, sm100, p.variant, stream);
   DSA_CUDA_CHECK(err);
   k::CombineArgs c;
   c.part = a.part;

@@ -50,6 +50,10 @@ struct SparseMlaDecodeParams {
   // Splits of each query token's top-k axis (split-KV): 1 is the single pass; more write fp32 partials
   // into the workspace and a combine kernel writes out and lse.
   int64_t splits;
+  // Kernel variant on SM90: 0 sm90_sparse_mla_decode.cuh (every warp loads and computes), 1
+  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups); the provider picks by shape. Only 0 on
+  // the SM100 family.
+  int64_t variant = 0;
 };
 
 // fp32 elements of the split-KV workspace: per (query token, 64-head block, split) a [64, 512] partial
@@ -69,4 +73,5 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& params, cudaSt
 #ifdef __CUDACC__
 #include "sm100_sparse_mla_decode.cuh"
 #include "sm90_sparse_mla_decode.cuh"
+#include "sm90_sparse_mla_decode_ws.cuh"
 #endif

@@ -1,0 +1,586 @@
+// dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variant 1; the provider picks it from
+// 64 (query token, head block) programs, providers_sparse_mla_decode.variant_for). Same work split,
+// arguments, partials and combine as sm90_sparse_mla_decode.cuh; what differs is who does what in a CTA.
+//
+// Why: variant 0 runs each 64-token tile as one serial chain on all 8 warps (gather, QK^T, row-max exchange,
+// softmax, P, PV, dequant of the next tile under PV), one CTA an SM. ncu (H200, batch 128, 128 heads, s_q 2):
+// issue slots 43% busy, 15.9k warp instructions and ~9.6k cycles a tile against the ~2.2k its MMAs need.
+//
+// CTA: three warpgroups (384 threads), FlashMLA's split of roles:
+// - Warpgroup 0, the producer (setmaxnreg kProducerRegs): each tile's slot offsets and valid-token mask into
+//   a 3-slot ring; the gather into registers and the exact dequant into one of two K stages, in half-tiles
+//   of 32 tokens, 4 threads a token (load_part / store_part), with two register sets so that a half-tile's
+//   loads are issued one half-tile store ahead of the store that needs them; `full[s]` when a stage is
+//   written (128 arrivals), `empty[s]` when the math is done with it (8 arrivals, one a math warp).
+// - Warpgroup 1, QK (setmaxnreg kQkRegs): S = Q K^T for all 64 tokens (wgmma m64n64k16: Q read from shared
+//   memory once per 64 tokens), the online softmax (a row's values sit in one quad: no exchange between
+//   warpgroups), P into shared memory, the rescale factors into `row_f`, and O[:, 0:256] += P V.
+//   QK^T(n + 1) and PV(n) are issued back to back; the softmax of n + 1 runs under PV(n).
+// - Warpgroup 2, PV (the launch allocation): O[:, 256:512] *= alpha(n); O += P(n) V(n).
+//   QK and PV hand P over with two named barriers, both warpgroups syncing on each (`handover`): kBarPReady
+//   (P(n) and alpha(n) written) and kBarPFree (PV(n) done reading them, so QK may write P(n + 1)). Syncing
+//   costs nothing over arriving (each side waits for the next handover anyway) and orders the reads before
+//   the barrier for compute-sanitizer racecheck (with bar.arrive it reported the alpha reads).
+//
+// Measured (H200, b128 h128 s_q2): 640.0 -> 580.9 us v32, 612.0 -> 500.9 v4 against variant 0 (FlashMLA
+// 415 / 391). Tried and refuted: whole-tile register prefetch with 2 threads a token (775 us: the next
+// tile's loads stalled the very next store); an L2 bulk prefetch of the next tile's rows (577.8 -> 648.5 us).
+// ncu: QK waits on `full` and the producer's first conversions on DRAM, so the producer bounds it.
+//
+// Shared memory (v32; v4 has 8 column blocks, not 9): 1 KiB alignment slack + Q 72 KiB + 2 K stages
+// x 72 KiB + P 8 KiB + offsets 3 x 64 x 8 B + masks 3 x 8 B + row_f 64 x 4 B + 4 mbarriers = 232264 B of
+// the 232448 B a CTA may have (v4: 209224 B with the scale offsets).
+//
+// Registers: launched with 168 a thread (384 x 168 = 64512 = 128 x (128 + 208 + 168)); setmaxnreg cannot go
+// past the launch allocation. Each role runs to its own exit after its setmaxnreg (a path shared by two
+// budgets makes ptxas drop them, C7507). nvcc 13.0: 0 spills.
+//
+// Torch-free. Included by sparse_mla_decode.cuh under __CUDACC__.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common_launch.cuh"
+#include "sm90_indexer_core.cuh"  // wgmma helpers, mbarriers, setmaxnreg
+#include "sm90_sparse_mla_decode.cuh"
+#include "smxx_sparse_mla_decode.cuh"
+
+namespace dsa_cuda {
+namespace sm90_mla_decode_ws {
+
+using smxx_mla_decode::kBlockBytes;
+using smxx_mla_decode::kHeads;
+using smxx_mla_decode::KernelArgs;
+using smxx_mla_decode::kNeg;
+using smxx_mla_decode::kTile;
+
+constexpr int kThreads = 384;
+constexpr int kProducer = 128;
+constexpr int kProducerRegs = 128;  // 136 / 200 / 168 also compiles clean; PV below 168 does not (C7507)
+constexpr int kQkRegs = 208;
+constexpr int kPvRegs = 168;
+constexpr int kLaunchRegs = 168;  // ptxas's count under __launch_bounds__(384, 1)
+static_assert(128 * (kProducerRegs + kQkRegs + kPvRegs) <= kThreads * kLaunchRegs,
+              "setmaxnreg beyond the CTA's register allocation");
+constexpr int kOffSlots = 3;  // tile n + 1's offsets are written once the math is done with tile n - 2
+// Named barriers (0 is __syncthreads).
+constexpr int kBarPReady = 1;
+constexpr int kBarPFree = 2;
+constexpr int kBarProducer = 3;
+constexpr int kBarMath = 4;
+
+template <bool kV4>
+struct Cfg {
+  using L = smxx_mla_decode::Layout<kV4>;
+  static constexpr int kOffSlot = L::kOffArrays * kTile;        // int64 a slot
+  static constexpr int kQOff = 0;
+  static constexpr int kKOff = L::kTileBytes;
+  static constexpr int kPOff = kKOff + 2 * L::kTileBytes;
+  static constexpr int kOffsOff = kPOff + kBlockBytes;           // P: [64 x 64] bf16
+  static constexpr int kMaskOff = kOffsOff + kOffSlots * kOffSlot * 8;
+  static constexpr int kRowOff = kMaskOff + kOffSlots * 8;
+  static constexpr int kBarOff = kRowOff + kHeads * 4;           // full[2], empty[2]
+  static constexpr int kSmemBytes = 1024 + kBarOff + 4 * 8;
+  static_assert(kSmemBytes <= 232448, "over the SM90 shared memory of a CTA");
+};
+
+#if DSA_SM90_INDEXER_DEVICE
+
+using namespace smxx_mla_decode;
+using sm90_indexer::fence_acc;
+using sm90_indexer::mbar_arrive;
+using sm90_indexer::mbar_init;
+using sm90_indexer::mbar_wait;
+using sm90_indexer::setmaxnreg_dec;
+using sm90_indexer::setmaxnreg_inc;
+using sm90_indexer::sw128_desc;
+using sm90_indexer::wgmma_commit;
+using sm90_indexer::wgmma_fence;
+using sm90_indexer::wgmma_wait_all;
+using sm90_mla_decode::sw128_mn_desc;
+using sm90_mla_decode::wgmma_pv;
+
+// A named barrier of n threads, the warp converged first (bar.sync is .aligned).
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  __syncwarp();
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+// The QK / PV handover barriers (kBarPReady, kBarPFree; 256 threads), one instruction for both warpgroups.
+// compute-sanitizer synccheck reports "divergent threads" at it, inline or out of line (open; racecheck and
+// memcheck are clean, docs/design_attention.md).
+__device__ __noinline__ void handover(int id) { bar_sync(id, 256); }
+
+__device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+
+// The thread index as an opaque value: from a loop-invariant one ptxas hoists every piece's token, column
+// and swizzled offsets out of the producer's loop and runs out of registers.
+__device__ __forceinline__ int tid_opaque() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
+#define DSA_S8(b)                                                                                     \
+  "+f"(d[b + 0]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), \
+      "+f"(d[b + 6]), "+f"(d[b + 7])
+
+// S[64 x 64] (+)= A * B, both from shared memory (K-major descriptors); accumulate iff `acc`.
+__device__ __forceinline__ void wgmma_qk64(float (&d)[32], uint64_t da, uint64_t db, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : DSA_S8(0), DSA_S8(8), DSA_S8(16), DSA_S8(24)
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+#undef DSA_S8
+
+// Issue S = Q K^T over the stage at `kt` (committed, not waited).
+template <int kBlocks>
+__device__ __forceinline__ void issue_qk(float (&s)[32], uint64_t q_desc, uint32_t kt) {
+  const uint64_t k_desc = sw128_desc(kt);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kBlocks * 4; ++ks) {
+    const uint32_t off = uint32_t(ks >> 2) * kBlockBytes + uint32_t(ks & 3) * 32u;
+    wgmma_qk64(s, q_desc + (off >> 4), k_desc + (off >> 4), ks > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
+// Issue O[:, 256 half .. 256 half + 255] += P V over the stage at `kt` (committed, not waited).
+__device__ __forceinline__ void issue_pv(float (&o)[128], uint32_t p_smem, uint32_t kt, int half) {
+  const uint64_t v_desc = sw128_mn_desc(kt + uint32_t(half) * 4u * kBlockBytes, kBlockBytes);
+  const uint64_t p_desc = sw128_desc(p_smem);
+  fence_acc(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    wgmma_pv(o, p_desc + ((uint32_t(kk) * 32u) >> 4), v_desc + ((uint32_t(kk) * 2048u) >> 4));
+  }
+  wgmma_commit();
+}
+
+// A producer thread's share of a token: its pieces q, q + kP, q + 2 kP, ... (16-byte pieces, e4m3 first, then
+// rope: the kP threads of a token take the same path at every k, and the e4m3 pieces' scale group and column
+// block are compile-time), with the token's scales in one load (v32: 4 fp32; v4: 7 ue8m0 bytes).
+template <bool kV4, int kP>
+struct TokenPart {
+  static constexpr int kN = Layout<kV4>::kPieces / kP;
+  static constexpr int kFp8 = Layout<kV4>::kFp8Pieces / kP;
+  static_assert(kP == 2 || kP == 4, "the pieces' groups and blocks are compile-time for 2 or 4 parts");
+  uint4 v[kN];
+  uint4 sc;
+};
+
+template <bool kV4, int kP>
+__device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* offs, int tok, int q,
+                                          TokenPart<kV4, kP>& r) {
+  using C = Layout<kV4>;
+  using H = TokenPart<kV4, kP>;
+  const int64_t off = offs[tok];
+#pragma unroll
+  for (int k = 0; k < H::kN; ++k) {
+    r.v[k] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  r.sc = make_uint4(0u, 0u, 0u, 0u);
+  if (off >= 0) {
+    const uint8_t* p = a.cache + off;
+#pragma unroll
+    for (int k = 0; k < H::kN; ++k) {
+      const int pc = kP * k + q;
+      r.v[k] = k < H::kFp8 ? ldg128(p + pc * 16) : ldg128(p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
+    }
+    if constexpr (kV4) {
+      const uint8_t* sp = a.cache + offs[kTile + tok];
+      r.sc.x = ldg32(sp);
+      r.sc.y = ldg32(sp + 4);
+    } else {
+      r.sc = ldg128(p + 512);
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+template <bool kV4, int kP>
+__device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const TokenPart<kV4, kP>& r) {
+  using C = Layout<kV4>;
+  using H = TokenPart<kV4, kP>;
+  const uint32_t row = kt + uint32_t(tok) * 128u;
+  const uint32_t sw = uint32_t(tok & 7);
+#pragma unroll
+  for (int k = 0; k < H::kN; ++k) {
+    if (k < H::kFp8) {  // piece kP k + q: scale group (kP k) / 8 (v32) or / 4 (v4), column block (kP k) / 4
+      const int g = kV4 ? (kP * k) >> 2 : (kP * k) >> 3;
+      const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
+      uint32_t w[8];
+      dequant4(r.v[k].x, scale, w[0], w[1]);
+      dequant4(r.v[k].y, scale, w[2], w[3]);
+      dequant4(r.v[k].z, scale, w[4], w[5]);
+      dequant4(r.v[k].w, scale, w[6], w[7]);
+      const uint32_t blk = row + uint32_t((kP * k) >> 2) * kBlockBytes;  // 16 columns a piece, 64 a block
+      const uint32_t c0 = (uint32_t((kP * k) & 3) + uint32_t(q)) * 2u;
+      sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
+      sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
+    } else {
+      const uint32_t c0 = uint32_t(kP * (k - H::kFp8) + q);
+      sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
+    }
+  }
+}
+
+// Both math roles: the CTA's work and its tile count (Q is staged before the role split).
+__device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
+  w = cta_work(a);
+  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
+  return max(sp.t1 - sp.t0, 0);
+}
+
+// Split-KV partial of this thread's rows and columns col0 + 8 k + e.
+__device__ __forceinline__ void store_partial(const KernelArgs& a, int64_t pidx, int row0, int row1, int col0,
+                                              const float (&o)[128]) {
+  float* p0 = part_at(a, pidx, row0, col0);
+  float* p1 = part_at(a, pidx, row1, col0);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    *reinterpret_cast<float2*>(p0 + 8 * k) = make_float2(o[4 * k], o[4 * k + 1]);
+    *reinterpret_cast<float2*>(p1 + 8 * k) = make_float2(o[4 * k + 2], o[4 * k + 3]);
+  }
+}
+
+// Output rows h0, h1 (bf16, scaled by inv0 / inv1), columns col0 + 8 k + e.
+__device__ __forceinline__ void store_out(const KernelArgs& a, const CtaWork& w, int h0, int h1, int col0, float inv0,
+                                          float inv1, const float (&o)[128]) {
+  __nv_bfloat16* ob = a.out + int64_t(w.b) * a.o_sb + int64_t(w.i) * a.o_ss + col0;
+  uint32_t* q0 = reinterpret_cast<uint32_t*>(ob + int64_t(h0) * a.o_sh);
+  uint32_t* q1 = reinterpret_cast<uint32_t*>(ob + int64_t(h1) * a.o_sh);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    q0[4 * k] = pack_bf16(o[4 * k] * inv0, o[4 * k + 1] * inv0);
+    q1[4 * k] = pack_bf16(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
+  }
+}
+
+__device__ __forceinline__ void scale_rows(float (&o)[128], float al0, float al1) {
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    o[4 * k + 0] *= al0;
+    o[4 * k + 1] *= al0;
+    o[4 * k + 2] *= al1;
+    o[4 * k + 3] *= al1;
+  }
+}
+
+// Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
+template <bool kV4, bool kSplit>
+__device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
+                                        const uint32_t* masks, float* row_f, uint32_t full, uint32_t empty, int mt,
+                                        int lane, int c, int row0, int row1) {
+  using C = Cfg<kV4>;
+  CtaWork w;
+  const int count = math_work(a, w);
+  float o[128];
+#pragma unroll
+  for (int k = 0; k < 128; ++k) {
+    o[k] = 0.f;
+  }
+  float m0 = kNeg, m1 = kNeg;  // running row max (log2 domain)
+  float l0 = 0.f, l1 = 0.f;    // this thread's share of the row sums
+  const uint64_t q_desc = sw128_desc(q_smem);
+  float s[32];
+  float al0 = 1.f, al1 = 1.f;
+  // Softmax of tile n (S(n) in s): mask, scale, row max, probabilities (kept in s), row sums.
+  auto softmax = [&](int n) {
+    const int sl = n % kOffSlots;
+    const uint64_t valid = uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32);
+    float mx0 = kNeg, mx1 = kNeg;
+    // Column 8 j + 2 c + e: s[4 j + e] (row0), s[4 j + 2 + e] (row1).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool v = (valid >> (8 * j + 2 * c + e)) & 1u;
+        s[4 * j + e] = v ? s[4 * j + e] * a.qk_scale : kNeg;
+        s[4 * j + 2 + e] = v ? s[4 * j + 2 + e] * a.qk_scale : kNeg;
+        mx0 = fmaxf(mx0, s[4 * j + e]);
+        mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0);
+    const float mn1 = fmaxf(m1, mx1);
+    al0 = exp2f(m0 - mn0);
+    al1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool v = (valid >> (8 * j + 2 * c + e)) & 1u;
+        s[4 * j + e] = v ? exp2f(s[4 * j + e] - mn0) : 0.f;
+        s[4 * j + 2 + e] = v ? exp2f(s[4 * j + 2 + e] - mn1) : 0.f;
+        sum0 += s[4 * j + e];
+        sum1 += s[4 * j + 2 + e];
+      }
+    }
+    l0 = l0 * al0 + sum0;
+    l1 = l1 * al1 + sum1;
+  };
+  // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV.
+  auto publish_p = [&]() {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      sts32(p_smem + uint32_t(row0) * 128u + ((uint32_t(j) ^ uint32_t(row0 & 7)) << 4) + 4u * uint32_t(c),
+            pack_bf16(s[4 * j], s[4 * j + 1]));
+      sts32(p_smem + uint32_t(row1) * 128u + ((uint32_t(j) ^ uint32_t(row1 & 7)) << 4) + 4u * uint32_t(c),
+            pack_bf16(s[4 * j + 2], s[4 * j + 3]));
+    }
+    if (c == 0) {
+      row_f[row0] = al0;
+      row_f[row1] = al1;
+    }
+    fence_async_smem();
+    handover(kBarPReady);
+  };
+
+  if (count > 0) {
+    mbar_wait(full, 0u);
+    __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+    issue_qk<C::L::kBlocks>(s, q_desc, k_smem);
+    wgmma_wait_all();
+    fence_acc(s);
+    softmax(0);
+    publish_p();
+  }
+  // Tile n: QK^T(n + 1) and PV(n) back to back; the softmax of n + 1 under PV(n); nothing in flight across
+  // the loop's back edge (a wgmma pending there makes ptxas serialise every wgmma, C7514).
+  for (int n = 0; n + 1 < count; ++n) {
+    const int st = n & 1;
+    mbar_wait(full + 8 * (st ^ 1), uint32_t((n + 1) >> 1) & 1u);
+    __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+    issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
+    issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
+    wgmma_wait_1();  // S(n + 1); PV(n) keeps running
+    fence_acc(s);
+    softmax(n + 1);
+    wgmma_wait_all();  // PV(n)
+    fence_acc(o);
+    if (lane == 0) {
+      mbar_arrive(empty + 8 * st);
+    }
+    handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
+    publish_p();
+    scale_rows(o, al0, al1);
+  }
+  if (count > 0) {
+    issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
+    wgmma_wait_all();
+    fence_acc(o);
+    if (lane == 0) {
+      mbar_arrive(empty + 8 * ((count - 1) & 1));
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+
+  // Once PV has read the last alpha, the output scales go to it through row_f (the split path makes the same
+  // handshake so that every barrier is matched).
+  const int h0 = w.hb * kHeads + row0;
+  const int h1 = w.hb * kHeads + row1;
+  float inv0 = 0.f, inv1 = 0.f, lse0 = 0.f, lse1 = 0.f;
+  if constexpr (!kSplit) {
+    finish_row(m0, l0, a.sink, h0, inv0, lse0);
+    finish_row(m1, l1, a.sink, h1, inv1, lse1);
+  }
+  if (count > 0) {
+    handover(kBarPFree);
+  }
+  if (!kSplit && c == 0) {
+    row_f[row0] = inv0;
+    row_f[row1] = inv1;
+  }
+  handover(kBarPReady);
+  if constexpr (kSplit) {
+    const int64_t pidx = int64_t(w.prog) * a.splits + w.split;
+    if (c == 0) {
+      write_ml(a, pidx, row0, m0, l0);
+      write_ml(a, pidx, row1, m1, l1);
+    }
+    if (count > 0) {  // the combine skips splits with sum 0, so empty ones write no partial
+      store_partial(a, pidx, row0, row1, 2 * c, o);
+    }
+  } else {
+    if (c == 0) {
+      a.lse[(int64_t(w.b) * a.heads + h0) * a.s_q + w.i] = lse0;
+      a.lse[(int64_t(w.b) * a.heads + h1) * a.s_q + w.i] = lse1;
+    }
+    store_out(a, w, h0, h1, 2 * c, inv0, inv1, o);
+  }
+}
+
+// Warpgroup 2: O[:, 256:512] *= alpha(n); O += P(n) V(n).
+template <bool kV4, bool kSplit>
+__device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
+                                        const float* row_f, uint32_t full, uint32_t empty, int mt, int lane, int c,
+                                        int row0, int row1) {
+  using C = Cfg<kV4>;
+  CtaWork w;
+  const int count = math_work(a, w);
+  float o[128];
+#pragma unroll
+  for (int k = 0; k < 128; ++k) {
+    o[k] = 0.f;
+  }
+  for (int n = 0; n < count; ++n) {
+    const int st = n & 1;
+    mbar_wait(full + 8 * st, uint32_t(n >> 1) & 1u);
+    __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+    handover(kBarPReady);  // P(n), alpha(n)
+    scale_rows(o, row_f[row0], row_f[row1]);
+    issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 1);
+    wgmma_wait_all();
+    fence_acc(o);
+    if (lane == 0) {
+      mbar_arrive(empty + 8 * st);
+    }
+    handover(kBarPFree);
+  }
+  handover(kBarPReady);  // the output scales
+  const int col0 = 256 + 2 * c;
+  if constexpr (kSplit) {
+    if (count > 0) {
+      store_partial(a, int64_t(w.prog) * a.splits + w.split, row0, row1, col0, o);
+    }
+  } else {
+    store_out(a, w, w.hb * kHeads + row0, w.hb * kHeads + row1, col0, row_f[row0], row_f[row1], o);
+  }
+}
+
+#endif  // DSA_SM90_INDEXER_DEVICE
+
+template <bool kV4, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const __grid_constant__ KernelArgs a) {
+#if DSA_SM90_INDEXER_DEVICE
+  using C = Cfg<kV4>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* const base_ptr = smem_raw + (base - raw_addr);
+  const uint32_t q_smem = base + C::kQOff;
+  const uint32_t k_smem = base + C::kKOff;
+  const uint32_t p_smem = base + C::kPOff;
+  int64_t* const offs = reinterpret_cast<int64_t*>(base_ptr + C::kOffsOff);   // [kOffSlots][kOffSlot]
+  uint32_t* const masks = reinterpret_cast<uint32_t*>(base_ptr + C::kMaskOff);  // [kOffSlots][2]
+  float* const row_f = reinterpret_cast<float*>(base_ptr + C::kRowOff);         // [64]
+  const uint32_t full = base + C::kBarOff;
+  const uint32_t empty = full + 2 * 8;
+
+  const int tid = int(threadIdx.x);
+  if (tid == 0) {
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(full + 8 * s, kProducer);
+      mbar_init(empty + 8 * s, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  __syncthreads();  // the only CTA barrier: the mbarriers initialised
+
+  if (tid < kProducer) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<kProducerRegs>();
+    const auto [hb, split, b, i, prog] = cta_work(a);
+    const auto [n_end, t0, t1, idx_row] = cta_span(a, b, i, split);
+    const int count = max(t1 - t0, 0);
+    if (count == 0) {
+      return;
+    }
+    // Tile n's offsets and valid-token mask into slot n % 3 (threads < 64), then the slot of tile n + 1.
+    int32_t slot = tid < kTile ? load_slot(a, idx_row, t0, t1, n_end, tid) : -1;
+    auto publish = [&](int n, int sl) {
+      if (tid < kTile) {
+        store_offsets<kV4>(a, slot, tid, offs + sl * C::kOffSlot);
+        const uint32_t m = __ballot_sync(0xffffffffu, offs[sl * C::kOffSlot + tid] >= 0);
+        if ((tid & 31) == 0) {
+          masks[2 * sl + (tid >> 5)] = m;
+        }
+        slot = load_slot(a, idx_row, t0 + n + 1, t1, n_end, tid);
+      }
+      bar_sync(kBarProducer, kProducer);  // the slot's offsets, for every producer thread
+    };
+    // Half-tiles of 32 tokens, 4 threads a token, two register sets: the loads of a half-tile are issued one
+    // half-tile store ahead of the store that needs them.
+    TokenPart<kV4, 4> r0, r1;
+    const int q = tid_opaque() & 3;
+    publish(0, 0);
+    load_part<kV4, 4>(a, offs, tid >> 2, q, r0);
+    load_part<kV4, 4>(a, offs, 32 + (tid >> 2), q, r1);
+    int sl = 0;
+    for (int n = 0; n < count; ++n) {
+      const int st = n & 1;
+      const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
+      if (n >= 2) {
+        mbar_wait(empty + 8 * st, uint32_t((n >> 1) - 1) & 1u);  // the math is done with tile n - 2
+        __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+      }
+      store_part<kV4, 4>(kt, tid_opaque() >> 2, q, r0);
+      const bool more = n + 1 < count;
+      if (more) {  // tile n + 1: offsets, then the loads of its first half
+        sl = sl == kOffSlots - 1 ? 0 : sl + 1;
+        publish(n + 1, sl);
+        load_part<kV4, 4>(a, offs + sl * C::kOffSlot, tid >> 2, q, r0);
+      }
+      store_part<kV4, 4>(kt, 32 + (tid_opaque() >> 2), q, r1);
+      fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
+      mbar_arrive(full + 8 * st);
+      if (more) {
+        load_part<kV4, 4>(a, offs + sl * C::kOffSlot, 32 + (tid >> 2), q, r1);
+      }
+    }
+    return;
+  }
+
+  // ---------------- math: QK (warpgroup 1) and PV (warpgroup 2) ----------------
+  // Each role runs to its own exit from its setmaxnreg on (a path shared by two register budgets makes ptxas
+  // drop the setmaxnreg).
+  const int mt = tid - kProducer;
+  const int warp = (mt >> 5) & 3;
+  const int lane = mt & 31;
+  const int g = lane >> 2;
+  const int c = lane & 3;
+  const int row0 = 16 * warp + g;  // this thread's accumulator rows (heads of the block)
+  const int row1 = row0 + 8;
+  {  // Q by both math warpgroups, before their register budgets part
+    const CtaWork w = cta_work(a);
+    stage_q<kV4, 256>(a, q_smem, w.b, w.i, w.hb, mt);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    fence_async_smem();
+    bar_sync(kBarMath, 256);
+  }
+  if (mt < 128) {
+    setmaxnreg_inc<kQkRegs>();
+    qk_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, masks, row_f, full, empty, mt, lane, c, row0, row1);
+  } else {
+    static_assert(kPvRegs == kLaunchRegs, "PV keeps the launch allocation");
+    pv_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, row_f, full, empty, mt, lane, c, row0, row1);
+  }
+#endif  // DSA_SM90_INDEXER_DEVICE
+}
+
+}  // namespace sm90_mla_decode_ws
+}  // namespace dsa_cuda
