@@ -126,6 +126,42 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t da, uint64_t 
 #undef DSA_O32
 #undef DSA_O8
 
+// O's rows row0 (o[4 k], o[4 k + 1]) and row1 (o[4 k + 2], o[4 k + 3]) of an m64n256 accumulator times al0, al1.
+__device__ __forceinline__ void scale_rows(float (&o)[128], float al0, float al1) {
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    o[4 * k + 0] *= al0;
+    o[4 * k + 1] *= al0;
+    o[4 * k + 2] *= al1;
+    o[4 * k + 3] *= al1;
+  }
+}
+
+// The split-KV partial of this thread's rows and columns col0 + 8 k + e.
+__device__ __forceinline__ void store_partial(const KernelArgs& a, int64_t pidx, int row0, int row1, int col0,
+                                              const float (&o)[128]) {
+  float* p0 = smxx_mla_decode::part_at(a, pidx, row0, col0);
+  float* p1 = smxx_mla_decode::part_at(a, pidx, row1, col0);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    *reinterpret_cast<float2*>(p0 + 8 * k) = make_float2(o[4 * k], o[4 * k + 1]);
+    *reinterpret_cast<float2*>(p1 + 8 * k) = make_float2(o[4 * k + 2], o[4 * k + 3]);
+  }
+}
+
+// Output rows h0, h1 of query token (b, i) (bf16, scaled by inv0 / inv1), columns col0 + 8 k + e.
+__device__ __forceinline__ void store_out(const KernelArgs& a, int32_t b, int32_t i, int h0, int h1, int col0,
+                                          float inv0, float inv1, const float (&o)[128]) {
+  __nv_bfloat16* ob = a.out + int64_t(b) * a.o_sb + int64_t(i) * a.o_ss + col0;
+  uint32_t* q0 = reinterpret_cast<uint32_t*>(ob + int64_t(h0) * a.o_sh);
+  uint32_t* q1 = reinterpret_cast<uint32_t*>(ob + int64_t(h1) * a.o_sh);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    q0[4 * k] = smxx_mla_decode::pack_bf16(o[4 * k] * inv0, o[4 * k + 1] * inv0);
+    q1[4 * k] = smxx_mla_decode::pack_bf16(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
+  }
+}
+
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 template <bool kV4, bool kSplit>
@@ -265,13 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
     }
     l0 = l0 * al0 + sum0;
     l1 = l1 * al1 + sum1;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-      o[4 * k + 0] *= al0;
-      o[4 * k + 1] *= al0;
-      o[4 * k + 2] *= al1;
-      o[4 * k + 3] *= al1;
-    }
+    scale_rows(o, al0, al1);
     fence_async_smem();
     __syncthreads();  // (B) P complete
 
@@ -321,13 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
       a.ml[pidx * 2 * kHeads + kHeads + row1] = l1;
     }
     if (t0 < t1) {  // the combine skips splits with sum 0, so empty ones write no partial
-      float* p0 = part_at(a, pidx, row0, col0);
-      float* p1 = part_at(a, pidx, row1, col0);
-#pragma unroll
-      for (int k = 0; k < 32; ++k) {
-        *reinterpret_cast<float2*>(p0 + 8 * k) = make_float2(o[4 * k], o[4 * k + 1]);
-        *reinterpret_cast<float2*>(p1 + 8 * k) = make_float2(o[4 * k + 2], o[4 * k + 3]);
-      }
+      store_partial(a, pidx, row0, row1, col0, o);
     }
   } else {
     const int h0 = hb * kHeads + row0;
@@ -335,14 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_kernel(const __
     float inv0, inv1, lse0, lse1;
     finish_row(m0, l0, a.sink, h0, inv0, lse0);
     finish_row(m1, l1, a.sink, h1, inv1, lse1);
-    __nv_bfloat16* ob = a.out + int64_t(b) * a.o_sb + int64_t(i) * a.o_ss + col0;
-    uint32_t* q0 = reinterpret_cast<uint32_t*>(ob + int64_t(h0) * a.o_sh);
-    uint32_t* q1 = reinterpret_cast<uint32_t*>(ob + int64_t(h1) * a.o_sh);
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-      q0[4 * k] = pack_bf16(o[4 * k] * inv0, o[4 * k + 1] * inv0);
-      q1[4 * k] = pack_bf16(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
-    }
+    store_out(a, b, i, h0, h1, col0, inv0, inv1, o);
     if (wg == 0 && c == 0) {
       a.lse[(int64_t(b) * a.heads + h0) * a.s_q + i] = lse0;
       a.lse[(int64_t(b) * a.heads + h1) * a.s_q + i] = lse1;

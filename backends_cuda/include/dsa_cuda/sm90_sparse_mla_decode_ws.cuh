@@ -100,6 +100,9 @@ using sm90_indexer::sw128_desc;
 using sm90_indexer::wgmma_commit;
 using sm90_indexer::wgmma_fence;
 using sm90_indexer::wgmma_wait_all;
+using sm90_mla_decode::scale_rows;
+using sm90_mla_decode::store_out;
+using sm90_mla_decode::store_partial;
 using sm90_mla_decode::sw128_mn_desc;
 using sm90_mla_decode::wgmma_pv;
 
@@ -241,41 +244,6 @@ __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
   w = cta_work(a);
   const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
   return max(sp.t1 - sp.t0, 0);
-}
-
-// Split-KV partial of this thread's rows and columns col0 + 8 k + e.
-__device__ __forceinline__ void store_partial(const KernelArgs& a, int64_t pidx, int row0, int row1, int col0,
-                                              const float (&o)[128]) {
-  float* p0 = part_at(a, pidx, row0, col0);
-  float* p1 = part_at(a, pidx, row1, col0);
-#pragma unroll
-  for (int k = 0; k < 32; ++k) {
-    *reinterpret_cast<float2*>(p0 + 8 * k) = make_float2(o[4 * k], o[4 * k + 1]);
-    *reinterpret_cast<float2*>(p1 + 8 * k) = make_float2(o[4 * k + 2], o[4 * k + 3]);
-  }
-}
-
-// Output rows h0, h1 (bf16, scaled by inv0 / inv1), columns col0 + 8 k + e.
-__device__ __forceinline__ void store_out(const KernelArgs& a, const CtaWork& w, int h0, int h1, int col0, float inv0,
-                                          float inv1, const float (&o)[128]) {
-  __nv_bfloat16* ob = a.out + int64_t(w.b) * a.o_sb + int64_t(w.i) * a.o_ss + col0;
-  uint32_t* q0 = reinterpret_cast<uint32_t*>(ob + int64_t(h0) * a.o_sh);
-  uint32_t* q1 = reinterpret_cast<uint32_t*>(ob + int64_t(h1) * a.o_sh);
-#pragma unroll
-  for (int k = 0; k < 32; ++k) {
-    q0[4 * k] = pack_bf16(o[4 * k] * inv0, o[4 * k + 1] * inv0);
-    q1[4 * k] = pack_bf16(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
-  }
-}
-
-__device__ __forceinline__ void scale_rows(float (&o)[128], float al0, float al1) {
-#pragma unroll
-  for (int k = 0; k < 32; ++k) {
-    o[4 * k + 0] *= al0;
-    o[4 * k + 1] *= al0;
-    o[4 * k + 2] *= al1;
-    o[4 * k + 3] *= al1;
-  }
 }
 
 // Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
@@ -428,7 +396,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
       a.lse[(int64_t(w.b) * a.heads + h0) * a.s_q + w.i] = lse0;
       a.lse[(int64_t(w.b) * a.heads + h1) * a.s_q + w.i] = lse1;
     }
-    store_out(a, w, h0, h1, 2 * c, inv0, inv1, o);
+    store_out(a, w.b, w.i, h0, h1, 2 * c, inv0, inv1, o);
   }
 }
 
@@ -466,7 +434,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
       store_partial(a, int64_t(w.prog) * a.splits + w.split, row0, row1, col0, o);
     }
   } else {
-    store_out(a, w, w.hb * kHeads + row0, w.hb * kHeads + row1, col0, row_f[row0], row_f[row1], o);
+    store_out(a, w.b, w.i, w.hb * kHeads + row0, w.hb * kHeads + row1, col0, row_f[row0], row_f[row1], o);
   }
 }
 
