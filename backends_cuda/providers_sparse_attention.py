@@ -2,11 +2,10 @@
 include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled for the SM100 family, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
-softmax_scale, k_scale, v_scale, splits, split_items, out, workspace)``. One CTA is one query row x one KV head,
-or one split of its top-k positions (4 warps, 53 KiB of shared memory, 124 registers: 4 CTAs an SM).
-`split_plan` says which items split: all of them when rows x KV heads are fewer than SPLIT_CTAS, else the
-last ones where that evens out the grid's last wave. Split parts write fp32 partials to a workspace sized
-from the shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. The op's automatic
+softmax_scale, k_scale, v_scale, splits, out, workspace)``. One CTA is one query row x one KV head x one split
+of its top-k positions (4 warps, 53 KiB of shared memory, 124 registers: 4 CTAs an SM). When rows x KV heads are fewer
+than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
+shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. The op's automatic
 choice (ops_core/ops/sparse_attention.py, `prefer`) sends the fewest rows to the Triton kernel's split-K path.
 
 Serves fp8 caches with head dim 128 and up to 16 query heads per KV head; bf16 caches are declined with the
@@ -35,77 +34,27 @@ WARPS = 4
 # 128 rows 55.4 / 68.6 / 93.9 / 140.9. Splits pay below one CTA an SM (64 rows x 2 KV heads), cost above it.
 SPLIT_CTAS = 128
 MAX_SPLITS = 8
-# From SPLIT_CTAS items up, the grid runs in waves of CTAS_PER_SM x SMs equal CTAs; a last wave that is
-# partly full costs a whole wave. So the last items (the partial wave, or it and one full wave) are split
-# into the parts that fill the final waves best, a part costing (its steps a warp + TAIL_FIXED_STEPS)
-# against a whole CTA's (steps a warp + TAIL_FIXED_STEPS), plus the combine.
-CTAS_PER_SM = 4  # smxx_sparse_attention.cuh kCtasPerSm: 124 registers, 53 KiB a CTA
-TAIL_FIXED_STEPS = 4.0
-TAIL_COMBINE_WAVES = 0.05
 _fn = None  # the loaded OpOverload, resolved on the first call
 
 
-def _few_rows_splits(items: int, steps: int) -> int:
+def split_count(rows: int, kv_heads: int, topk: int) -> int:
+    """Splits of each (row, KV head)'s top-k axis; 1 is the single pass. Shapes only (measured on the H200's
+    132 SMs)."""
+    items = max(1, rows * kv_heads)
+    steps = max(1, -(-topk // STEP))
     want = max(1, min(-(-SPLIT_CTAS // items), steps // WARPS, MAX_SPLITS))
     per = -(-steps // want)
     return -(-steps // per)
 
 
-def _tail_cost(tail: int, splits: int, steps: int, slots: int) -> float:
-    """Waves (in whole-CTA units) that `tail` items cut into `splits` parts take."""
-    if splits == 1:
-        return float(-(-tail // slots))
-    per = -(-steps // splits)
-    warp_steps = -(-per // WARPS) + TAIL_FIXED_STEPS
-    whole_steps = -(-steps // WARPS) + TAIL_FIXED_STEPS
-    return -(-tail * splits // slots) * warp_steps / whole_steps + TAIL_COMBINE_WAVES
-
-
-def split_plan(rows: int, kv_heads: int, topk: int, sms: int = 132) -> tuple[int, int]:
-    """(splits, split_items): the last `split_items` (row, KV head) items are cut into `splits` parts of
-    their top-k axis, the others run as single passes; (1, 0) is the single pass everywhere. Shapes and the
-    SM count only (measured on the H200's 132 SMs)."""
-    items = max(1, rows * kv_heads)
-    steps = max(1, -(-topk // STEP))
-    if items < SPLIT_CTAS:
-        s = _few_rows_splits(items, steps)
-        return (s, items) if s > 1 else (1, 0)
-    slots = CTAS_PER_SM * sms
-    r = items % slots
-    if items < slots or r == 0:  # below one wave fewer CTAs an SM run faster: no wave to even out
-        return 1, 0
-    best, plan = _tail_cost(r, 1, steps, slots), (1, 0)  # waves from the last full one on
-    for tail in (r, r + slots):
-        if tail > items:
-            break
-        for s in range(2, min(MAX_SPLITS, steps // WARPS) + 1):
-            used = -(-steps // -(-steps // s))  # no empty part
-            cost = (tail - r) // slots + _tail_cost(tail, used, steps, slots)
-            if cost < best - 1e-9:
-                best, plan = cost, (used, tail)
-    return plan
-
-
-def workspace_floats(split_items: int, splits: int) -> int:
+def workspace_floats(rows: int, kv_heads: int, splits: int) -> int:
     """fp32 elements of the split workspace (partial outputs, maxima and sums); 0 for one split."""
-    return 0 if splits <= 1 else split_items * splits * MAX_GROUP * (D + 2)
-
-
-def _sm_count(device: torch.device) -> int:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    n = _SMS.get(index)
-    if n is None:
-        n = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return n
-
-
-_SMS: dict[int, int] = {}
+    return 0 if splits <= 1 else rows * kv_heads * splits * MAX_GROUP * (D + 2)
 
 
 def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out, *,
-           splits: Optional[int] = None, split_items: Optional[int] = None):
-    """Kernel form of dsa::sparse_attention.out (arguments validated by the op). `splits` forces a split count
-    (for every item unless `split_items` says how many of the last items split); None: split_plan's."""
+           splits: Optional[int] = None):
+    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `splits` forces a split count."""
     global _fn
     fn = _fn
     if fn is None:
@@ -115,17 +64,13 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     t = q.shape[0]
     hkv = k_cache.shape[2]
     if splits is None:
-        splits, planned = split_plan(t, hkv, indices.shape[1], _sm_count(q.device))
-        split_items = planned if split_items is None else split_items
+        splits = split_count(t, hkv, indices.shape[1])
     splits = int(splits)
     if splits < 1:
         raise ValueError(f"`splits` must be >= 1, got {splits}")
-    split_items = t * hkv if split_items is None else int(split_items)
-    if not 0 <= split_items <= t * hkv:
-        raise ValueError(f"`split_items` must be in [0, {t * hkv}], got {split_items}")
-    ws = torch.empty((workspace_floats(split_items, splits),), dtype=torch.float32, device=q.device)
+    ws = torch.empty((workspace_floats(t, hkv, splits),), dtype=torch.float32, device=q.device)
     fn(q, k_cache, v_cache, indices, block_table, token_to_req, float(softmax_scale), float(k_scale), float(v_scale),
-       splits, split_items, out, ws)
+       splits, out, ws)
 
 
 def unsupported_shape(q, k_cache, v_cache, indices, block_table) -> Optional[str]:

@@ -51,25 +51,15 @@ def test_cache_strides_must_allow_16_byte_copies():
     assert "k_cache" in psa.unsupported_shape(q, odd, vc, idx, bt)
 
 
-def test_split_plans():
-    """Fewer items than SPLIT_CTAS: every item split, up to 8 parts of at least a step a warp; from one wave of
-    CTAs up: the last items split only where that fills the last wave better; otherwise the single pass."""
-    assert psa.split_plan(1, 2, 2048) == (8, 2)
-    assert psa.split_plan(16, 2, 2048) == (4, 32)
-    assert psa.split_plan(32, 2, 2048) == (2, 64)
-    assert psa.split_plan(1, 2, 100) == (1, 0)  # 7 steps: fewer than one a warp in a second part
-    assert psa.split_plan(1, 2, 0) == (1, 0)
-    assert psa.split_plan(64, 2, 2048) == (1, 0)  # below one wave fewer CTAs an SM run faster
-    assert psa.split_plan(264, 2, 2048, sms=132) == (1, 0)  # exactly one wave
-    assert psa.split_plan(2112, 2, 2048, sms=132) == (1, 0)  # exactly eight
-    wave = psa.CTAS_PER_SM * 132
-    for rows in (272, 400, 1600, 4096, 8192):
-        splits, tail = psa.split_plan(rows, 2, 2048, sms=132)
-        r = rows * 2 % wave
-        ok = (splits, tail) == (1, 0) or 2 <= splits <= psa.MAX_SPLITS and tail in (r, r + wave)
-        assert ok, (rows, splits, tail)
-    assert psa.workspace_floats(0, 3) == 0 and psa.workspace_floats(5, 1) == 0
-    assert psa.workspace_floats(5, 3) == 5 * 3 * 16 * 130
+def test_split_counts():
+    """One CTA an SM or more: the single pass; fewer: splits up to 8, each at least a step a warp."""
+    assert psa.split_count(64, 2, 2048) == 1
+    assert psa.split_count(4096, 2, 2048) == 1
+    assert psa.split_count(32, 2, 2048) == 2
+    assert psa.split_count(16, 2, 2048) == 4
+    assert psa.split_count(1, 2, 2048) == 8
+    assert psa.split_count(1, 2, 100) == 1  # 7 steps: fewer than one a warp in a second split
+    assert psa.split_count(1, 2, 0) == 1
 
 
 def test_arch_rule():

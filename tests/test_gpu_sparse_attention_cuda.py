@@ -38,15 +38,15 @@ def _case(shape, seed=0, layout="plain", hostile=True):
                      dtype=FP8, seed=seed, device="cuda", cache_layout=layout, hostile=hostile)
 
 
-def _run(case, scales=SCALES, splits=None, split_items=None):
+def _run(case, scales=SCALES, splits=None):
     q, kc, vc, idx, bt, t2r = case
     out = torch.full((q.shape[0], q.shape[1], vc.shape[3]), float("nan"), dtype=torch.bfloat16, device=q.device)
-    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits, split_items=split_items)
+    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits)
     return out
 
 
-def _check(case, scales=SCALES, splits=None, split_items=None):
-    out = _run(case, scales, splits, split_items)
+def _check(case, scales=SCALES, splits=None):
+    out = _run(case, scales, splits)
     err = compare(out, reference(*case, *scales))
     assert err is None, err
 
@@ -55,18 +55,6 @@ def _check(case, scales=SCALES, splits=None, split_items=None):
 @pytest.mark.parametrize("splits", SPLITS)
 def test_matches_reference(shape, splits):
     _check(_case(shape, seed=len(shape)), splits=splits)
-
-
-@pytest.mark.parametrize("shape", ["verify5", "topk-odd", "rows37", "ragged-topk"])
-@pytest.mark.parametrize("splits", (2, 3, 8))
-def test_last_items_split(shape, splits):
-    """Only the last items split (split_plan's tail): whole CTAs, parts and the combine over a subset of items, the
-    first split item at every offset of a row's KV heads."""
-    case = _case(shape, seed=splits)
-    items = case[0].shape[0] * case[2].shape[2]
-    for tail in sorted({1, 2, items // 2 + 1, items - 1}):
-        if 0 < tail < items:
-            _check(case, splits=splits, split_items=tail)
 
 
 @pytest.mark.parametrize("splits", SPLITS)

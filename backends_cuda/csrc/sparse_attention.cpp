@@ -27,7 +27,7 @@ bool fp8_cache(const Tensor& c, int32_t device, int64_t d) {
 
 void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table,
                           Tensor token_to_req, double softmax_scale, double k_scale, double v_scale, int64_t splits,
-                          int64_t split_items, Tensor out, Tensor workspace) {
+                          Tensor out, Tensor workspace) {
   STD_TORCH_CHECK(q.dim() == 3 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(2) == 128 &&
                       q.stride(2) == 1,
                   kOp, ": `q` must be a bfloat16 [T, Hq, 128] CUDA tensor with unit last stride");
@@ -50,13 +50,11 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
                   kOp, ": `out` must be a bfloat16 [T, Hq, 128] tensor with unit last stride on q's device");
   STD_TORCH_CHECK(splits >= 1, kOp, ": `splits` must be >= 1, got ", splits);
   const int64_t hkv = k_cache.size(2);
-  STD_TORCH_CHECK(split_items >= 0 && split_items <= t * hkv, kOp, ": `split_items` must be in [0, rows x KV heads = ",
-                  t * hkv, "], got ", split_items);
-  const int64_t need = dsa_cuda::sparse_attention_workspace_floats(split_items, splits);
+  const int64_t need = dsa_cuda::sparse_attention_workspace_floats(t, hkv, splits);
   STD_TORCH_CHECK(workspace.scalar_type() == ScalarType::Float && on(workspace, device) && workspace.is_contiguous() &&
                       workspace.numel() >= need,
                   kOp, ": `workspace` must be a contiguous float32 tensor on q's device of at least ", need,
-                  " elements for ", split_items, " items in ", splits, " splits");
+                  " elements for ", splits, " splits");
 
   dsa_cuda::SparseAttentionParams p;
   p.q = q.data_ptr();
@@ -94,7 +92,6 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
   p.k_scale = static_cast<float>(k_scale);
   p.v_scale = static_cast<float>(v_scale);
   p.splits = splits;
-  p.split_items = split_items;
   if (t == 0 || hq == 0) {
     return;
   }
@@ -114,8 +111,8 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table, "
-      "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, int split_items, "
-      "Tensor(a!) out, Tensor(b!) workspace) -> ()");
+      "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, Tensor(a!) out, "
+      "Tensor(b!) workspace) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {

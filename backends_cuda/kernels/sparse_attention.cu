@@ -18,11 +18,11 @@ bool mult16(int64_t bytes) { return bytes % 16 == 0; }
 
 }  // namespace
 
-int64_t sparse_attention_workspace_floats(int64_t split_items, int64_t splits) {
-  if (splits <= 1 || split_items <= 0) {
+int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits) {
+  if (splits <= 1) {
     return 0;
   }
-  return split_items * splits * k::kHeads * (k::kD + 2);
+  return rows * kv_heads * splits * k::kHeads * (k::kD + 2);
 }
 
 const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
@@ -36,10 +36,8 @@ const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
       p.num_reqs >= (int64_t{1} << 31) || p.page_size * p.max_pages >= (int64_t{1} << 31)) {
     return "the CUDA sparse attention kernel takes int32 block ids, page counts and request-relative positions";
   }
-  if (p.splits < 1 || p.split_items < 0 || p.split_items > p.rows * p.kv_heads ||
-      p.rows * p.kv_heads * p.splits > kMaxGrid) {
-    return "the CUDA sparse attention kernel takes splits >= 1, 0 <= split_items <= rows x KV heads and fewer than "
-           "2^31 (row, KV head, split) CTAs";
+  if (p.splits < 1 || p.rows * p.kv_heads * p.splits > kMaxGrid) {
+    return "the CUDA sparse attention kernel takes fewer than 2^31 (row, KV head, split) CTAs";
   }
   if (!is_aligned16(p.q) || !mult16(p.q_row_stride * 2) || !mult16(p.q_head_stride * 2)) {
     return "the CUDA sparse attention kernel needs q's data and row/head strides 16-byte aligned";
@@ -49,7 +47,7 @@ const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
       !mult16(p.v_page_stride) || !mult16(p.v_head_stride)) {
     return "the CUDA sparse attention kernel needs the caches' data and block/token/head strides 16-byte aligned";
   }
-  if (p.splits > 1 && p.split_items > 0 && (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0) {
+  if (p.splits > 1 && (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0) {
     return "the CUDA sparse attention kernel needs a 16-byte aligned workspace";
   }
   return nullptr;
@@ -70,9 +68,8 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   const int64_t steps = std::max<int64_t>(1, ceil_div(p.topk, k::kStep));
   const int64_t splits = std::min(p.splits, steps);
   const int64_t per = ceil_div(steps, splits);
+  const int64_t used = ceil_div(steps, per);  // no empty split
   const int64_t items = p.rows * p.kv_heads;
-  const int64_t tail = ceil_div(steps, per) > 1 ? p.split_items : 0;  // no empty split, no split of one part
-  const int64_t used = tail > 0 ? ceil_div(steps, per) : 1;
 
   k::KernelArgs a;
   a.q = static_cast<const __nv_bfloat16*>(p.q);
@@ -82,9 +79,8 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   a.bt = p.block_table;
   a.t2r = p.token_to_req;
   a.out = static_cast<__nv_bfloat16*>(p.out);
-  a.part = tail > 0 ? p.workspace : nullptr;
-  a.ml = tail > 0 ? p.workspace + tail * used * k::kHeads * k::kD : nullptr;
-  a.whole = items - tail;
+  a.part = used > 1 ? p.workspace : nullptr;
+  a.ml = used > 1 ? p.workspace + items * used * k::kHeads * k::kD : nullptr;
   a.q_st = p.q_row_stride;
   a.q_sh = p.q_head_stride;
   a.k_sb = p.k_block_stride;
@@ -118,16 +114,15 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   a.qk_scale = p.softmax_scale * p.k_scale * kLog2e;
   a.out_scale = p.v_scale;
 
-  const dim3 grid(unsigned(a.whole + tail * used));
-  DSA_CUDA_CHECK(
-      (launch_pdl_smem<&k::sparse_attention_fp8_kernel>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
-  if (tail == 0) {
-    return cudaSuccess;
+  const dim3 grid(unsigned(items * used));
+  if (used == 1) {
+    return launch_pdl_smem<&k::sparse_attention_fp8_kernel<false>>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a);
   }
+  DSA_CUDA_CHECK(
+      (launch_pdl_smem<&k::sparse_attention_fp8_kernel<true>>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
   k::CombineArgs c;
   c.part = a.part;
   c.ml = a.ml;
-  c.first = a.whole;
   c.out = a.out;
   c.o_st = a.o_st;
   c.o_sh = a.o_sh;
@@ -135,7 +130,7 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   c.hkv = a.hkv;
   c.splits = a.splits;
   c.out_scale = a.out_scale;
-  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(tail)), dim3(k::kThreads), 0, stream, c);
+  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(items)), dim3(k::kThreads), 0, stream, c);
 }
 
 }  // namespace dsa_cuda

@@ -5,12 +5,9 @@
 // - Occupancy: 124 registers and 53 KiB of shared memory, 4 CTAs (16 warps) an SM; q's MMA fragments sit in
 //   shared memory (an LDS.128 a k step) to free 32 registers (H200 1600 rows: 563.0 -> 531.8 us against 3 CTAs
 //   with q in registers and 4 stages).
-// - Work: an item is one query row x one KV head (row * Hkv + kv head). Items [0, whole) take one CTA
-//   each and write out; items [whole, items) are split `splits` ways along their top-k positions, CTA
-//   whole + (item - whole) * splits + split, and write fp32 partials that the combine kernel finishes.
-//   Splitting only the last items evens out the grid's last wave (the provider's plan says which). A
-//   CTA's 4 warps take 16-token steps in turn (warp w: steps w, w + 4, ...), each with its own online
-//   softmax; the CTA merges the 4 at the end.
+// - Work: one CTA = one query row x one KV head x one split of its top-k positions; 1-D grid
+//   (row * Hkv + kv head) * splits + split. Its 4 warps take 16-token steps in turn (warp w: steps
+//   w, w + 4, ...), each with its own online softmax; the CTA merges the 4 at the end.
 // - A warp's step: the 16 tokens' K and V codes (128 B each) land by cp.async in the warp's own ring
 //   of kStages stages (4 KiB each, 2 steps in flight); only __syncwarp orders the ring. Page lookups
 //   (index -> block table) run ahead of the copies, so each dependent load has two steps' compute to land
@@ -80,9 +77,8 @@ struct KernelArgs {
   const int32_t* bt;
   const int32_t* t2r;
   __nv_bfloat16* out;
-  float* part;             // split items: [(items - whole) * splits][16][128] unnormalised outputs
-  float* ml;               // split items: [(items - whole) * splits][2][16] running max (log2) and sum
-  int64_t whole;           // items [0, whole) run whole; the rest are split
+  float* part;             // split path: [items * splits][16][128] unnormalised outputs
+  float* ml;               // split path: [items * splits][2][16] running max (log2) and sum
   int64_t q_st, q_sh;      // elements
   int64_t k_sb, k_sp, k_sh, v_sb, v_sp, v_sh;  // bytes
   int64_t i_st, i_sn, bt_sr, bt_sp, t2r_s, o_st, o_sh;
@@ -96,7 +92,6 @@ struct KernelArgs {
 struct CombineArgs {
   const float* part;
   const float* ml;
-  int64_t first;           // the first split item
   __nv_bfloat16* out;
   int64_t o_st, o_sh;
   int32_t group, hkv, splits;
@@ -218,6 +213,7 @@ __device__ __forceinline__ void store_row16(__nv_bfloat16* dst, const float (&ac
 
 #endif  // DSA_SMXX_SA_DEVICE
 
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SMXX_SA_DEVICE
   extern __shared__ __align__(128) uint8_t smem[];
@@ -225,19 +221,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int64_t cta = int64_t(blockIdx.x);
-  const bool partial = cta >= a.whole;
-  const int64_t part_cta = cta - a.whole;  // the partial's slot when `partial`
-  const int64_t split_item = partial ? part_cta / a.splits : 0;
-  const int64_t item = partial ? a.whole + split_item : cta;  // row * hkv + kv head
-  const int32_t split = int32_t(part_cta - split_item * a.splits);
+  const int64_t item = blockIdx.x / a.splits;  // row * hkv + kv head
+  const int32_t split = int32_t(blockIdx.x - item * a.splits);
   const int64_t row = item / a.hkv;
   const int h = int(item - row * a.hkv);
 
   pdl_wait();
   const int32_t steps = (a.topk + kStep - 1) / kStep;
-  const int32_t s0 = partial ? split * a.steps_per_split : 0;
-  const int32_t s1 = partial ? min(s0 + a.steps_per_split, steps) : steps;
+  const int32_t s0 = split * a.steps_per_split;
+  const int32_t s1 = min(s0 + a.steps_per_split, steps);
   // This warp's steps: first + kWarps j for j < n_mine (none for a padding row).
   const int32_t first = s0 + warp;
   const int32_t n_all = s1 > first ? (s1 - first + kWarps - 1) / kWarps : 0;
@@ -510,8 +502,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
       acc[c] += wt * base[hr * kD + c0 + c];
     }
   }
-  if (partial) {
-    const int64_t p = part_cta;
+  if constexpr (kSplit) {
+    const int64_t p = int64_t(blockIdx.x);
     float* dst = a.part + (p * kHeads + hr) * kD + c0;
 #pragma unroll
     for (int c = 0; c < 16; c += 4) {
@@ -528,14 +520,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
 #endif  // DSA_SMXX_SA_DEVICE
 }
 
-// out[row, head] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s over the splits; one CTA a split item
-// (first + blockIdx.x), a thread 16 value columns of one head row.
+// out[row, head] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s over the splits; one CTA a (row, KV head),
+// a thread 16 value columns of one head row.
 __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(const __grid_constant__ CombineArgs a) {
 #if DSA_SMXX_SA_DEVICE
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t slot = int64_t(blockIdx.x);  // the item's partials start at slot * splits
-  const int64_t item = a.first + slot;
+  const int64_t item = blockIdx.x;
   const int64_t row = item / a.hkv;
   const int h = int(item - row * a.hkv);
   const int hr = int(threadIdx.x >> 3);
@@ -543,7 +534,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(cons
   if (hr >= a.group) {
     return;
   }
-  const float* ml = a.ml + slot * a.splits * 2 * kHeads;
+  const float* ml = a.ml + item * a.splits * 2 * kHeads;
   float mm = kNeg;
   for (int sp = 0; sp < a.splits; ++sp) {
     mm = fmaxf(mm, ml[sp * 2 * kHeads + hr]);
@@ -556,7 +547,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(cons
   for (int sp = 0; sp < a.splits; ++sp) {
     const float wt = exp2f(ml[sp * 2 * kHeads + hr] - mm);
     den += wt * ml[sp * 2 * kHeads + kHeads + hr];
-    const float4* src = reinterpret_cast<const float4*>(a.part + ((slot * a.splits + sp) * kHeads + hr) * kD + c0);
+    const float4* src = reinterpret_cast<const float4*>(a.part + ((item * a.splits + sp) * kHeads + hr) * kD + c0);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const float4 v = __ldg(src + c);

@@ -33,15 +33,14 @@ struct SparseAttentionParams {
   int64_t idx_row_stride, idx_pos_stride, bt_req_stride, bt_page_stride, t2r_stride;
   int64_t out_row_stride, out_head_stride;
   float softmax_scale, k_scale, v_scale;
-  // The last `split_items` (row, KV head) items (row-major) are cut into `splits` parts of their top-k axis,
-  // whose fp32 partials go to the workspace and a combine kernel writes out; the others are single passes.
-  // splits 1 or split_items 0: every item a single pass.
-  int64_t splits, split_items;
+  // Splits of each (row, KV head)'s top-k axis: 1 is the single pass; more write fp32 partials into the
+  // workspace and a combine kernel writes out.
+  int64_t splits;
 };
 
-// fp32 elements of the split workspace: per (split item, split) a [16, 128] partial and 16 maxima and
+// fp32 elements of the split workspace: per (row, KV head, split) a [16, 128] partial and 16 maxima and
 // sums. 0 when splits <= 1.
-int64_t sparse_attention_workspace_floats(int64_t split_items, int64_t splits);
+int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits);
 
 // Why the shape cannot run (nullptr when it can): the launcher's own limits.
 const char* sparse_attention_unsupported(const SparseAttentionParams& params);
