@@ -170,23 +170,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], uint32_t p_smem, uint3
   wgmma_commit();
 }
 
-// A producer thread's share of a token: its pieces q, q + kP, q + 2 kP, ... (16-byte pieces, e4m3 first, then
-// rope: the kP threads of a token take the same path at every k, and the e4m3 pieces' scale group and column
-// block are compile-time), with the token's scales in one load (v32: 4 fp32; v4: 7 ue8m0 bytes).
-template <bool kV4, int kP>
+// A producer thread's share of a token, 4 threads a token (q = 0..3): its 16-byte pieces 4 k + q (e4m3 first,
+// then rope: the 4 threads of a token take the same path at every k, and the e4m3 pieces' scale group and
+// column block are compile-time), with the token's scales in one load (v32: 4 fp32; v4: 7 ue8m0 bytes).
+template <bool kV4>
 struct TokenPart {
-  static constexpr int kN = Layout<kV4>::kPieces / kP;
-  static constexpr int kFp8 = Layout<kV4>::kFp8Pieces / kP;
-  static_assert(kP == 2 || kP == 4, "the pieces' groups and blocks are compile-time for 2 or 4 parts");
+  static constexpr int kN = Layout<kV4>::kPieces / 4;
+  static constexpr int kFp8 = Layout<kV4>::kFp8Pieces / 4;
+  static_assert(Layout<kV4>::kFp8Pieces % 4 == 0, "a token's e4m3 and rope pieces split evenly over 4 threads");
   uint4 v[kN];
   uint4 sc;
 };
 
-template <bool kV4, int kP>
-__device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* offs, int tok, int q,
-                                          TokenPart<kV4, kP>& r) {
+template <bool kV4>
+__device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* offs, int tok, int q, TokenPart<kV4>& r) {
   using C = Layout<kV4>;
-  using H = TokenPart<kV4, kP>;
+  using H = TokenPart<kV4>;
   const int64_t off = offs[tok];
 #pragma unroll
   for (int k = 0; k < H::kN; ++k) {
@@ -197,7 +196,7 @@ __device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* of
     const uint8_t* p = a.cache + off;
 #pragma unroll
     for (int k = 0; k < H::kN; ++k) {
-      const int pc = kP * k + q;
+      const int pc = 4 * k + q;
       r.v[k] = k < H::kFp8 ? ldg128(p + pc * 16) : ldg128(p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
     }
     if constexpr (kV4) {
@@ -212,28 +211,28 @@ __device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* of
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-template <bool kV4, int kP>
-__device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const TokenPart<kV4, kP>& r) {
+template <bool kV4>
+__device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const TokenPart<kV4>& r) {
   using C = Layout<kV4>;
-  using H = TokenPart<kV4, kP>;
+  using H = TokenPart<kV4>;
   const uint32_t row = kt + uint32_t(tok) * 128u;
   const uint32_t sw = uint32_t(tok & 7);
 #pragma unroll
   for (int k = 0; k < H::kN; ++k) {
-    if (k < H::kFp8) {  // piece kP k + q: scale group (kP k) / 8 (v32) or / 4 (v4), column block (kP k) / 4
-      const int g = kV4 ? (kP * k) >> 2 : (kP * k) >> 3;
+    if (k < H::kFp8) {  // piece 4 k + q: scale group k (v4, 64 values) or k / 2 (v32, 128), column block k
+      const int g = kV4 ? k : k >> 1;
       const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
       uint32_t w[8];
       dequant4(r.v[k].x, scale, w[0], w[1]);
       dequant4(r.v[k].y, scale, w[2], w[3]);
       dequant4(r.v[k].z, scale, w[4], w[5]);
       dequant4(r.v[k].w, scale, w[6], w[7]);
-      const uint32_t blk = row + uint32_t((kP * k) >> 2) * kBlockBytes;  // 16 columns a piece, 64 a block
-      const uint32_t c0 = (uint32_t((kP * k) & 3) + uint32_t(q)) * 2u;
+      const uint32_t blk = row + uint32_t(k) * kBlockBytes;  // 16 columns a piece, 64 a block
+      const uint32_t c0 = uint32_t(q) * 2u;
       sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
       sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
     } else {
-      const uint32_t c0 = uint32_t(kP * (k - H::kFp8) + q);
+      const uint32_t c0 = uint32_t(4 * (k - H::kFp8) + q);
       sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
     }
   }
@@ -493,11 +492,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
     };
     // Half-tiles of 32 tokens, 4 threads a token, two register sets: the loads of a half-tile are issued one
     // half-tile store ahead of the store that needs them.
-    TokenPart<kV4, 4> r0, r1;
+    TokenPart<kV4> r0, r1;
     const int q = tid_opaque() & 3;
     publish(0, 0);
-    load_part<kV4, 4>(a, offs, tid >> 2, q, r0);
-    load_part<kV4, 4>(a, offs, 32 + (tid >> 2), q, r1);
+    load_part<kV4>(a, offs, tid >> 2, q, r0);
+    load_part<kV4>(a, offs, 32 + (tid >> 2), q, r1);
     int sl = 0;
     for (int n = 0; n < count; ++n) {
       const int st = n & 1;
@@ -506,18 +505,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
         mbar_wait(empty + 8 * st, uint32_t((n >> 1) - 1) & 1u);  // the math is done with tile n - 2
         __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
       }
-      store_part<kV4, 4>(kt, tid_opaque() >> 2, q, r0);
+      store_part<kV4>(kt, tid_opaque() >> 2, q, r0);
       const bool more = n + 1 < count;
       if (more) {  // tile n + 1: offsets, then the loads of its first half
         sl = sl == kOffSlots - 1 ? 0 : sl + 1;
         publish(n + 1, sl);
-        load_part<kV4, 4>(a, offs + sl * C::kOffSlot, tid >> 2, q, r0);
+        load_part<kV4>(a, offs + sl * C::kOffSlot, tid >> 2, q, r0);
       }
-      store_part<kV4, 4>(kt, 32 + (tid_opaque() >> 2), q, r1);
+      store_part<kV4>(kt, 32 + (tid_opaque() >> 2), q, r1);
       fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
       mbar_arrive(full + 8 * st);
       if (more) {
-        load_part<kV4, 4>(a, offs + sl * C::kOffSlot, 32 + (tid >> 2), q, r1);
+        load_part<kV4>(a, offs + sl * C::kOffSlot, 32 + (tid >> 2), q, r1);
       }
     }
     return;
