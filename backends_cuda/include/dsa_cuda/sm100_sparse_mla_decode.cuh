@@ -167,10 +167,9 @@ template <bool kV4, bool kSplit>
 __global__ void __maxnreg__(kMaxRegs) sparse_mla_decode_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM100_DEVICE
   using C = Cfg<kV4>;
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t base = (raw_addr + 1023u) & ~1023u;
-  uint8_t* const base_ptr = smem_raw + (base - raw_addr);
+  const AlignedDynSmem smem;
+  const uint32_t base = smem.addr;
+  uint8_t* const base_ptr = smem.ptr;
   const uint32_t q_smem = base + C::kQOff;
   const uint32_t k_smem = base + C::kKOff;
   const uint32_t p_smem = base + C::kPOff;

@@ -17,6 +17,21 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The dynamic shared memory from its first 1024-aligned byte (kSmemBytes holds 1024 bytes of slack): addr, its
+// shared-window address, and ptr, the matching generic pointer. Set by a constructor: a function returning the
+// struct made nvcc 13.0 stop folding ptr's shared address to addr (the sm_90a MLA decode SASS changed).
+// 1 KiB: 128-byte swizzle atoms (8 rows x 128 B) and the TMA / MMA descriptors over them need 1024-aligned bases.
+struct AlignedDynSmem {
+  uint32_t addr;
+  uint8_t* ptr;
+  __device__ __forceinline__ AlignedDynSmem() {
+    extern __shared__ uint8_t smxx_dyn_smem[];
+    const uint32_t raw = smem_addr(smxx_dyn_smem);
+    addr = (raw + 1023u) & ~1023u;
+    ptr = smxx_dyn_smem + (addr - raw);
+  }
+};
+
 // A load the compiler keeps in program order with the barrier waits (asm volatile), so it is in flight
 // while the thread waits.
 __device__ __forceinline__ float ldg_early(const float* p) {

@@ -148,7 +148,8 @@ __device__ __forceinline__ CtaSpan cta_span(const KernelArgs& a, int32_t b, int3
   return CtaSpan{n_end, t0, min(t0 + a.tiles_per_split, tiles), a.idx + int64_t(b) * a.i_sb + int64_t(i) * a.i_ss};
 }
 
-using smxx::cp_async16;  // smxx_memory.cuh
+using smxx::AlignedDynSmem;  // smxx_memory.cuh
+using smxx::cp_async16;
 using smxx::e4m3x2_to_f16x2;
 using smxx::ldg_early;
 using smxx::smem_addr;
