@@ -60,8 +60,11 @@ def reference(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_s
         page = block_table[req.clamp(0, nreq - 1)[:, None], slot.clamp(0, max_pages - 1)].long()
         ok &= (page >= 0) & (page < nb)
         pg, off = page.clamp(0, nb - 1), torch.remainder(pos, p)
-        k = k_cache[pg, off].float() * k_scale  # [t, topk, hkv, d]
-        v = v_cache[pg, off].float() * v_scale
+        # An invalid token's gathered row (a clamped page, possibly unused and NaN) is zeroed, not only masked
+        # out of the softmax: 0 * NaN would reach the output through P V.
+        valid = ok[:, :, None, None]
+        k = torch.where(valid, k_cache[pg, off].float() * k_scale, 0.0)  # [t, topk, hkv, d]
+        v = torch.where(valid, v_cache[pg, off].float() * v_scale, 0.0)
         qg = q[r0:r1].float().view(r1 - r0, hkv, g, d)
         s = torch.einsum("tkgd,tnkd->tkgn", qg, k) * softmax_scale
         s = torch.where(ok[:, None, None, :], s, torch.full_like(s, float("-inf")))
