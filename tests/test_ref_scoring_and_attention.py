@@ -241,3 +241,16 @@ def test_sparse_mla_decode_brute_force(layout):
                 want = want / (1 + math.exp(float(sink[h]) - want_lse))
                 assert lse[b, h, i].item() == pytest.approx(want_lse, rel=1e-5)
                 assert torch.allclose(out[b, i, h].double(), want, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("sink", [float("inf"), float("-inf"), 0.0])
+def test_sparse_mla_decode_tokenless_row_with_any_sink(sink):
+    """A request of length 0 has no valid token: out 0 and lse +inf whatever attn_sink holds (a +inf sink made
+    the sink factor inf - inf); the other request's rows are unchanged by a finite or -inf sink."""
+    from sparse_mla_decode_cases import make_case
+
+    q, cache, idx, lens, _ = make_case("v32", 2, 2, 64, 32, lens=[0, 32], seed=3)
+    out, lse = dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=0.04, topk_lens=lens,
+                                         attn_sink=torch.full((64,), sink))
+    assert torch.all(out[0] == 0) and torch.all(lse[0] == float("inf"))
+    assert not out.isnan().any() and torch.isfinite(lse[1]).all()
