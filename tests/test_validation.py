@@ -49,6 +49,9 @@ BAD = [
     ("dequant_k_cache_paged", {"slots": torch.zeros(3, dtype=torch.int64)}, "`slots` must have dtype int32"),
     ("sparse_attention", {"q": torch.zeros(2, 3, 16, dtype=torch.bfloat16)}, "query heads (3) must be a multiple"),
     ("sparse_attention", {"q": torch.zeros(2, 2, 16)}, "`q` must have dtype bfloat16"),
+    ("sparse_attention", {"k_cache": torch.zeros(3, 0, 1, 16, dtype=torch.bfloat16),
+                          "v_cache": torch.zeros(3, 0, 1, 16, dtype=torch.bfloat16)}, "pages must hold at least one"),
+    ("dequant_k_cache_paged", {"kv_cache": torch.zeros(3, 0, 1, 656, dtype=torch.uint8)}, "pages must hold at least"),
     ("sparse_mla_decode", {"q": torch.zeros(1, 1, 2, 512, dtype=torch.bfloat16)}, "head dim must be 576"),
     ("sparse_mla_decode", {"attn_sink": torch.zeros(3)}, "`attn_sink` must have shape [2]"),
 ]

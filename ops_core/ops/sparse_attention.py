@@ -33,6 +33,8 @@ def validate(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_sc
     check_shape(NAME, "v_cache", v_cache, (nb, p, hkv, None))
     check_unit_last_stride(NAME, "k_cache", k_cache)
     check_unit_last_stride(NAME, "v_cache", v_cache)
+    if p == 0:
+        fail(NAME, f"`k_cache` pages must hold at least one token (P, dim 1, is 0): got {list(k_cache.shape)}")
     if hkv == 0 or hq % hkv != 0:
         fail(NAME, f"query heads ({hq}) must be a multiple of kv heads ({hkv})")
     check_tensor(NAME, "indices", indices, dtypes=torch.int32, dim=2, device_like=q)
