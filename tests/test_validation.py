@@ -65,6 +65,26 @@ def test_bad_input_names_the_argument(name, change, message):
     assert message in text and f"dsa.{name.split('.')[0]}" in text
 
 
+def test_out_buffers_that_share_memory_are_refused():
+    """An out= buffer must not overlap itself, an input or the other output; page_table_transform may write its
+    indices in place (the same elements), never a shifted view of them."""
+    i32 = torch.int32
+    scores, pt, lengths = torch.randn(4, 50), torch.zeros(2, 4, dtype=i32), torch.tensor([50, 10, 3, 0], dtype=i32)
+    o = torch.empty(4, 5, dtype=i32)
+    with pytest.raises(ValueError, match="`out` overlaps `out_raw`"):
+        dsa_ops.topk_page_table_transform(scores, pt, lengths, 5, out=o, out_raw=o)
+    with pytest.raises(ValueError, match="`out` has elements that share memory"):
+        dsa_ops.topk_page_table_transform(scores, pt, lengths, 5, out=torch.empty(1, 5, dtype=i32).expand(4, 5))
+    idx, table = torch.randint(0, 64, (8, 8), dtype=i32), torch.randint(0, 64, (8, 8), dtype=i32)
+    with pytest.raises(ValueError, match="`out` overlaps `page_table`"):
+        dsa_ops.page_table_transform(idx, table, page_size=1, out=table)
+    both = torch.randint(0, 64, (9, 8), dtype=i32)
+    with pytest.raises(ValueError, match="`out` overlaps `indices`"):
+        dsa_ops.page_table_transform(both[:8], table, page_size=1, out=both[1:])
+    want = dsa_ops.page_table_transform(idx, table, page_size=1)
+    assert torch.equal(dsa_ops.page_table_transform(idx, table, page_size=1, out=idx), want)  # in place
+
+
 def test_device_mismatch_is_named():
     if not torch.cuda.is_available():
         pytest.skip("needs a second device type")

@@ -14,6 +14,7 @@ import torch
 from .._checks import (
     check_int,
     check_out,
+    check_out_alone,
     check_shape,
     check_tensor,
     check_unit_last_stride,
@@ -64,11 +65,13 @@ def _alloc(indices, *_):
 
 
 def _check_outs(indices, page_table, row_to_batch, page_table_row_starts, page_size, out):
-    if out_ok(out, indices.shape, indices.device) and out.is_contiguous():
-        return
-    check_out(NAME, "out", out, tuple(indices.shape), torch.int32, indices)
-    if not out.is_contiguous():
-        fail(NAME, f"`out` must be contiguous, got strides {out.stride()}")
+    if not (out_ok(out, indices.shape, indices.device) and out.is_contiguous()):
+        check_out(NAME, "out", out, tuple(indices.shape), torch.int32, indices)
+        if not out.is_contiguous():
+            fail(NAME, f"`out` must be contiguous, got strides {out.stride()}")
+    check_out_alone(NAME, "out", out, (("page_table", page_table), ("row_to_batch", row_to_batch),
+                                       ("page_table_row_starts", page_table_row_starts)),
+                    same_ok=(("indices", indices),))
 
 
 def _reference_out(indices, page_table, row_to_batch, page_table_row_starts, page_size, out):

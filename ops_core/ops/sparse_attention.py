@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .. import registry
-from .._checks import check_out, check_shape, check_tensor, check_unit_last_stride, fail
+from .._checks import check_out, check_out_alone, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import OutForm, define_op
 
 NAME = "sparse_attention"
@@ -90,6 +90,8 @@ def _alloc(q, k_cache, v_cache, *_):
 def _check_outs(*a):
     q, v_cache, out = a[0], a[2], a[-1]
     check_out(NAME, "out", out, (q.shape[0], q.shape[1], v_cache.shape[3]), torch.bfloat16, q)
+    names = ("q", "k_cache", "v_cache", "indices", "block_table", "token_to_req")
+    check_out_alone(NAME, "out", out, tuple(zip(names, a[:6])))
 
 
 def _reference_out(*a):
