@@ -69,6 +69,19 @@ def check_int(op, name, v, *, lo=None, hi=None, pow2=False):
         fail(op, f"`{name}` must be a power of two, got {v}")
 
 
+def check_flag(op, name, v):
+    """A bool argument as a wrapper receives it: torch's argument parser would read None, 0, 1 or a tensor as one."""
+    if v is not True and v is not False:
+        fail(op, f"`{name}` must be a bool, got {type(v).__name__} {v!r}")
+
+
+def check_given_int(op, name, v):
+    """An int argument as a wrapper receives it (a SymInt under tracing): torch's argument parser would read True
+    or a 0-d tensor as one."""
+    if type(v) is not int and not isinstance(v, torch.SymInt):
+        fail(op, f"`{name}` must be an int, got {type(v).__name__} {v!r}")
+
+
 def check_unit_last_stride(op, name, t):
     if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
         fail(op, f"`{name}` must have unit stride in its last dimension, got strides {t.stride()}")

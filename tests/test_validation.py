@@ -113,6 +113,48 @@ def test_precise_must_be_a_bool(api, sample, value):
             fn(*args, **kwargs)
 
 
+FLAG_CASES = [("topk", "topk", "deterministic"),
+              ("topk_page_table_transform", "topk_page_table_transform", "deterministic"),
+              ("indexer_logits", "indexer_logits[fp8]", "clean"),
+              ("paged_indexer_logits", "paged_indexer_logits", "clean"),
+              ("indexer_topk", "indexer_topk[fp8,precise]", "exact"),
+              ("indexer_topk", "indexer_topk[fp8,precise]", "return_scores")]
+
+
+@pytest.mark.parametrize("api,sample,flag", FLAG_CASES, ids=[f"{c[0]}-{c[2]}" for c in FLAG_CASES])
+@pytest.mark.parametrize("value", [None, 1, torch.tensor(True)], ids=["None", "int", "tensor"])
+def test_flags_must_be_bools(api, sample, flag, value):
+    """The API refuses what torch's argument parser would read as a bool flag."""
+    _, args, kwargs = S[sample]
+    with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{flag}` must be a bool"):
+        getattr(dsa_ops, api)(*args, **{**kwargs, flag: value})
+
+
+INT_CASES = [("topk", "topk", "k"), ("topk_page_table_transform", "topk_page_table_transform", "k"),
+             ("topk_page_table_transform", "topk_page_table_transform", "page_size"),
+             ("topk_ragged_transform", "topk_ragged_transform", "k"),
+             ("page_table_transform", "page_table_transform", "page_size"),
+             ("indexer_topk", "indexer_topk[fp8,precise]", "k"),
+             ("paged_indexer_logits", "paged_indexer_logits", "max_context_len")]
+
+
+@pytest.mark.parametrize("api,sample,name", INT_CASES, ids=[f"{c[0]}-{c[2]}" for c in INT_CASES])
+@pytest.mark.parametrize("value", [True, "tensor"], ids=["bool", "tensor"])
+def test_int_arguments_must_be_ints(api, sample, name, value):
+    """The API refuses True or a 0-d tensor for an int argument, which torch's argument parser would read as one."""
+    op, args, kwargs = S[sample]
+    names = [a.name for a in op._schema.arguments]
+    args, kwargs = list(args), dict(kwargs)
+    given = args[names.index(name)] if names.index(name) < len(args) else kwargs[name]
+    bad = True if value is True else torch.tensor(given)
+    if names.index(name) < len(args):
+        args[names.index(name)] = bad
+    else:
+        kwargs[name] = bad
+    with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{name}` must be an int"):
+        getattr(dsa_ops, api)(*args, **kwargs)
+
+
 @pytest.mark.parametrize("api,sample", PRECISE_APIS)
 def test_precise_is_keyword_only(api, sample):
     import inspect

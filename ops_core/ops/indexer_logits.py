@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .. import registry
-from .._checks import check_shape, check_tensor, check_unit_last_stride, fail
+from .._checks import check_flag, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import define_op
 from . import _indexer_choice
 
@@ -123,4 +123,5 @@ def indexer_logits(q, kv, kv_scale, weights, ks, ke, *, clean: bool = True, prec
         float32 [T, N]: ``sum_h weights[t, h] * relu(dot(q[t, h], kv[j]) * kv_scale[j])``.
     """
     check_precise(NAME, precise)  # torch's argument parser would read None or 0.0 as False
+    check_flag(NAME, "clean", clean)
     return torch.ops.dsa.indexer_logits(q, kv, kv_scale, weights, ks, ke, clean=clean, precise=precise)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import (
+    check_given_int,
     check_int,
     check_out,
     check_out_alone,
@@ -112,6 +113,8 @@ def page_table_transform(
         int32 [R, k]: ``page_table[b, ps + i // P] * P + i % P``, and -1 wherever the index is
         negative or its batch row, page slot or page entry is out of range.
     """
+    if type(page_size) is not int:
+        check_given_int(NAME, "page_size", page_size)  # torch's parser would read True or a 0-d tensor as an int
     kw = given(row_to_batch=row_to_batch, page_table_row_starts=page_table_row_starts)
     if out is None:
         return _OP(indices, page_table, **kw, page_size=page_size)

@@ -13,6 +13,8 @@ import torch
 
 from .. import _route
 from .._checks import (
+    check_flag,
+    check_given_int,
     check_int,
     check_out,
     check_out_alone,
@@ -139,6 +141,9 @@ def topk_page_table_transform(
     Returns:
         int32 [R, k] physical slots, -1 for missing tokens or unmapped pages.
     """
+    check_given_int(NAME, "k", k)  # torch's argument parser would read True or a 0-d tensor as an int
+    check_given_int(NAME, "page_size", page_size)
+    check_flag(NAME, "deterministic", deterministic)
     args = (scores, page_table, lengths, k)
     kw = given(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch)
     if nan_first is not False:
