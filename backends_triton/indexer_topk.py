@@ -18,7 +18,9 @@ import torch
 
 
 def _window_lengths(ks, ke):
-    """ke - ks without int32 overflow, clamped to [0, 2**31 - 1] (a negative length is 0)."""
+    """ke - ks without int32 overflow, clamped to [0, 2**31 - 1] (a negative length is 0). topk's int32 lengths
+    cannot say 2**31: a window of more keys ends at ks + 2**31 - 1, which drops one key only, the one whose
+    relative index would be 2**31 - 1 (ks = -(2**31 - 1) + c for a column c inside the row)."""
     return (ke.long() - ks.long()).clamp_(0, 2**31 - 1).to(torch.int32)
 
 

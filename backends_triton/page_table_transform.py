@@ -60,8 +60,12 @@ def page_table_transform_kernel(
     ok = live & (i >= 0) & (b >= 0) & (b < num_batches) & (slot >= 0) & (slot < max_pages)
     # Nothing outside the table is read: the load is masked by every bound above.
     page = tl.load(page_table_ptr + b * page_table_stride + slot, mask=ok, other=-1).to(tl.int64)
+    # page * P + i % P fits in int32 exactly when page <= (2^31 - 1) >> log2(P): test the page before shifting
+    # it, so the shift cannot wrap int64 for page sizes up to 2^62.
+    max_page = 2147483647 >> tl.minimum(log2_page_size, 31)
+    ok = ok & (page >= 0) & (page <= max_page)
+    page = tl.where(ok, page, 0)
     phys = (page << log2_page_size) + (i_safe - (page_of_i << log2_page_size))
-    ok = ok & (page >= 0) & (phys <= 2147483647)
     tl.store(out_ptr + offs, tl.where(ok, phys, -1).to(tl.int32), mask=live)
 
 

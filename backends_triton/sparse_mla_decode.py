@@ -225,8 +225,9 @@ def mla_decode_kernel(
         inv = tl.where(valid, 1.0 / tl.where(valid, l_i, 1.0), 0.0)
         if HAS_SINK:
             sink = tl.load(sink_ptr + h0 + hh, mask=h_ok, other=0.0)
-            # exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + 2^(sink log2(e) - lse2)); rows without a token stay 0.
-            inv = inv / (1.0 + tl.math.exp2(sink * 1.4426950408889634 - lse2))
+            # exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + 2^(sink log2(e) - lse2)); rows without a token stay 0,
+            # whatever the sink (NaN included).
+            inv = tl.where(valid, inv / (1.0 + tl.math.exp2(sink * 1.4426950408889634 - lse2)), 0.0)
         o = (acc * inv[:, None]).to(tl.bfloat16)
         tl.store(out_ptr + b64 * stride_ob + i64 * stride_os + (h0 + hh)[:, None] * stride_oh + c_own + dv, o,
                  mask=h_ok[:, None])
@@ -285,7 +286,7 @@ def mla_combine_kernel(
     inv = tl.where(valid, 1.0 / tl.where(valid, denom, 1.0), 0.0)
     if HAS_SINK:
         sink = tl.load(sink_ptr + hc, mask=h_ok, other=0.0)
-        inv = inv / (1.0 + tl.math.exp2(sink * 1.4426950408889634 - lse2))
+        inv = tl.where(valid, inv / (1.0 + tl.math.exp2(sink * 1.4426950408889634 - lse2)), 0.0)
     b64 = b.to(tl.int64)
     i64 = i.to(tl.int64)
     tl.store(out_ptr + b64 * stride_ob + i64 * stride_os + hc[:, None] * stride_oh + c[None, :],

@@ -29,6 +29,7 @@ import operator
 from typing import Any, Callable, Optional
 
 import torch
+from torch._dynamo.source import TensorPropertySource
 from torch._inductor.pattern_matcher import (
     MULTIPLE,
     CallFunction,
@@ -48,6 +49,7 @@ from . import (
 log = logging.getLogger(__name__)
 aten, prims, dsa = torch.ops.aten, torch.ops.prims, torch.ops.dsa
 INDEX_DTYPES = (torch.int32, torch.int64)
+SIGNED_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the dsa top-k ops accept
 
 # ---------------------------------------------------------------------------------------------
@@ -67,11 +69,21 @@ def _arg(node: Node, i: int, name: str, default: Any) -> Any:
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
+def _sizes_a_tensor(v: torch.SymInt) -> bool:
+    """v depends on a tensor's size or stride. The dsa ops take k and page_size as static ints, so the rewrite
+    guards such a value: that would recompile per size, or break compilation where the size was marked dynamic."""
+    env = v.node.shape_env
+    sources = getattr(env, "var_to_sources", {})
+    return any(isinstance(src, TensorPropertySource)
+               for sym in v.node.expr.free_symbols for src in sources.get(sym, ()))
+
+
 def _int_hint(x: Any) -> Optional[int]:
-    """x as a Python int: a constant, or a SymInt judged by its hint (the rewrite then guards it)."""
+    """x as a Python int: a constant, or a SymInt judged by its hint (the rewrite then guards it); None for
+    a SymInt that sizes a tensor (see _sizes_a_tensor), so the rewrite declines."""
     v = _val(x)
     if isinstance(v, torch.SymInt):
-        v = v.node.hint if v.node.has_hint() else None
+        v = v.node.hint if v.node.has_hint() and not _sizes_a_tensor(v) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
@@ -128,9 +140,12 @@ def _strip(n: Any, *, clamps: bool, seen: set) -> Any:
 
 
 def _is_minus_one(x: Any) -> bool:
-    """-1 as where() takes it: a literal or (constant-folded) aten.full(shape, -1)."""
+    """-1 as where() takes it: a literal or (constant-folded) aten.full(shape, -1) of a signed integer dtype
+    (a bool or uint8 full of -1 holds True or 255)."""
     if isinstance(x, Node):
-        return _is_call(x, aten.full.default) and x.args[1] == -1
+        v = _val(x)
+        return (_is_call(x, aten.full.default) and x.args[1] == -1 and isinstance(v, torch.Tensor)
+                and v.dtype in SIGNED_INT_DTYPES)
     return isinstance(x, int) and not isinstance(x, bool) and x == -1
 
 

@@ -124,10 +124,12 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
     d = OpDef(name, schema, validate, reference, fake, out, names, defaults)
     LIB.define(f"{name}{schema}")
     env = {"_validate": validate, "_fake": fake, "_reference": reference, "_select": registry.select_on,
-           "_op_name": name}
+           "_op_name": name, "_no_grad": torch.no_grad}
 
     fake_impl = _compile_impl(name, full, "    _validate({ARGS})\n    return _fake({ARGS})\n", env)
-    cpu_impl = _compile_impl(name, full, "    _validate({ARGS})\n    return _reference({ARGS})\n", env)
+    # No backward (see the Autograd registration below): the reference records no graph, as a kernel would not.
+    cpu_impl = _compile_impl(
+        name, full, "    _validate({ARGS})\n    with _no_grad():\n        return _reference({ARGS})\n", env)
 
     if out is None:
         device_impl = _compile_impl(
@@ -147,7 +149,8 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
         checks = "    _validate({IN})\n    _check_outs({ARGS})\n"
         n = out.n_out
         out_fake = _compile_impl(name, out_full, checks + "    return None\n", env, n)
-        out_cpu = _compile_impl(name, out_full, checks + "    _reference_out({ARGS})\n", env, n)
+        out_cpu = _compile_impl(
+            name, out_full, checks + "    with _no_grad():\n        _reference_out({ARGS})\n", env, n)
         out_device = _compile_impl(name, out_full, checks + "    _select(_op_name, {F}.device, ({ARGS},)).fn({ARGS})\n",
                                    env, n)
 
@@ -159,6 +162,11 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
     d.device_impl = device_impl
     torch.library.register_fake(f"dsa::{name}", fake_impl, lib=LIB)
     LIB.impl(name, cpu_impl, "CPU")
+    # Inference ops: torch's recommended registration for an op without a derivative. Without it the
+    # default fallback attaches a node that lets backward run through the op and warns that its gradients
+    # may be silently wrong; a fallthrough costs nothing per call and leaves the outputs without grad_fn.
+    for overload in (name, f"{name}.out") if out is not None else (name,):
+        LIB.impl(overload, torch.library.fallthrough_kernel, "Autograd")
     routers = [(name, schema, device_impl)]
     if out is not None:
         routers.append((f"{name}.out", out.schema, d.out_device_impl))
@@ -168,7 +176,8 @@ def define_op(name, schema, *, validate, reference, fake, out: Optional[OutForm]
         for overload, _, router in routers:
             LIB.impl(overload, router, "CUDA")
     registry.register_provider(
-        registry.Provider(name, "reference", provider_fn, supports=lambda *a: None, available=lambda dev: None)
+        registry.Provider(name, "reference", torch.no_grad()(provider_fn), supports=lambda *a: None,
+                          available=lambda dev: None)
     )
     OPS[name] = d
     return d

@@ -7,6 +7,9 @@ use these as the oracle at full size without copying to the CPU.
 
 from __future__ import annotations
 
+import torch
+
+from ._checks import check_flag, check_given_int
 from ._define import OPS, _normalize
 
 __all__ = sorted(OPS)
@@ -14,9 +17,23 @@ __all__ = sorted(OPS)
 
 def _make(name: str):
     d = OPS[name]
+    types = [str(x.type) for x in torch._C.parse_schema(f"dsa::{name}{d.schema}").arguments]
+    flags = [i for i, t in enumerate(types) if t == "bool"]
+    ints = [i for i, t in enumerate(types) if t == "int"]
 
     def run(*args, **kwargs):
+        # As the op's wrapper does: no unknown keywords, and bools / ints as given, never coerced.
+        if len(args) > len(d.arg_names):
+            raise TypeError(f"dsa.{name}: takes {len(d.arg_names)} arguments, got {len(args)}")
+        for k in kwargs:
+            if k not in d.arg_names or k in d.arg_names[:len(args)]:
+                raise TypeError(f"dsa.{name}: unexpected or repeated argument `{k}` "
+                                f"(arguments: {', '.join(d.arg_names)})")
         a = _normalize(name, d.arg_names, d.defaults, args, kwargs)
+        for i in flags:
+            check_flag(name, d.arg_names[i], a[i])
+        for i in ints:
+            check_given_int(name, d.arg_names[i], a[i])
         d.validate(*a)
         return d.reference(*a)
 

@@ -107,6 +107,16 @@ def test_rows_without_a_token(m, layout, split):
     assert torch.all(lse[0, :, 1] == float("inf")) and torch.all(lse[2] == float("inf"))
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["single", "split"])
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_tokenless_rows_ignore_nonfinite_sink(m, layout, split):
+    q, cache, idx, lens, _ = make_case(layout, 2, 1, 64, 128, page=64, num_blocks=4, seed=9, device=DEV)
+    idx.fill_(-1)
+    sink = torch.tensor([float("nan"), float("inf"), float("-inf"), 3.0] * 16, device=DEV)
+    out, lse = _run(m, (q, cache, idx, lens, sink), layout, split)
+    assert torch.all(out == 0) and torch.all(lse == float("inf"))
+
+
 @pytest.mark.parametrize("batch,s_q,heads", [(1, 1, 128), (1, 2, 64), (4, 1, 64), (32, 2, 128), (256, 1, 64)])
 def test_batches(m, batch, s_q, heads):
     layout = "v32"

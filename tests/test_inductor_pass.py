@@ -250,9 +250,20 @@ def near_add_alpha(idx, pt):  # torch.add(page * P, off, alpha=2): not the mappi
     return torch.where(idx < 0, -1, torch.add(pt.gather(1, (i // P).long()) * P, i % P, alpha=2))
 
 
+def near_bool_fill(idx, pt):  # a bool full(-1) is True: "no token" maps to 1, not -1
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, torch.full((), -1, dtype=torch.bool), pt.gather(1, (i // P).long()) * P + i % P)
+
+
+def near_uint8_fill(idx, pt):  # a uint8 full(-1) is 255
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, torch.full((), -1, dtype=torch.uint8), pt.gather(1, (i // P).long()) * P + i % P)
+
+
 @pytest.mark.parametrize("model", [
     near_no_guard, near_eq_guard, near_zero_fill, near_page_48, near_two_page_sizes, near_offset_other_page,
     near_slot_shifted, near_slot_other_page, near_offset_other_index, near_request_rows_reversed, near_add_alpha,
+    near_bool_fill, near_uint8_fill,
 ])
 def test_page_table_near_misses_are_left_alone(model):
     d = gen()
@@ -416,6 +427,23 @@ def test_torch_topk_near_misses_are_left_alone(model):
     out, graph = compile_run(model, d["scores"], d["pt"])
     assert rewrites() == {} and "dsa." not in graph
     assert_same(out, model(d["scores"], d["pt"]), exact=(model is near_sorted))
+
+
+def torch_topk_whole_width_mapped(scores, pt):  # k is the scores' width
+    i = torch.topk(scores, scores.shape[1], sorted=False).indices
+    return pt.gather(1, i // P) * P + i % P
+
+
+def test_torch_topk_with_k_from_a_marked_dynamic_size_is_left_alone():
+    """The dsa ops take k as a static int: rewriting would specialise the width marked dynamic (a compile
+    error) or, unmarked, recompile per width; the pass declines."""
+    d = gen()
+    scores = d["scores"][:, :40].contiguous()
+    torch._dynamo.mark_dynamic(scores, 1)
+    torch._dynamo.reset()
+    out = torch.compile(torch_topk_whole_width_mapped, fullgraph=True)(scores, d["pt"])
+    assert rewrites() == {}
+    assert_same(out, torch_topk_whole_width_mapped(scores, d["pt"]))
 
 
 # ---------------------------------------------------------------------------------------------

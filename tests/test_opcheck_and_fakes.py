@@ -1,5 +1,7 @@
 """torch.library.opcheck on every op and overload, and fakes under torch.compile(dynamic=True)."""
 
+import warnings
+
 import dsa_ops  # noqa: F401
 import pytest
 import torch
@@ -69,3 +71,41 @@ def test_out_overload_writes_in_place_under_compile():
 
     torch._dynamo.reset()
     assert torch.equal(torch.compile(f, fullgraph=True, dynamic=True)(idx, pt), f(idx, pt))
+
+
+def _requiring_grad(v):
+    if isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.bfloat16):
+        return v.detach().clone().requires_grad_(True)
+    return v
+
+
+def _no_backward_through(name, device):
+    op, args, kwargs = SAMPLES[name]
+    to = (lambda v: v.to(device) if isinstance(v, torch.Tensor) else v)
+    args = tuple(_requiring_grad(to(a)) for a in args)
+    kwargs = {k: to(v) if k.startswith("out") else _requiring_grad(to(v)) for k, v in kwargs.items()}
+    assert any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "autograd kernel was not registered" warning is a failure
+        got = op(*args, **kwargs)
+    outs = [kwargs[n] for n in kwargs if n.startswith("out")] if got is None else (
+        list(got) if isinstance(got, tuple) else [got])
+    for o in outs:
+        assert not o.requires_grad and o.grad_fn is None, f"{name}: an output carries a graph"
+
+
+# The inputs below include every float tensor of each sample. The ops have no backward: their outputs must
+# not carry a graph (the default fallback would let backward run through them with wrong gradients).
+@pytest.mark.parametrize("name", sorted(n for n in SAMPLES if any(
+    isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.bfloat16)
+    for v in (*SAMPLES[n][1], *SAMPLES[n][2].values()))))
+def test_outputs_carry_no_graph(name):
+    _no_backward_through(name, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(n for n in SAMPLES if any(
+    isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.bfloat16)
+    for v in (*SAMPLES[n][1], *SAMPLES[n][2].values()))))
+def test_outputs_carry_no_graph_gpu(name):
+    _no_backward_through(name, "cuda")

@@ -138,7 +138,7 @@ def test_page_mapping_matches_brute_force(data):
     nb, mp = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))
     p = data.draw(st.sampled_from([1, 2, 4, 64]))
     idx = data.draw(st.lists(st.integers(-3, 4 * p + 3), min_size=rows * k, max_size=rows * k))
-    pt = data.draw(st.lists(st.sampled_from([-1, 0, 1, 5, 2**30, 2**31 - 1]), min_size=nb * mp, max_size=nb * mp))
+    pt = data.draw(st.lists(st.sampled_from([-1, 0, 1, 2, 5, 2**30, 2**31 - 1]), min_size=nb * mp, max_size=nb * mp))
     rtb = data.draw(st.lists(st.integers(-1, nb), min_size=rows, max_size=rows))
     prs = data.draw(st.lists(st.integers(-1, mp), min_size=rows, max_size=rows))
     use_rtb, use_prs = data.draw(st.booleans()), data.draw(st.booleans())
@@ -152,6 +152,17 @@ def test_page_mapping_matches_brute_force(data):
         ps = prs[r] if use_prs else 0
         for j in range(k):
             assert got[r, j].item() == page_map(idx[r * k + j], table, b, ps, p)
+
+
+@pytest.mark.parametrize("log2", [30, 31, 32, 62])
+def test_page_sizes_past_int32_do_not_wrap(log2):
+    """page * P leaves int64 at P = 2^62, page 2: such slots are -1, as every slot id past int32 is."""
+    idx = torch.tensor([[0, 5, 2**31 - 1, -1]], dtype=torch.int32)
+    pt = torch.tensor([[2, 0, 1]], dtype=torch.int32)
+    got = dsa_ops.page_table_transform(idx, pt, page_size=2**log2)
+    want = [[page_map(i, pt.tolist(), 0, 0, 2**log2) for i in idx[0].tolist()]]
+    assert got.tolist() == want
+    assert (got == -1).all() if log2 >= 31 else got[0, 0] == -1  # 2 * 2^30 + 0 is 2^31: past int32 too
 
 
 def test_page_table_transform_in_place_and_strided_table():

@@ -69,6 +69,12 @@ SCRIPT = textwrap.dedent(
         idx[1] = torch.tensor([-1, 2**31 - 1, -2**31, 8 * 16] * 16, dtype=torch.int32)
         check(f"{layout}-all-invalid-rows", (q, cache, idx, lens, sink), split=False)
         check(f"{layout}-all-invalid-rows-split", (q, cache, idx, lens, sink), split=True)
+        # Tokenless rows keep out 0 whatever the sink: NaN, +inf and -inf sinks.
+        q, cache, idx, lens, sink = make_case(layout, 1, 1, 64, 64, seed=8)
+        idx.fill_(-1)
+        sink = torch.tensor([float("nan"), float("inf"), float("-inf"), 3.0] * 16)
+        check(f"{layout}-tokenless-nonfinite-sink", (q, cache, idx, lens, sink), split=False)
+        check(f"{layout}-tokenless-nonfinite-sink-split", (q, cache, idx, lens, sink), split=True)
         padded = make_case(layout, 2, 1, 64, 96, lens=[96, 80], seed=6, pad=48)
         check(f"{layout}-padded-pages", padded, split=False)
         check(f"{layout}-padded-pages-split", padded, split=True)
@@ -82,7 +88,8 @@ SCRIPT = textwrap.dedent(
 
 _PER_LAYOUT = ["single", "split", "split3", "heuristic", "nolens-nosink", "nolens-nosink-split", "h128", "h128-split",
                "lens-0-neg-past", "lens-0-neg-past-split", "all-invalid-rows", "all-invalid-rows-split",
-               "padded-pages", "padded-pages-split", "topk0", "empty-cache", "triton_op"]
+               "tokenless-nonfinite-sink", "tokenless-nonfinite-sink-split", "padded-pages", "padded-pages-split",
+               "topk0", "empty-cache", "triton_op"]
 CASES = [f"{layout}-{c}" for layout in ("v32", "v4") for c in _PER_LAYOUT]
 
 

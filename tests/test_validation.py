@@ -124,10 +124,21 @@ FLAG_CASES = [("topk", "topk", "deterministic"),
 @pytest.mark.parametrize("api,sample,flag", FLAG_CASES, ids=[f"{c[0]}-{c[2]}" for c in FLAG_CASES])
 @pytest.mark.parametrize("value", [None, 1, torch.tensor(True)], ids=["None", "int", "tensor"])
 def test_flags_must_be_bools(api, sample, flag, value):
-    """The API refuses what torch's argument parser would read as a bool flag."""
+    """The API and the reference refuse what torch's argument parser would read as a bool flag."""
     _, args, kwargs = S[sample]
-    with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{flag}` must be a bool"):
-        getattr(dsa_ops, api)(*args, **{**kwargs, flag: value})
+    for fn in (getattr(dsa_ops, api), getattr(dsa_ops.reference, api)):
+        with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{flag}` must be a bool"):
+            fn(*args, **{**kwargs, flag: value})
+
+
+def test_reference_refuses_unknown_and_repeated_arguments():
+    _, args, kwargs = S["topk"]
+    with pytest.raises(TypeError, match="dsa.topk: unexpected or repeated argument `largest`"):
+        dsa_ops.reference.topk(*args, **kwargs, largest=True)
+    with pytest.raises(TypeError, match="dsa.topk: unexpected or repeated argument `k`"):
+        dsa_ops.reference.topk(*args, **kwargs, k=3)
+    with pytest.raises(DsaArgumentError, match="dsa.topk: `k` must be an int"):
+        dsa_ops.reference.topk(args[0], True)
 
 
 INT_CASES = [("topk", "topk", "k"), ("topk_page_table_transform", "topk_page_table_transform", "k"),

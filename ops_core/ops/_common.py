@@ -82,6 +82,9 @@ def map_through_page_table(idx, page_table, row_to_batch, page_table_row_starts,
     if nb == 0 or max_pages == 0:
         return torch.full((rows, k), -1, dtype=torch.int32, device=dev)
     page = page_table[b.clamp(0, nb - 1)[:, None], slot.clamp(0, max_pages - 1)].long()
-    phys = page * page_size + torch.remainder(i, page_size)
-    ok &= (page >= 0) & (phys <= INT32_MAX)
+    # page * P + i % P fits in int32 exactly when page <= (2^31 - 1) >> log2(P) (P a power of two); testing the
+    # page first keeps the product from wrapping int64 for page sizes up to 2^62.
+    max_page = INT32_MAX >> min(page_size.bit_length() - 1, 31)
+    ok &= (page >= 0) & (page <= max_page)
+    phys = page.clamp(0, max_page) * page_size + torch.remainder(i, page_size)
     return torch.where(ok, phys, torch.full_like(phys, -1)).to(torch.int32)

@@ -323,7 +323,7 @@ __device__ __forceinline__ void finish_row(float m, float l, const float* sink, 
   const bool valid = l > 0.f;
   const float lse2 = m + __log2f(valid ? l : 1.f);
   inv = valid ? 1.f / l : 0.f;
-  if (sink != nullptr) {
+  if (sink != nullptr && valid) {  // a tokenless row keeps 0 whatever the sink (NaN included)
     // exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + 2^(sink log2(e) - lse2))
     inv = inv / (1.f + exp2f(sink[h] * kLog2e - lse2));
   }
