@@ -11,7 +11,7 @@ Contract: ``dsa_ops.ops.sparse_attention`` (the reference there is the spec). Tw
   are gathered by slot (cp.async-pipelined, num_stages), QK^T and PV run on the tensor cores with fp32
   accumulation, and the softmax is an fp32 online softmax in base 2 (log2(e) folded into the score
   scale). A bf16 cache feeds bf16 MMAs. An fp8 cache is widened exactly to fp16 (one cvt per pair of
-  e4m3 codes; widening to bf16 takes four) with q scaled by a power of two into fp16 (FP8_F16). By
+  e4m3 codes; widening to bf16 takes four) with each head's q scaled by a power of two into fp16 (FP8_F16). By
   default (FP8_OPAQUE) K and V codes are loaded as they are, widened in the load layout and staged
   through shared memory as fp16, so both MMAs read their operands by ldmatrix as with a bf16 cache
   (see _opaque); the other forms (V as int16 pairs, V's columns permuted) are kept for sweeps.
@@ -253,16 +253,18 @@ def attention_kernel(
     q = tl.load(q_ptr + row64 * stride_qt + (h * G + hh)[:, None] * stride_qh + dq[None, :],
                 mask=h_ok[:, None], other=0.0)  # [BLOCK_H, D] bf16
 
+    qk_row = tl.zeros((BLOCK_H,), tl.float32) + qk_scale  # per head: F16 scales each head on its own
     if F16:
-        # e4m3 -> fp16 is one cvt per pair (-> bf16 takes four). q is scaled by 2^sh so its largest element
-        # lies in [2^14, 2^15) and rounded to fp16: exact for every element above 2^-28 of that maximum
-        # (bf16's 8 bits fit in fp16's 11); the scores are scaled back by 2^-sh in fp32.
+        # e4m3 -> fp16 is one cvt per pair (-> bf16 takes four). Each head's q is scaled by 2^sh so its largest
+        # element lies in [2^14, 2^15) and rounded to fp16: exact for every element above 2^-28 of that head's
+        # maximum (bf16's 8 bits fit in fp16's 11); its scores are scaled back by 2^-sh in fp32. Per head, not
+        # per group: a head far larger (or inf) must not flush the others' q to zero.
         qf = q.to(tl.float32)
-        qmax = tl.max(tl.max(tl.abs(qf), axis=1), axis=0)
+        qmax = tl.max(tl.abs(qf), axis=1)  # [BLOCK_H]
         e = ((qmax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
         sh = tl.minimum(tl.maximum(14 - e, -126), 126)
-        q = (qf * ((sh + 127) << 23).to(tl.float32, bitcast=True)).to(tl.float16)
-        qk_scale = qk_scale * ((127 - sh) << 23).to(tl.float32, bitcast=True)
+        q = (qf * ((sh + 127) << 23).to(tl.float32, bitcast=True)[:, None]).to(tl.float16)
+        qk_row = qk_row * ((127 - sh) << 23).to(tl.float32, bitcast=True)
     nn = tl.arange(0, BLOCK_N)
     m_i = tl.full((BLOCK_H,), NEG, tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
@@ -289,7 +291,7 @@ def attention_kernel(
         kb = _tile(k_ptr, page * stride_kb + off * stride_kp + h * stride_kh, ok, K_PAIRS, F16, False, OPAQUE,
                    BLOCK_N, D)
         s = tl.dot(q, tl.trans(kb), out_dtype=tl.float32)  # [BLOCK_H, BLOCK_N]
-        s = tl.where(ok[None, :], s * qk_scale, NEG)
+        s = tl.where(ok[None, :], s * qk_row[:, None], NEG)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])

@@ -105,6 +105,27 @@ def test_q_extremes():
         _check(tuple(case), splits=splits)
 
 
+def test_heads_of_a_group_scaled_apart():
+    """q is scaled into fp16 per head: heads of one KV group 2^36 apart each keep their precision, and an inf in
+    one head gives NaN in that head only (as the reference), not a flushed q in the others."""
+    case = list(_case((12, 24, 2, 128, 128, 64, 300, 3, 40, 512), seed=6, hostile=False))
+    q = case[0]
+    q[:, 0::2] *= 2.0**18
+    q[:, 1::2] *= 2.0**-18
+    for splits in (1, 2):
+        _check(tuple(case), scales=(2.0**14, 1.0, 1.0), splits=splits)
+    q = _case((12, 24, 2, 128, 128, 64, 300, 3, 40, 512), seed=6, hostile=False)[0].clone()
+    q[0, 2, 3] = float("inf")
+    case[0] = q
+    ref = reference(*case, 0.1, 1.0, 1.0)
+    assert ref[0, 2].isnan().all() and not ref[0, 3].isnan().any()
+    for splits in (1, 2):
+        out = _run(tuple(case), (0.1, 1.0, 1.0), splits)
+        assert torch.equal(out.isnan(), ref.isnan())
+        err = compare(out.nan_to_num(0.0), ref.nan_to_num(0.0))
+        assert err is None, err
+
+
 @pytest.mark.parametrize("rows", [1, 8, 64, 200, 1600])
 def test_dispatch_through_the_op(rows):
     """The automatic choice: Triton's split-K path for the fewest rows, the CUDA kernel above; the CUDA provider

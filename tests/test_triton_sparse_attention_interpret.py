@@ -92,6 +92,20 @@ SCRIPT = textwrap.dedent(
         c = (q,) + tuple(x.to(dtype) if x.is_floating_point() else x for x in case[1:3]) + case[3:]
         check(f"q-range-{dname}", c, scales=(0.1, 1.0, 1.0), split=False)
         check(f"q-range-split-{dname}", c, scales=(0.1, 1.0, 1.0), split=True)
+    # heads of one KV group far apart (the fp16 path scales q per head): x 2^18 beside x 2^-18, and an inf head
+    # (NaN in that head only, as the reference's; its group's other head unharmed)
+    q = case[0].clone()
+    q[:, 0] *= 2.0**18
+    q[:, 1] *= 2.0**-18
+    qi = case[0].clone()
+    qi[0, 2, 3] = float("inf")
+    for dtype, dname in ((FP8, "fp8"), (torch.bfloat16, "bf16")):
+        kv = tuple(x.to(dtype) if x.is_floating_point() else x for x in case[1:3])
+        for split in (False, True):
+            sfx = "-split" if split else ""
+            check(f"q-heads-apart{sfx}-{dname}", (q,) + kv + case[3:], scales=(2.0**16, 1.0, 1.0), split=split)
+            check(f"q-head-inf{sfx}-{dname}", (qi,) + kv + case[3:], scales=(0.1, 1.0, 1.0), split=split,
+                  nan_ok=True)
     # every e4m3 code in valid tokens: subnormals, +-0, +-448 and (second case) NaN codes in K and V, per form
     q, kc, vc, idx, bt, t2r = make_case(6, 4, 2, 16, 32, page=4, num_blocks=12, num_reqs=2, max_pages=4, topk=24,
                                         dtype=FP8, seed=9, hostile=False)
@@ -139,6 +153,7 @@ CASES = (
        for p in ("vllm-layout-single", "vllm-layout-split", "default-config", "triton_op")]
     + ["benign-negative-kscale", "all-invalid", "all-invalid-split"]
     + [f"q-range{s}-{d}" for d in ("fp8", "bf16") for s in ("", "-split")]
+    + [f"{p}{s}-{d}" for p in ("q-heads-apart", "q-head-inf") for d in ("fp8", "bf16") for s in ("", "-split")]
     + [f"{p}-{s}" for s in (False, True) for p in ("empty-table", "empty-table-cols", "topk0")]
 )
 

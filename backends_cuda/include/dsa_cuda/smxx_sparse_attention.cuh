@@ -18,8 +18,8 @@
 // - QK^T: the group's query heads (<= 16) are the MMA M side. The thread's K bytes of a token are two
 //   16-byte chunks (16 t and 64 + 16 t); each 4-byte word gives one k16 step's B fragment as two
 //   e4m3x2 -> f16x2 converts. q's columns are loaded in the same permuted order, so the dot product
-//   is unchanged. q is scaled by a power of two into fp16 (exact for bf16 values within 2^-28 of the
-//   row group's largest), the scores scaled back in fp32.
+//   is unchanged. Each head's q is scaled by a power of two into fp16 (exact for bf16 values within 2^-28
+//   of that head's largest), its scores scaled back in fp32.
 // - PV: P (fp16, from the score accumulators as the A fragment) times V. A thread's B fragments need
 //   pairs of tokens for one value column; it loads 16 bytes (one chunk) of 4 tokens and byte-permutes
 //   (prmt) them into pairs, so its column n of MMA tile j is value column 16 n + j. The output is
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
 
   // q of this KV head's group: rows g and g + 8, columns 16 t + [0, 16) and 64 + 16 t + [0, 16).
   float qf[2][32];
-  float qmax = 0.f;
+  float qmax[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = g + 8 * r;
@@ -274,21 +274,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
           const float hi = __uint_as_float(ws[e] & 0xffff0000u);
           qf[r][16 * half + 8 * c + 2 * e] = lo;
           qf[r][16 * half + 8 * c + 2 * e + 1] = hi;
-          qmax = fmaxf(qmax, fmaxf(fabsf(lo), fabsf(hi)));
+          qmax[r] = fmaxf(qmax[r], fmaxf(fabsf(lo), fabsf(hi)));
         }
       }
     }
   }
+  // Scale each head's q (rows g, g + 8: the four lanes t of a quad hold a row) by 2^sh so its largest element
+  // lies in [2^14, 2^15): fp16 then holds every bf16 value of the head exactly down to 2^-28 of it. Per head,
+  // not per group: a head far larger (or inf) must not flush the others to zero. NaN / inf q: the exponent
+  // field is 255 and that head's scores come out NaN, as the reference's.
+  float up[2], qk_scale[2];
 #pragma unroll
-  for (int m = 16; m >= 1; m >>= 1) {
-    qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, m));
+  for (int r = 0; r < 2; ++r) {
+    qmax[r] = fmaxf(qmax[r], __shfl_xor_sync(0xffffffffu, qmax[r], 1));
+    qmax[r] = fmaxf(qmax[r], __shfl_xor_sync(0xffffffffu, qmax[r], 2));
+    const int e = int((__float_as_uint(qmax[r]) >> 23) & 0xffu) - 127;
+    const int sh = min(max(14 - e, -126), 126);
+    up[r] = __uint_as_float(uint32_t(sh + 127) << 23);
+    qk_scale[r] = a.qk_scale * __uint_as_float(uint32_t(127 - sh) << 23);
   }
-  // Scale q by 2^sh so its largest element lies in [2^14, 2^15): fp16 then holds every bf16 value exactly
-  // down to 2^-28 of it. NaN / inf q: the exponent field is 255 and the scores come out NaN, as the reference's.
-  const int e = int((__float_as_uint(qmax) >> 23) & 0xffu) - 127;
-  const int sh = min(max(14 - e, -126), 126);
-  const float up = __uint_as_float(uint32_t(sh + 127) << 23);
-  const float qk_scale = a.qk_scale * __uint_as_float(uint32_t(127 - sh) << 23);
   uint32_t smem_base = smem_addr(smem);
   asm volatile("" : "+r"(smem_base));
   // q's A fragments live in shared memory (an LDS.128 a k step), not in 32 registers: 4 CTAs an SM. At k step
@@ -300,9 +304,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
     for (int kk = 0; kk < 8; ++kk) {
       const int b = 16 * (kk >> 2) + 4 * (kk & 3);
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(qs + 512u * kk),
-                   "r"(pack_f16(qf[0][b] * up, qf[0][b + 1] * up)), "r"(pack_f16(qf[1][b] * up, qf[1][b + 1] * up)),
-                   "r"(pack_f16(qf[0][b + 2] * up, qf[0][b + 3] * up)),
-                   "r"(pack_f16(qf[1][b + 2] * up, qf[1][b + 3] * up))
+                   "r"(pack_f16(qf[0][b] * up[0], qf[0][b + 1] * up[0])),
+                   "r"(pack_f16(qf[1][b] * up[1], qf[1][b + 1] * up[1])),
+                   "r"(pack_f16(qf[0][b + 2] * up[0], qf[0][b + 3] * up[0])),
+                   "r"(pack_f16(qf[1][b + 2] * up[1], qf[1][b + 3] * up[1]))
                    : "memory");
     }
   }
@@ -395,8 +400,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const bool ok = (valid >> (8 * n + 2 * t + e2)) & 1u;
-        s[n][e2] = ok ? s[n][e2] * qk_scale : kNeg;
-        s[n][2 + e2] = ok ? s[n][2 + e2] * qk_scale : kNeg;
+        s[n][e2] = ok ? s[n][e2] * qk_scale[0] : kNeg;  // row g
+        s[n][2 + e2] = ok ? s[n][2 + e2] * qk_scale[1] : kNeg;  // row g + 8
         mx0 = fmaxf(mx0, s[n][e2]);
         mx1 = fmaxf(mx1, s[n][2 + e2]);
       }
