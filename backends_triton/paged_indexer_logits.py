@@ -176,8 +176,9 @@ def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, c
         return f"head dim {d} (the Triton kernel takes D 64 or 128)"
     if h & (h - 1) or h > 128:
         return f"{h} heads (the Triton kernel takes a power of two up to 128)"
-    if kv_cache.stride(0) % 4:
-        return f"kv_cache block stride {kv_cache.stride(0)} is not a multiple of 4 bytes (fp32 scales)"
+    if kv_cache.stride(0) % 4 or kv_cache.data_ptr() % 4:
+        return (f"kv_cache's data or block stride ({kv_cache.stride(0)} bytes) is not 4-byte aligned "
+                "(its fp32 scales are loaded as fp32)")
     if max_context_len >= 2**31 - 2 * BLOCK:
         return "max_context_len of 2**31 or more"
     return None

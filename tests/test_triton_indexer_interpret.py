@@ -268,3 +268,20 @@ def test_launch_picks_the_mma_by_precise(precise, dtype):
         pil.launch(q[:1].view(1, 1, h, 128), cache, w[:1], one, one.view(1, 1), 64, True, precise,
                    wrap=_Recorder(log))
         assert [name for name, _ in log] == ["paged_indexer_logits_kernel"] and log[0][1]["F16_MMA"] == precise
+
+
+def test_paged_supports_declines_a_cache_not_4_byte_aligned():
+    """The kernel loads each block's fp32 scales as fp32: a cache view starting off a 4-byte boundary (or with
+    such a block stride) is declined with a reason, not read misaligned."""
+    pytest.importorskip("triton")
+    import torch
+    from dsa_ops.backends.triton import paged_indexer_logits as pil
+
+    q = torch.zeros(1, 1, 64, 128, dtype=torch.float8_e4m3fn)
+    w, one = torch.zeros(1, 64), torch.ones(1, dtype=torch.int32)
+    raw = torch.zeros(4 * 64 * 132 + 4, dtype=torch.uint8)
+    args = (q, None, w, one, one.view(1, 1), 64, True, False)
+    for offset, why in ((0, None), (4, None), (1, "not 4-byte aligned"), (2, "not 4-byte aligned")):
+        cache = raw[offset:offset + 4 * 64 * 132].view(4, 64, 1, 132)
+        reason = pil.supports(args[0], cache, *args[2:])
+        assert (reason is None) if why is None else (reason is not None and why in reason), (offset, reason)
