@@ -61,9 +61,9 @@ _CONFIGS_16BIT_SM90 = {32: (8, 128, 8, 3), 64: (4, 128, 8, 3)}
 # call has at least this many (row, head) pairs; below it each program widens its key tiles in registers,
 # ~25% slower a row (H200, 4096 x 131072, H 64: 20806 us in the loop, 15523 widened once, ~1.3 us a row).
 # At full rate that breaks even near 12 rows at H 64; the threshold (128 rows) leaves room for small grids.
-# Widened once, the scale's sign is folded into kv and |s| applied after the head sum (SIGNS_IN_KV): equal to
-# the per-head form for every finite scale, but an inf scale gives +-inf where the reference's inf * 0 and
-# inf - inf terms give NaN (known difference, non-finite kv_scale only).
+# Widened once, the scale's sign is folded into kv and |s| applied after the head sum (SIGNS_IN_KV): the same
+# as the per-head form up to rounding for finite scales (past ~1e36 the per-head products overflow first),
+# but an inf scale gives +-inf where the reference's inf * 0 and inf - inf terms give NaN (a known difference).
 WIDEN_MIN_HEAD_ROWS = 8192
 # (BLOCK_T, BLOCK_N, num_warps, num_stages) for every head count when set: for benchmark sweeps.
 CONFIG_OVERRIDE: Optional[tuple[int, int, int, int]] = None
