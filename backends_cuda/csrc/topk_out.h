@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 namespace dsa_cuda_binding {
 
@@ -88,18 +89,31 @@ inline bool out_ok(const TensorInfo& out, const TensorInfo& scores, int64_t k) {
          out.unit_last_stride() && out.same_device(scores) && (out.size(0) <= 1 || out.stride(0) >= k);
 }
 
-// Two int32 [rows, k] buffers that out_ok accepted share no byte (else the router refuses the call by name).
-inline bool disjoint_outs(const TensorInfo& a, const TensorInfo& b) {
-  void* pa = nullptr;
-  void* pb = nullptr;
-  aoti_torch_get_data_ptr(a.handle, &pa);
-  aoti_torch_get_data_ptr(b.handle, &pb);
-  const auto span = [](const TensorInfo& t) {  // bytes from the first element to one past the last
-    return t.size(0) == 0 || t.size(1) == 0 ? int64_t{0} : ((t.size(0) - 1) * t.stride(0) + t.size(1)) * 4;
-  };
-  const auto lo_a = reinterpret_cast<uintptr_t>(pa), lo_b = reinterpret_cast<uintptr_t>(pb);
-  const int64_t sa = span(a), sb = span(b);
-  return sa == 0 || sb == 0 || lo_a + uintptr_t(sa) <= lo_b || lo_b + uintptr_t(sb) <= lo_a;
+// Bytes [first, one past the last) of a tensor's elements, {0, 0} when it has none (Python's _byte_span). Only
+// for the dtypes the route's checks admit: int32 and the score dtypes.
+inline std::pair<uintptr_t, uintptr_t> byte_span(const TensorInfo& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim; ++d) {
+    if (t.size(d) == 0) {
+      return {0, 0};
+    }
+    last += (t.size(d) - 1) * t.stride(d);
+  }
+  void* p = nullptr;
+  aoti_torch_get_data_ptr(t.handle, &p);
+  const int64_t elem = t.dtype == kBFloat16 || t.dtype == kFloat16 ? 2 : 4;
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  return {lo, lo + uintptr_t((last + 1) * elem)};
+}
+
+// `out` shares no byte with `other` (absent: nullptr), as check_out_alone requires of an out= buffer against the
+// inputs and the other output; else the router refuses the call by name.
+inline bool disjoint(const TensorInfo& out, const TensorInfo* other) {
+  if (other == nullptr) {
+    return true;
+  }
+  const auto a = byte_span(out), b = byte_span(*other);
+  return a.first == a.second || b.first == b.second || a.second <= b.first || b.second <= a.first;
 }
 
 // The arguments of one launch; an absent optional tensor is nullptr. `out` may be a tensor this

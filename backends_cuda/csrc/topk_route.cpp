@@ -189,6 +189,13 @@ struct PageForm {
         rtb(info_of(row_to_batch)),
         ok(scores_ok(s, k, len, rs) && page_ok(s, pt, ptrs, rtb, page_size)) {}
 
+  // An out= buffer of this form shares no byte with its inputs (check_out_alone; the outputs against each other
+  // are checked by the caller).
+  bool apart_from_inputs(const TensorInfo& out) const {
+    return disjoint(out, &s) && disjoint(out, &pt) && disjoint(out, ptr(len)) && disjoint(out, ptr(rs)) &&
+           disjoint(out, ptr(ptrs)) && disjoint(out, ptr(rtb));
+  }
+
   // The launch of this form into `out` (nullptr: a new one, see launch_into_new_out) and `out_raw`.
   TopkCall call(int64_t k, bool deterministic, bool nan_first, int64_t page_size, const TensorInfo* out,
                 const TensorInfo* out_raw) const {
@@ -203,7 +210,9 @@ void topk_page_table_transform_out(Tensor scores, Tensor page_table, Tensor leng
   const PageForm f(scores, page_table, lengths, row_starts, page_table_row_starts, row_to_batch, k, page_size);
   const TensorInfo o = info_of(out);
   const std::optional<TensorInfo> raw = info_of(out_raw);
-  if (!(f.ok && out_ok(o, f.s, k) && (!raw.has_value() || (out_ok(*raw, f.s, k) && disjoint_outs(o, *raw))))) {
+  const bool outs_ok = out_ok(o, f.s, k) && f.apart_from_inputs(o) &&
+                       (!raw.has_value() || (out_ok(*raw, f.s, k) && f.apart_from_inputs(*raw) && disjoint(o, ptr(raw))));
+  if (!(f.ok && outs_ok)) {
     call_router("topk_page_table_transform", "out", scores, page_table, lengths, k, row_starts,
                 page_table_row_starts, row_to_batch, page_size, deterministic, nan_first, out, out_raw);
     return;
