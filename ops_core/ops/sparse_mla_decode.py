@@ -5,6 +5,8 @@ indices [B, s_q, topk] physical slots; positions j >= topk_lens[b] and invalid s
 Keys are the dequantised rows; values are their first 512 columns (v32) or the whole 512 (v4).
 Returns out bf16 [B, s_q, H, 512] and the natural-log lse fp32 [B, H, s_q]; a row with no valid
 token gives out 0 and lse +inf. attn_sink [H] only rescales out by exp(lse) / (exp(lse) + exp(sink)).
+H is 64 or 128 in the contract (what the CUDA kernels take); the reference and the Triton kernel also take
+other head counts (e.g. 16 or 32 heads a GPU under tensor parallelism), an extension beyond it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """dsa.topk_ragged_transform: top-k of each window, shifted by a per-row offset: `i + offsets[r]`.
 
--1 stays -1; a shifted index that does not fit in int32 gives -1. Ranking as dsa.topk, NaN first with
+-1 stays -1; a shifted index that is negative (invalid, as every index < 0 is) or does not fit in int32
+gives -1. Ranking as dsa.topk, NaN first with
 `nan_first`.
 """
 
@@ -64,7 +65,7 @@ def topk_ragged_transform(
         nan_first: rank NaN above every number, as torch.topk does (default: below every number).
 
     Returns:
-        int32 [R, k]; -1 where the window holds fewer than k keys (or the sum leaves int32). Order
+        int32 [R, k]; -1 where the window holds fewer than k keys (or the sum is negative or leaves int32). Order
         inside a row is unspecified, as with ``topk(deterministic=False)`` (the CUDA provider runs
         the filter kernel); for ascending indices, add ``offsets`` to ``topk(..., deterministic=True)``.
     """
