@@ -135,7 +135,8 @@ def forced_backend() -> Optional[str]:
 
 @contextlib.contextmanager
 def use_backend(name: Optional[str]):
-    """Force one backend inside a `with` block (None or "auto" restores automatic choice)."""
+    """Force one backend inside a `with` block (None or "auto" restores automatic choice). Process-wide, not per
+    thread: the C++ CUDA-key kernels read the same choice."""
     global _forced
     previous, _forced = _forced, _parse_backend(name)
     _notify()
