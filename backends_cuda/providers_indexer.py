@@ -79,8 +79,11 @@ def supports(q, kv, kv_scale, weights, ks, ke, clean, precise) -> Optional[str]:
         return f"{h} heads (the CUDA kernel takes 32 or 64)"
     if d != 128:
         return f"head dim {d} (the CUDA kernel takes 128)"
-    if kv.shape[0] > 2**31 - 1 - 2 * _TILE:
-        return "2^31 - 256 keys or more"
+    # The math threads' -inf fill strides up to 512 keys past the last one in int32 (smxx_indexer.cuh).
+    if kv.shape[0] > 2**31 - 1 - 8 * _TILE:
+        return "2^31 - 1024 keys or more"
+    if t >= 2**31 - 1:
+        return "2^31 - 1 rows or more"
     if not aligned16(q, (q.stride(0), q.stride(1))):
         return "q's data or row/head strides are not 16-byte aligned"
     if not aligned16(kv, (kv.stride(0),)):

@@ -100,8 +100,11 @@ def unsupported_shape(q, kv_cache, max_context_len) -> Optional[str]:
         return f"{h} heads (the CUDA paged kernel takes 32 or 64)"
     if d != 128:
         return f"head dim {d} (the CUDA paged kernel takes 128)"
-    if max_context_len > 2**31 - 1 - 2 * _TILE:
-        return "max_context_len of 2^31 - 256 or more"
+    # The math threads' -inf fill strides up to 512 keys past the last one in int32 (smxx_indexer.cuh).
+    if max_context_len > 2**31 - 1 - 8 * _TILE:
+        return "max_context_len of 2^31 - 1024 or more"
+    if kv_cache.shape[0] >= 2**31 - 1:
+        return "2^31 - 1 cache blocks or more"
     if next_n > 1024 or b * next_n >= 2**28:
         return f"next_n {next_n} > 1024 or 2^28 query rows or more"
     if b * next_n * -(-max_context_len // _TILE) >= 2**35:

@@ -86,7 +86,7 @@ def unsupported_shape(q, k_cache, v_cache, indices, block_table) -> Optional[str
         return f"{hq} query heads over {hkv} KV heads (the CUDA kernel takes 1 to {MAX_GROUP} a KV head)"
     if indices.shape[1] >= 2**30:
         return f"top-k {indices.shape[1]}: 2**30 or more"
-    if nb >= 2**31 or block_table.shape[1] * page >= 2**31:
+    if nb >= 2**31 or block_table.shape[0] >= 2**31 or block_table.shape[1] * page >= 2**31:
         return "block ids or request-relative positions past int32"
     if t * hkv * MAX_SPLITS >= 2**31:
         return f"{t} rows x {hkv} KV heads: too many CTAs"

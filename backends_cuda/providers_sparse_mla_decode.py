@@ -126,8 +126,8 @@ def unsupported_shape(q, kv_cache, indices, layout="v32", attn_sink=None) -> Opt
     b, s_q, h, _ = q.shape
     if h == 0 or h % HEADS_PER_CTA:
         return f"{h} heads (the CUDA kernel takes a multiple of {HEADS_PER_CTA})"
-    if indices.shape[2] >= 2**31 - 2 * TILE:
-        return f"top-k {indices.shape[2]}: 2**31 - 128 or more positions"
+    if indices.shape[2] >= 2**31 - 1 - 2 * TILE:
+        return f"top-k {indices.shape[2]}: 2**31 - 129 or more positions"
     if b * s_q * (h // HEADS_PER_CTA) * MAX_SPLITS >= 2**31:
         return f"{b} x {s_q} tokens x {h // HEADS_PER_CTA} head blocks: too many CTAs"
     if q.stride(3) != 1 or not aligned16(q, (q.stride(0), q.stride(1), q.stride(2))):

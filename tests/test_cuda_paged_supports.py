@@ -36,6 +36,7 @@ def test_accepts_the_decode_shapes():
     ({"h": 128}, 100, "128 heads"),
     ({"d": 64}, 100, "head dim 64"),
     ({}, 2**31 - 200, "max_context_len"),
+    ({}, 2**31 - 383, "max_context_len"),  # the -inf fill's 384-thread stride would wrap int32
     ({"next_n": 1025}, 100, "next_n 1025"),
     ({"q_offset": 8}, 100, "q's data"),
     ({"pad": 4}, 100, "block stride (8452 bytes)"),

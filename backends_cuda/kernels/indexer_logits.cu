@@ -136,8 +136,9 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.rows >= int64_t{INT32_MAX}) {
     return "the CUDA indexer kernel takes fewer than 2^31 - 1 rows";
   }
-  if (p.keys > int64_t{INT32_MAX} - 4 * k::kWgKeys) {
-    return "the CUDA indexer kernel takes fewer than 2^31 - 256 keys";
+  // The math threads' -inf fill (fill_neg_inf) strides up to 512 keys past the last one in int32.
+  if (p.keys > int64_t{INT32_MAX} - 16 * k::kWgKeys) {
+    return "the CUDA indexer kernel takes fewer than 2^31 - 1024 keys";
   }
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   if (!is_aligned16(p.q) || (p.q_row_stride * elem) % 16 != 0 || (p.q_head_stride * elem) % 16 != 0) {

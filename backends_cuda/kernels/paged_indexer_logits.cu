@@ -104,8 +104,9 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
     return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2, 3 or 4 (3 fed by a "
            "producer warpgroup)";
   }
-  if (p.max_context_len > int64_t{INT32_MAX} - 4 * k::kPage) {
-    return "the CUDA paged indexer kernel takes max_context_len below 2^31 - 256";
+  // The math threads' -inf fill (fill_neg_inf) strides up to 512 keys past the last one in int32.
+  if (p.max_context_len > int64_t{INT32_MAX} - 16 * k::kPage) {
+    return "the CUDA paged indexer kernel takes max_context_len below 2^31 - 1024";
   }
   if (p.next_n > 1024 || p.batch * p.next_n >= int64_t{1} << 28) {
     return "the CUDA paged indexer kernel takes next_n <= 1024 and fewer than 2^28 query rows";
