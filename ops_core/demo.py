@@ -291,8 +291,8 @@ def main(argv=()) -> int:
         ap.error(f"--rows must be a positive multiple of --next-n {s_q}, got {args.rows}")
     if args.keys is not None and args.context is not None:
         ap.error("give --context or --keys, not both")
-    batch = args.rows // s_q if args.rows is not None else args.batch or (64 if gpu else 2)
-    context = args.keys or args.context or (65536 if gpu else 4096)
+    batch = args.rows // s_q if args.rows is not None else args.batch if args.batch is not None else (64 if gpu else 2)
+    context = next((v for v in (args.keys, args.context) if v is not None), 65536 if gpu else 4096)
     if batch < 1 or context < 1 or args.k < 1:
         ap.error(f"--batch, --context and --k must be positive, got {batch}, {context}, {args.k}")
 

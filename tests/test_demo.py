@@ -29,6 +29,9 @@ def test_demo_flags_are_checked():
         demo.main(["--device", "cpu", "--rows", "3", "--next-n", "2"])
     with pytest.raises(SystemExit):
         demo.main(["--device", "cpu", "--rows", "2", "--batch", "2"])
+    for flag in ("--batch", "--context", "--keys", "--k"):  # 0 is refused, not read as "the default"
+        with pytest.raises(SystemExit):
+            demo.main(["--device", "cpu", flag, "0"])
 
 
 def test_decode_rows_follow_the_indexer_visibility():
