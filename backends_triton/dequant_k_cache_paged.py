@@ -200,7 +200,10 @@ def dequant_k_cache_paged(kv_cache: torch.Tensor, slots: torch.Tensor, layout: s
 
 def supports(kv_cache, slots, layout) -> Optional[str]:
     # The op has validated dtypes, shapes and the page layout; every such call is served (any alignment,
-    # any page stride, any number of slots below 2**31).
+    # any page stride, any number of slots below 2**31) unless a page spans 2**31 bytes: a token's offset
+    # inside its page is int32.
+    if kv_cache.shape[1] * kv_cache.shape[3] >= 2**31:
+        return f"pages of {kv_cache.shape[1]} tokens: 2**31 bytes or more (an int32 offset inside the page)"
     return None
 
 

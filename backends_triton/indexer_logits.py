@@ -81,6 +81,7 @@ def load_query_tile(q_ptr, w_ptr, m_row, m_head, m_ok, d, stride_qt, stride_qh, 
                     F16_MMA: tl.constexpr, SIGNS_IN_KV: tl.constexpr):
     """The stationary operands of a program's (row, head) pairs m: q^T [D, TH] (K-major B operand) and the
     weights [TH] (halved for the (x + |x|) relu of SIGNS_IN_KV). Shared with indexer_topk."""
+    m_head = m_head.to(tl.int64)  # head x head stride can pass 2^31 (a head-major q of 132105 rows at H 128)
     w = tl.load(w_ptr + m_row * stride_wt + m_head * stride_wh, mask=m_ok, other=0.0)  # [TH] fp32
     if SIGNS_IN_KV:  # relu(x) w as (x + |x|) (w / 2) below, exactly (2x and w / 2 round as x and w)
         w = 0.5 * w

@@ -74,7 +74,7 @@ def paged_indexer_logits_kernel(
 
     m = tl.arange(0, TH)
     m_tok = g * BLOCK_T + m // H
-    m_head = m % H
+    m_head = (m % H).to(tl.int64)  # head x head stride can pass 2^31 (a head-major q)
     m_ok = m_tok < next_n
     m_row = req.to(tl.int64) * next_n + m_tok
     w = tl.load(w_ptr + m_row * stride_wt + m_head * stride_wh, mask=m_ok, other=0.0)

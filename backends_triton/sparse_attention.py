@@ -250,7 +250,8 @@ def attention_kernel(
     hh = tl.arange(0, BLOCK_H)
     h_ok = hh < G
     dq = tl.arange(0, D)
-    q = tl.load(q_ptr + row64 * stride_qt + (h * G + hh)[:, None] * stride_qh + dq[None, :],
+    head64 = (h * G + hh).to(tl.int64)  # head x head stride can pass 2^31 (head-major q or out, 132105 rows)
+    q = tl.load(q_ptr + row64 * stride_qt + head64[:, None] * stride_qh + dq[None, :],
                 mask=h_ok[:, None], other=0.0)  # [BLOCK_H, D] bf16
 
     qk_row = tl.zeros((BLOCK_H,), tl.float32) + qk_scale  # per head: F16 scales each head on its own
@@ -311,7 +312,7 @@ def attention_kernel(
         tl.store(ml_ptr + p_idx * (2 * BLOCK_H) + BLOCK_H + hh, l_i)
     else:
         o = acc * (out_scale / tl.where(l_i > 0, l_i, 1.0))[:, None]
-        tl.store(out_ptr + row64 * stride_ot + (h * G + hh)[:, None] * stride_oh + do[None, :],
+        tl.store(out_ptr + row64 * stride_ot + head64[:, None] * stride_oh + do[None, :],
                  o.to(tl.bfloat16), mask=h_ok[:, None])
 
 
@@ -347,7 +348,7 @@ def merge_kernel(
     do = tl.arange(0, DV)
     a = tl.load(part_ptr + p_idx[:, None] * (BLOCK_H * DV) + j * DV + do[None, :], mask=s_ok[:, None], other=0.0)
     o = tl.sum(a * w[:, None], axis=0) * (out_scale / tl.where(denom > 0, denom, 1.0))
-    tl.store(out_ptr + row.to(tl.int64) * stride_ot + hq * stride_oh + do, o.to(tl.bfloat16))
+    tl.store(out_ptr + row.to(tl.int64) * stride_ot + hq.to(tl.int64) * stride_oh + do, o.to(tl.bfloat16))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -514,6 +515,12 @@ def supports(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_sc
         return f"{nb} pages of {p} tokens: more than 2**31 - 1 slots (the slot table is int32)"
     if t * hkv >= 2**31:
         return f"{t} rows x {hkv} KV heads: 2**31 programs or more"
+    if indices.shape[1] >= 2**31 - 1024:
+        return f"top-k {indices.shape[1]}: 2**31 - 1024 or more (the tile count is int32)"
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        # A token's offset inside its page is int32 in the hot loop (the page's own offset is int64).
+        if (p - 1) * c.stride(1) + (hkv - 1) * c.stride(2) + c.shape[3] > INT32_MAX:
+            return f"{name}: one page spans 2**31 elements or more (an int32 offset inside the page)"
     return None
 
 

@@ -168,7 +168,8 @@ def mla_decode_kernel(
 
     hh = tl.arange(0, BLOCK_H)
     h_ok = h0 + hh < H
-    qrow = q_ptr + b64 * stride_qb + i64 * stride_qs + (h0 + hh)[:, None] * stride_qh
+    # int64 heads: head x head stride can pass 2^31 (a head-major q).
+    qrow = q_ptr + b64 * stride_qb + i64 * stride_qs + (h0 + hh).to(tl.int64)[:, None] * stride_qh
     dq = tl.arange(0, 256)[None, :]
     q_own = tl.load(qrow + (c_own + dq) * stride_qd, mask=h_ok[:, None], other=0.0)  # [BLOCK_H, 256]
     q_other = tl.load(qrow + (c_other + dq) * stride_qd, mask=h_ok[:, None], other=0.0)
@@ -437,6 +438,8 @@ def supports(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, 
         return f"{b} x {s_q} tokens x {triton.cdiv(h, BLOCK_H)} head blocks x 2 V halves: 2**31 programs or more"
     if indices.shape[2] >= 2**31 - 1024:
         return f"top-k {indices.shape[2]}: 2**31 - 1024 or more positions"
+    if kv_cache.shape[1] * kv_cache.shape[3] >= 2**31:
+        return f"pages of {kv_cache.shape[1]} tokens: 2**31 bytes or more (a token's offset inside its page is int32)"
     return None
 
 
