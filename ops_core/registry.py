@@ -74,6 +74,7 @@ _forced = _parse_backend(os.environ.get(ENV_VAR))
 
 
 def register_provider(p: Provider) -> None:
+    """Add (or replace) one backend's implementation of one op; the choice caches are dropped."""
     if p.backend not in BACKENDS:
         raise ValueError(f"unknown backend {p.backend!r}")
     _providers.setdefault(p.op, {})[p.backend] = p
@@ -110,6 +111,7 @@ def _notify() -> None:
 
 
 def providers(op: str) -> dict[str, Provider]:
+    """The registered providers of `op`, by backend name (the live table: do not modify it)."""
     return _providers.get(op, {})
 
 
@@ -130,6 +132,7 @@ def preferred_backend(op: str, args: tuple) -> Optional[str]:
 
 
 def forced_backend() -> Optional[str]:
+    """The backend forced by DSA_OPS_BACKEND or use_backend (None: the automatic choice)."""
     return _forced
 
 
