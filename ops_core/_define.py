@@ -70,8 +70,12 @@ def _normalize(op: str, names, defaults, args, kwargs) -> tuple:
     """Arguments in schema order with defaults filled in: providers see one calling convention."""
     if not kwargs and len(args) == len(names):
         return args
+    if len(args) > len(names):
+        raise TypeError(f"dsa.{op}: takes {len(names)} arguments, got {len(args)}")
     full = list(args) + list(defaults[len(args):])
     for k, v in kwargs.items():
+        if k not in names or k in names[:len(args)]:
+            raise TypeError(f"dsa.{op}: unexpected or repeated argument `{k}` (arguments: {', '.join(names)})")
         full[names.index(k)] = v
     for i, v in enumerate(full):
         if v is _NO_DEFAULT:

@@ -22,14 +22,8 @@ def _make(name: str):
     ints = [i for i, t in enumerate(types) if t == "int"]
 
     def run(*args, **kwargs):
-        # As the op's wrapper does: no unknown keywords, and bools / ints as given, never coerced.
-        if len(args) > len(d.arg_names):
-            raise TypeError(f"dsa.{name}: takes {len(d.arg_names)} arguments, got {len(args)}")
-        for k in kwargs:
-            if k not in d.arg_names or k in d.arg_names[:len(args)]:
-                raise TypeError(f"dsa.{name}: unexpected or repeated argument `{k}` "
-                                f"(arguments: {', '.join(d.arg_names)})")
-        a = _normalize(name, d.arg_names, d.defaults, args, kwargs)
+        a = _normalize(name, d.arg_names, d.defaults, args, kwargs)  # refuses unknown or repeated keywords
+        # As the op's wrapper does: bools and ints as given, never coerced.
         for i in flags:
             check_flag(name, d.arg_names[i], a[i])
         for i in ints:
