@@ -98,22 +98,10 @@ def test_every_bad_case_targets_a_real_op():
     assert {b[0].split(".")[0] for b in BAD} == set(OPS)
 
 
-PRECISE_APIS = [("indexer_logits", "indexer_logits[fp8]"), ("paged_indexer_logits", "paged_indexer_logits"),
-                ("indexer_topk", "indexer_topk[fp8,precise]")]
-
-
-@pytest.mark.parametrize("api,sample", PRECISE_APIS)
-@pytest.mark.parametrize("value", [None, 1, 0.0, torch.tensor(True)], ids=["None", "int", "float", "tensor"])
-def test_precise_must_be_a_bool(api, sample, value):
-    """torch's argument parser reads None, 0.0 or a tensor as a bool; the API and the reference refuse them."""
-    _, args, kwargs = S[sample]
-    kwargs = {**kwargs, "precise": value}
-    for fn in (getattr(dsa_ops, api), getattr(dsa_ops.reference, api)):
-        with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `precise` must be a bool"):
-            fn(*args, **kwargs)
-
-
-FLAG_CASES = [("topk", "topk", "deterministic"),
+FLAG_CASES = [("indexer_logits", "indexer_logits[fp8]", "precise"),
+              ("paged_indexer_logits", "paged_indexer_logits", "precise"),
+              ("indexer_topk", "indexer_topk[fp8,precise]", "precise"),
+              ("topk", "topk", "deterministic"),
               ("topk_page_table_transform", "topk_page_table_transform", "deterministic"),
               ("indexer_logits", "indexer_logits[fp8]", "clean"),
               ("paged_indexer_logits", "paged_indexer_logits", "clean"),
@@ -122,9 +110,10 @@ FLAG_CASES = [("topk", "topk", "deterministic"),
 
 
 @pytest.mark.parametrize("api,sample,flag", FLAG_CASES, ids=[f"{c[0]}-{c[2]}" for c in FLAG_CASES])
-@pytest.mark.parametrize("value", [None, 1, torch.tensor(True)], ids=["None", "int", "tensor"])
+@pytest.mark.parametrize("value", [None, 1, 0.0, torch.tensor(True)], ids=["None", "int", "float", "tensor"])
 def test_flags_must_be_bools(api, sample, flag, value):
-    """The API and the reference refuse what torch's argument parser would read as a bool flag."""
+    """The API and the reference refuse what torch's argument parser would read as a bool flag (None, 0.0, a
+    tensor)."""
     _, args, kwargs = S[sample]
     for fn in (getattr(dsa_ops, api), getattr(dsa_ops.reference, api)):
         with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{flag}` must be a bool"):
@@ -166,7 +155,7 @@ def test_int_arguments_must_be_ints(api, sample, name, value):
         getattr(dsa_ops, api)(*args, **kwargs)
 
 
-@pytest.mark.parametrize("api,sample", PRECISE_APIS)
+@pytest.mark.parametrize("api,sample", [c[:2] for c in FLAG_CASES if c[2] == "precise"])
 def test_precise_is_keyword_only(api, sample):
     import inspect
 

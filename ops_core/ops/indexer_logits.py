@@ -52,15 +52,9 @@ def check_indexer_inputs(op, q, kv, kv_scale, weights, ks, ke):
         check_shape(op, name, w, (t,))
 
 
-def check_precise(op, precise):
-    """`precise` picks a kernel path on the GPU: a bool, never None or a tensor read as one."""
-    if not isinstance(precise, bool):
-        fail(op, f"`precise` must be a bool, got {type(precise).__name__} {precise!r}")
-
-
 def validate(q, kv, kv_scale, weights, ks, ke, clean, precise):
     check_indexer_inputs(NAME, q, kv, kv_scale, weights, ks, ke)
-    check_precise(NAME, precise)
+    check_flag(NAME, "precise", precise)
 
 
 def head_weighted_relu_scores(q32, kv32, kv_scale, weights):
@@ -126,6 +120,6 @@ def indexer_logits(q, kv, kv_scale, weights, ks, ke, *, clean: bool = True, prec
     Returns:
         float32 [T, N]: ``sum_h weights[t, h] * relu(dot(q[t, h], kv[j]) * kv_scale[j])``.
     """
-    check_precise(NAME, precise)  # torch's argument parser would read None or 0.0 as False
+    check_flag(NAME, "precise", precise)  # torch's argument parser would read None or 0.0 as False
     check_flag(NAME, "clean", clean)
     return torch.ops.dsa.indexer_logits(q, kv, kv_scale, weights, ks, ke, clean=clean, precise=precise)

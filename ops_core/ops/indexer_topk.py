@@ -15,9 +15,8 @@ import torch
 from .._checks import check_flag, check_given_int, check_int, check_shape, check_tensor, check_unit_last_stride
 from .._define import define_op
 from ._common import map_through_page_table, window_topk
-from .indexer_logits import check_indexer_inputs, check_precise
+from .indexer_logits import check_indexer_inputs
 from .indexer_logits import reference as logits_reference
-from .topk import check_nan_first
 
 NAME = "indexer_topk"
 SCHEMA = ("(Tensor q, Tensor kv, Tensor? kv_scale, Tensor weights, Tensor ks, Tensor ke, int k, *, "
@@ -29,8 +28,8 @@ def validate(q, kv, kv_scale, weights, ks, ke, k, exact, precise, page_table, pa
              page_table_row_starts, return_scores, nan_first):
     check_indexer_inputs(NAME, q, kv, kv_scale, weights, ks, ke)
     check_int(NAME, "k", k, lo=1)
-    check_precise(NAME, precise)
-    check_nan_first(NAME, nan_first)
+    check_flag(NAME, "precise", precise)
+    check_flag(NAME, "nan_first", nan_first)
     check_tensor(NAME, "page_table", page_table, dtypes=torch.int32, dim=2, device_like=q, optional=True)
     if page_table is not None:
         check_unit_last_stride(NAME, "page_table", page_table)
@@ -86,8 +85,8 @@ def indexer_topk(q, kv, kv_scale, weights, ks, ke, k: int, *, exact: bool = True
         (int32 [T, k] indices relative to ks (or physical slots with a page table), float32 [T, k]
         scores or None).
     """
-    check_precise(NAME, precise)  # torch's argument parser would read None or 0.0 as False
-    check_nan_first(NAME, nan_first)
+    check_flag(NAME, "precise", precise)  # torch's argument parser would read None or 0.0 as False
+    check_flag(NAME, "nan_first", nan_first)
     for name, flag in (("exact", exact), ("return_scores", return_scores)):
         check_flag(NAME, name, flag)
     check_given_int(NAME, "k", k)

@@ -16,7 +16,7 @@ from .. import registry
 from .._checks import check_flag, check_given_int, check_int, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import define_op
 from . import _indexer_choice
-from .indexer_logits import check_precise, head_weighted_relu_scores
+from .indexer_logits import head_weighted_relu_scores
 
 NAME = "paged_indexer_logits"
 SCHEMA = ("(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens, Tensor block_table, *, "
@@ -39,7 +39,7 @@ def validate(q, kv_cache, weights, context_lens, block_table, max_context_len, c
     check_tensor(NAME, "block_table", block_table, dtypes=torch.int32, dim=2, device_like=q)
     check_shape(NAME, "block_table", block_table, (b, None))
     check_int(NAME, "max_context_len", max_context_len, lo=0)
-    check_precise(NAME, precise)
+    check_flag(NAME, "precise", precise)
 
 
 def split_cache(kv_cache, d):
@@ -102,7 +102,7 @@ def paged_indexer_logits(q, kv_cache, weights, context_lens, block_table, *, max
     Returns:
         float32 [B * next_n, max_context_len].
     """
-    check_precise(NAME, precise)  # torch's argument parser would read None or 0.0 as False
+    check_flag(NAME, "precise", precise)  # torch's argument parser would read None or 0.0 as False
     check_flag(NAME, "clean", clean)
     check_given_int(NAME, "max_context_len", max_context_len)
     return torch.ops.dsa.paged_indexer_logits(q, kv_cache, weights, context_lens, block_table,

@@ -19,7 +19,6 @@ from .._checks import (
     check_shape,
     check_tensor,
     check_unit_last_stride,
-    fail,
     optional_int32_rows_ok,
 )
 from .._define import define_op
@@ -51,15 +50,9 @@ def check_scores_and_windows(op, scores, k, lengths, row_starts):
             check_shape(op, name, t, (scores.shape[0],))
 
 
-def check_nan_first(op, nan_first):
-    """`nan_first` picks the key of NaN in the kernels: a bool, never None or a tensor read as one."""
-    if nan_first is not False and nan_first is not True:
-        fail(op, f"`nan_first` must be a bool, got {type(nan_first).__name__} {nan_first!r}")
-
-
 def validate(scores, k, lengths, row_starts, deterministic, nan_first):
     check_scores_and_windows(NAME, scores, k, lengths, row_starts)
-    check_nan_first(NAME, nan_first)
+    check_flag(NAME, "nan_first", nan_first)
 
 
 def reference(scores, k, lengths, row_starts, deterministic, nan_first=False):
@@ -106,7 +99,7 @@ def topk(
         # torch's argument parser would read None or 0 as False, and True or a 0-d tensor as an int
         check_given_int(NAME, "k", k)
         check_flag(NAME, "deterministic", deterministic)
-        check_nan_first(NAME, nan_first)
+        check_flag(NAME, "nan_first", nan_first)
         return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic,
                    nan_first=nan_first)
     except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)

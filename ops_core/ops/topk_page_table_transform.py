@@ -28,7 +28,7 @@ from .._checks import (
 )
 from .._define import OutForm, define_op, given
 from ._common import map_through_page_table, window_topk
-from .topk import check_nan_first, check_scores_and_windows, scores_and_windows_ok
+from .topk import check_scores_and_windows, scores_and_windows_ok
 
 NAME = "topk_page_table_transform"
 _ARGS = (
@@ -40,7 +40,7 @@ _ARGS = (
 
 def validate(scores, page_table, lengths, k, row_starts, page_table_row_starts, row_to_batch, page_size,
              deterministic, nan_first):
-    check_nan_first(NAME, nan_first)
+    check_flag(NAME, "nan_first", nan_first)
     if (lengths is not None and pow2_ok(page_size) and scores_and_windows_ok(scores, k, lengths, row_starts)
             and int32_table_ok(page_table, scores.device)
             and optional_int32_rows_ok(page_table_row_starts, row_to_batch, scores.shape[0], scores.device)):
@@ -147,7 +147,7 @@ def topk_page_table_transform(
     args = (scores, page_table, lengths, k)
     kw = given(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch)
     if nan_first is not False:
-        check_nan_first(NAME, nan_first)  # torch's argument parser would read None or 0 as False
+        check_flag(NAME, "nan_first", nan_first)  # torch's argument parser would read None or 0 as False
         kw["nan_first"] = nan_first  # (at its default it is cheaper left out)
     try:
         if out is None and out_raw is None:
