@@ -111,6 +111,7 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   a.hkv = int32_t(p.kv_heads);
   a.splits = int32_t(used);
   a.steps_per_split = int32_t(per);
+  a.out_aligned16 = is_aligned16(p.out) && mult16(p.out_row_stride * 2) && mult16(p.out_head_stride * 2);
   a.qk_scale = p.softmax_scale * p.k_scale * kLog2e;
   a.out_scale = p.v_scale;
 

@@ -89,6 +89,7 @@ struct KernelArgs {
   int32_t topk, num_blocks, num_reqs, max_pages, page;
   int32_t page_shift;      // log2(page) when a power of two, else -1
   int32_t group, hkv, splits, steps_per_split;
+  int32_t out_aligned16;   // out's data and row / head strides 16-byte aligned: 16-byte stores
   float qk_scale;          // softmax_scale * k_scale * log2(e)
   float out_scale;         // v_scale
 };
@@ -334,14 +335,21 @@ __device__ __forceinline__ void store_cols8(const KernelArgs& a, const float (&a
     *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
   } else if (hr < a.group) {
-    uint32_t packed[4];
+    __nv_bfloat16* dst = a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + col;
+    if (a.out_aligned16) {
+      uint32_t packed[4];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const __nv_bfloat162 b2 = __floats2bfloat162_rn(acc[2 * c] * inv, acc[2 * c + 1] * inv);
-      packed[c] = *reinterpret_cast<const uint32_t*>(&b2);
+      for (int c = 0; c < 4; ++c) {
+        const __nv_bfloat162 b2 = __floats2bfloat162_rn(acc[2 * c] * inv, acc[2 * c + 1] * inv);
+        packed[c] = *reinterpret_cast<const uint32_t*>(&b2);
+      }
+      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        dst[c] = __float2bfloat16_rn(acc[c] * inv);
+      }
     }
-    *reinterpret_cast<uint4*>(a.out + row * a.o_st + int64_t(h * a.group + hr) * a.o_sh + col) =
-        make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 
