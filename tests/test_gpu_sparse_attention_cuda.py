@@ -69,6 +69,18 @@ def test_several_units_a_cta(shape):
     _check(_case(shape, seed=rows))
 
 
+def test_output_off_16_byte_alignment():
+    """An out view 2 bytes past an aligned base: the outputs are stored without 16-byte stores, same values."""
+    case = _case("verify5", seed=9)
+    q = case[0]
+    ref = reference(*case, *SCALES)
+    for splits in (1, 2):
+        flat = torch.full((q.numel() + 1,), float("nan"), dtype=torch.bfloat16, device=q.device)
+        out = flat[1:].view(q.shape[0], q.shape[1], 128)
+        cu.launch(*case, *SCALES, out, splits=splits)
+        assert compare(out, ref) is None, compare(out, ref)
+
+
 @pytest.mark.parametrize("splits", SPLITS)
 def test_vllm_strided_cache_views(splits):
     """K and V as views of one [num_blocks, Hkv, P, D + Dv] buffer (vLLM's layout)."""
