@@ -2,19 +2,24 @@
 // accumulate), cp.async gathers, no CTA barrier in the main loop. sm_90a runs it (the H200); sm_100a and
 // sm_107a compile the same code (compiled, not run).
 //
-// - Occupancy: 124 registers and 53 KiB of shared memory, 4 CTAs (16 warps) an SM; q's MMA fragments sit in
+// - Occupancy: 128 registers and 53 KiB of shared memory, 4 CTAs (16 warps) an SM; q's MMA fragments sit in
 //   shared memory (an LDS.128 a k step) to free 32 registers (H200 1600 rows: 563.0 -> 531.8 us against 3 CTAs
 //   with q in registers and 4 stages).
-// - Work: one CTA = one query row x one KV head x one split of its top-k positions; 1-D grid
-//   (row * Hkv + kv head) * splits + split. Its 4 warps take 16-token steps in turn (warp w: steps
-//   w, w + 4, ...), each with its own online softmax; the CTA merges the 4 at the end.
+// - Work: a unit is one query row x one KV head x one split of its top-k positions, unit (row * Hkv + kv
+//   head) * splits + split. A CTA's 4 warps take a unit's 16-token steps in turn (warp w: steps w, w + 4,
+//   ...), each with its own online softmax, and merge the 4 at the unit's end.
+// - Persistent grid (one split and 24 steps or more): a CTA per slot (4 an SM) takes units blockIdx.x +
+//   k gridDim.x. A warp's lookahead runs on into the next unit, so its positions, block ids and first two
+//   copies are in flight under the current unit's last steps: a CTA's start and end had cost its slot
+//   ~20 us of ~80 under load (H200, 264 rows: 1 / 2 / 4 / 8 splits 97.6 / 130.4 / 173.3 / 268.3 us). The
+//   merge goes in two halves through each warp's free stage (the other two hold the next unit's copies).
 // - A warp's step: the 16 tokens' K and V codes (128 B each) land by cp.async in the warp's own ring
 //   of kStages stages (4 KiB each, 2 steps in flight); only __syncwarp orders the ring. Page lookups
 //   (index -> block table) run ahead of the copies, so each dependent load has two steps' compute to land
-//   in. Invalid
-//   tokens (negative index, page slot past the table, block id outside the cache, position past top-k)
-//   copy nothing and get probability exactly 0 (their stage bytes are stale; the ring is zeroed at the
-//   start); no address is formed from them.
+//   in. Invalid tokens (negative index, page slot past the table, block id outside the cache, position
+//   past top-k, a padding row's) get probability exactly 0 and no address is formed from them. In a unit's
+//   first kStages steps their rows are zero-filled; later they copy nothing and keep that unit's own stale
+//   bytes. A step without a valid token is skipped.
 // - QK^T: the group's query heads (<= 16) are the MMA M side. The thread's K bytes of a token are two
 //   16-byte chunks (16 t and 64 + 16 t); each 4-byte word gives one k16 step's B fragment as two
 //   e4m3x2 -> f16x2 converts. q's columns are loaded in the same permuted order, so the dot product
