@@ -70,15 +70,18 @@ def test_several_units_a_cta(shape):
 
 
 def test_output_off_16_byte_alignment():
-    """An out view 2 bytes past an aligned base: the outputs are stored without 16-byte stores, same values."""
+    """An out view 2 bytes past an aligned base, and one on an aligned base whose head stride (129 elements) is
+    not a multiple of 16 bytes: the outputs are stored without 16-byte stores, same values."""
     case = _case("verify5", seed=9)
     q = case[0]
     ref = reference(*case, *SCALES)
     for splits in (1, 2):
         flat = torch.full((q.numel() + 1,), float("nan"), dtype=torch.bfloat16, device=q.device)
-        out = flat[1:].view(q.shape[0], q.shape[1], 128)
-        cu.launch(*case, *SCALES, out, splits=splits)
-        assert compare(out, ref) is None, compare(out, ref)
+        shifted = flat[1:].view(q.shape[0], q.shape[1], 128)
+        strided = torch.full((q.shape[0], q.shape[1], 129), float("nan"), dtype=torch.bfloat16, device=q.device)
+        for out in (shifted, strided[..., :128]):
+            cu.launch(*case, *SCALES, out, splits=splits)
+            assert compare(out, ref) is None, compare(out, ref)
 
 
 @pytest.mark.parametrize("splits", SPLITS)

@@ -62,7 +62,7 @@ constexpr int kStages = 3;    // a warp's ring: 2 steps in flight while it compu
 constexpr int kStageBytes = 2 * kStep * kD;  // K then V codes of 16 tokens
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 constexpr int kMaskOff = kRingBytes;         // uint32 [kWarps][kStages]: valid-token bits of each stage
-constexpr int kMergeBytes = kWarps * kHeads * (kD + 2) * 4;  // per warp: O [16 x 128], m [16], l [16]
+constexpr int kMergeHalfBytes = kHeads * (kD / 2) * 4;  // a warp's O, half its columns: [16][64] fp32
 constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // uint64 [kWarps][32]: issue_step's row addresses
 constexpr int kQOff = kTableOff + kWarps * 32 * 8;  // uint32 [8 k steps][32 lanes][4]: q's A fragments
 constexpr int kSmemBytes = kQOff + 8 * 32 * 16;
@@ -75,7 +75,7 @@ constexpr int kMultiUnitMinSteps = kWarps * (kStages + 3);
 // runs a few times a row instead of at most steps.
 constexpr float kRescaleSlack = 8.0f;
 constexpr float kNeg = -1.0e30f;
-static_assert(kMergeBytes <= kRingBytes, "the merge reuses the ring");
+static_assert(kMergeHalfBytes <= kStageBytes, "a merge half goes through a warp's free stage");
 
 struct KernelArgs {
   const __nv_bfloat16* q;
@@ -414,12 +414,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   const int32_t* nbt_row = a.bt + int64_t(nreq_ok ? nreq : 0) * a.bt_sr;
 
   // Position of this warp's step j counted from the current unit's first (steps past n are the next unit's).
+  // Not gated on the request (a padding row's positions are read and dropped at page_of), so the first
+  // positions load beside token_to_req instead of after it.
   auto pos_of = [&](int32_t j) {
     if (j < n) {
-      return load_pos(a, idx_row, first + kWarps * j, req_ok ? s1 : 0, lane);
+      return load_pos(a, idx_row, first + kWarps * j, s1, lane);
     }
     const int32_t jn = j - n;
-    return load_pos(a, nidx_row, warp + kWarps * jn, has_next && nreq_ok && jn < n ? steps : 0, lane);
+    return load_pos(a, nidx_row, warp + kWarps * jn, has_next && jn < n ? steps : 0, lane);
+  };
+  // Block id and page offset of a position of the current unit (cur) or the next; none for a padding row.
+  auto page_of = [&](bool cur, int32_t pos, int32_t& off) {
+    return load_page(a, cur ? bt_row : nbt_row, (cur ? req_ok : nreq_ok) ? pos : -1, off);
   };
   // The first lookups in flight together: the prologue waits for one position load, then one block-id load.
   constexpr int kAhead = kStages + 3;  // positions of steps 0 .. kStages + 2
@@ -431,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   int32_t page[kStages + 1], poff[kStages + 1];
 #pragma unroll
   for (int j = 0; j <= kStages; ++j) {
-    page[j] = load_page(a, j < n ? bt_row : nbt_row, pos[j], poff[j]);
+    page[j] = page_of(j < n, pos[j], poff[j]);
   }
   float qk_scale = stage_q(a, row, h, qs, warp, g, t);
   __syncthreads();
@@ -478,7 +484,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
         issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
         page1 = page2;
         off1 = off2;
-        page2 = load_page(a, j + kStages + 1 < n ? bt_row : nbt_row, pos3, off2);
+        page2 = page_of(j + kStages + 1 < n, pos3, off2);
         pos3 = pos4;
         pos4 = pos_of(j + kStages + 3);
         if (has_next && j + 3 == n && lane < 2 * a.group) {  // the next unit's q, into L2 before its merge
