@@ -2,8 +2,9 @@
 include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled for the SM100 family, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
-softmax_scale, k_scale, v_scale, splits, out, workspace)``. One CTA is one query row x one KV head x one split
-of its top-k positions (4 warps, 53 KiB of shared memory, 124 registers: 4 CTAs an SM). When rows x KV heads are fewer
+softmax_scale, k_scale, v_scale, splits, out, workspace)``. A unit is one query row x one KV head x one split
+of its top-k positions; a CTA (4 warps, 53 KiB of shared memory, 128 registers: 4 CTAs an SM) takes one unit, or
+with one split several in turn (a persistent grid of 4 CTAs an SM). When rows x KV heads are fewer
 than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
 shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. The op's automatic
 choice (ops_core/ops/sparse_attention.py, `prefer`) sends the fewest rows to the Triton kernel's split-K path.

@@ -57,6 +57,33 @@ def test_matches_reference(shape, splits):
     _check(_case(shape, seed=len(shape)), splits=splits)
 
 
+@pytest.mark.parametrize("shape", [(600, 16, 1, 128, 128, 64, 900, 9, 40, 384),
+                                   (80, 64, 8, 128, 128, 16, 900, 5, 90, 500),
+                                   (300, 24, 2, 128, 128, 64, 1500, 11, 64, 2048)])
+def test_several_units_a_cta(shape):
+    """More (row, KV head) items than CTA slots (4 a multiprocessor): the persistent grid hands each CTA several
+    units, with the next unit's lookups and first copies issued under the current one's last steps. Hostile
+    rows (padding rows, invalid indices, NaN-filled unused pages) land in later units too."""
+    rows, _, hkv = shape[:3]
+    assert rows * hkv > 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    _check(_case(shape, seed=rows))
+
+
+def test_output_off_16_byte_alignment():
+    """An out view 2 bytes past an aligned base, and one on an aligned base whose head stride (129 elements) is
+    not a multiple of 16 bytes: the outputs are stored without 16-byte stores, same values."""
+    case = _case("verify5", seed=9)
+    q = case[0]
+    ref = reference(*case, *SCALES)
+    for splits in (1, 2):
+        flat = torch.full((q.numel() + 1,), float("nan"), dtype=torch.bfloat16, device=q.device)
+        shifted = flat[1:].view(q.shape[0], q.shape[1], 128)
+        strided = torch.full((q.shape[0], q.shape[1], 129), float("nan"), dtype=torch.bfloat16, device=q.device)
+        for out in (shifted, strided[..., :128]):
+            cu.launch(*case, *SCALES, out, splits=splits)
+            assert compare(out, ref) is None, compare(out, ref)
+
+
 @pytest.mark.parametrize("splits", SPLITS)
 def test_vllm_strided_cache_views(splits):
     """K and V as views of one [num_blocks, Hkv, P, D + Dv] buffer (vLLM's layout)."""

@@ -111,15 +111,25 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   a.hkv = int32_t(p.kv_heads);
   a.splits = int32_t(used);
   a.steps_per_split = int32_t(per);
+  a.out_aligned16 = is_aligned16(p.out) && mult16(p.out_row_stride * 2) && mult16(p.out_head_stride * 2);
   a.qk_scale = p.softmax_scale * p.k_scale * kLog2e;
   a.out_scale = p.v_scale;
 
-  const dim3 grid(unsigned(items * used));
-  if (used == 1) {
-    return launch_pdl_smem<&k::sparse_attention_fp8_kernel<false>>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a);
+  a.units = items * used;
+  // A persistent grid (a CTA per slot, each taking units in turn with the next unit's lookups and first copies
+  // under the current one's last steps) where the rule allows several units a CTA; else one CTA a unit.
+  int64_t ctas = a.units;
+  if (used == 1 && steps >= k::kMultiUnitMinSteps) {
+    int sms = 0;
+    DSA_CUDA_CHECK(current_sm_count(&sms));
+    ctas = std::min<int64_t>(a.units, int64_t(sms) * k::kCtasPerSm);
   }
+  const dim3 grid(static_cast<unsigned>(ctas));
   DSA_CUDA_CHECK(
-      (launch_pdl_smem<&k::sparse_attention_fp8_kernel<true>>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
+      (launch_pdl_smem<&k::sparse_attention_fp8_kernel>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
+  if (used == 1) {
+    return cudaSuccess;
+  }
   k::CombineArgs c;
   c.part = a.part;
   c.ml = a.ml;
