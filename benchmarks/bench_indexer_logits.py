@@ -378,6 +378,21 @@ DENSE_SWEEP = [(4096, 32768, 64, "full"), (4096, 32768, 64, "causal"), (4096, 13
                (4096, 32768, 32, "full"), (512, 32768, 64, "full"), (128, 65536, 64, "causal")]
 
 
+def _sweep_inputs(bench, case, precise):
+    """(ceilings, fp8 op arguments, flops over the visible keys, timing iterations) of a dense sweep case;
+    skips when the CUDA provider does not take it."""
+    t, n, h, windows = case
+    ceil = _ceilings(bench)
+    args = _inputs(t, n, h, FP8, windows)
+    q, kv, s, w, ks, ke = args
+    p = registry.providers("indexer_logits")["cuda"]
+    why = registry.availability(p, q.device) or p.supports(*args, True, precise)
+    if why is not None:
+        pytest.skip(f"CUDA provider: {why}")
+    visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
+    return ceil, args, 2 * h * D * visible, 10 if t * n >= 1 << 29 else 20
+
+
 @pytest.mark.skipif(os.environ.get("DSA_BENCH_SWEEP") != "1", reason="DSA_BENCH_SWEEP=1 runs it")
 @pytest.mark.parametrize("case", DENSE_SWEEP, ids=lambda c: f"T{c[0]}-N{c[1]}-H{c[2]}-{c[3]}")
 def test_dense_config_sweep(bench, case):
@@ -389,16 +404,8 @@ def test_dense_config_sweep(bench, case):
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     t, n, h, windows = case
-    ceil = _ceilings(bench)
-    args = _inputs(t, n, h, FP8, windows)
+    ceil, args, flops, iters = _sweep_inputs(bench, case, precise=False)
     q, kv, s, w, ks, ke = args
-    p = registry.providers("indexer_logits")["cuda"]
-    why = registry.availability(p, q.device) or p.supports(*args, True, False)
-    if why is not None:
-        pytest.skip(f"CUDA provider: {why}")
-    visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
-    flops = 2 * h * D * visible
-    iters = 10 if t * n >= 1 << 29 else 20
     dg_us = deepgemm_us(bench, f"dense sweep {case}",
                         lambda dg: lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None))
     ref = pi.run(*args, True, False, config=pi.CP_ASYNC)
@@ -439,16 +446,7 @@ def test_dense_precise_sweep(bench, case):
     from dsa_ops.backends.triton import indexer_logits as il
 
     t, n, h, windows = case
-    ceil = _ceilings(bench)
-    args = _inputs(t, n, h, FP8, windows)
-    q, kv, s, w, ks, ke = args
-    p = registry.providers("indexer_logits")["cuda"]
-    why = registry.availability(p, q.device) or p.supports(*args, True, True)
-    if why is not None:
-        pytest.skip(f"CUDA provider: {why}")
-    visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
-    flops = 2 * h * D * visible
-    iters = 10 if t * n >= 1 << 29 else 20
+    ceil, args, flops, iters = _sweep_inputs(bench, case, precise=True)
     ref = pi.run(*args, True, True, config=pi.CP_ASYNC)
     out = torch.empty_like(ref)
     print(f"\n  dense precise sweep {case}: bf16 ceiling {ceil['bf16_tflops']} TFLOP/s")
