@@ -470,14 +470,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   if (tid < kProducer) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
-    const auto [hb, split, b, i, prog] = cta_work(a);
-    const auto [n_end, t0, t1, idx_row] = cta_span(a, b, i, split);
-    const int count = max(t1 - t0, 0);
+    const CtaWork w = cta_work(a);
+    const CtaSpan sp = cta_span(a, w.b, w.i, w.split);  // named, not bound: a lambda below captures it (C++17)
+    const int count = max(sp.t1 - sp.t0, 0);
     if (count == 0) {
       return;
     }
     // Tile n's offsets and valid-token mask into slot n % 3 (threads < 64), then the slot of tile n + 1.
-    int32_t slot = tid < kTile ? load_slot(a, idx_row, t0, t1, n_end, tid) : -1;
+    int32_t slot = tid < kTile ? load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, tid) : -1;
     auto publish = [&](int n, int sl) {
       if (tid < kTile) {
         store_offsets<kV4>(a, slot, tid, offs + sl * C::kOffSlot);
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
         if ((tid & 31) == 0) {
           masks[2 * sl + (tid >> 5)] = m;
         }
-        slot = load_slot(a, idx_row, t0 + n + 1, t1, n_end, tid);
+        slot = load_slot(a, sp.idx_row, sp.t0 + n + 1, sp.t1, sp.n_end, tid);
       }
       bar_sync(kBarProducer, kProducer);  // the slot's offsets, for every producer thread
     };
