@@ -334,6 +334,9 @@ def _plan_mapping(match: Match, guard: Optional[str]) -> Optional[dict]:
     if out is None or P is None:
         return None
     expr = set(match.nodes)
+    # The pattern matcher ignores keywords a pattern does not list: refuse add(page * P, off, alpha=2).
+    if any(_is_call(n, aten.add.Tensor) and n.kwargs.get("alpha", 1) != 1 for n in expr):
+        return None
     # The offset: [casts] idx % P, with the P of the product.
     off = _strip(kw["off"], clamps=False, seen=expr)
     if not (_is_call(off, aten.remainder.Scalar) and _same_int(off.args[1], kw["P"])):
@@ -437,7 +440,8 @@ def _plan_bare_indexer_topk(match: Match) -> Optional[dict]:
     it (stage A took the mapped forms) -> dsa.indexer_topk(nan_first=True), cast to int64."""
     idx = match.output_node()
     topk = idx.args[0]
-    if not (_is_call(topk, aten.topk.default) and _torch_topk_exact(topk) and _torch_topk_k_fits(topk)):
+    if not (_pass.config.rewrite_torch_topk and _is_call(topk, aten.topk.default) and _torch_topk_exact(topk)
+            and _torch_topk_k_fits(topk)):
         return None
     logits = _indexer_of_topk(topk, {idx}, idx)
     return None if logits is None else dict(topk=topk, logits=logits)

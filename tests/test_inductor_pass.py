@@ -245,9 +245,14 @@ def near_two_page_sizes(idx, pt):  # the slot and the offset disagree on P
     return torch.where(idx < 0, -1, pt.gather(1, (i // 64).long()) * 64 + i % 32)
 
 
+def near_add_alpha(idx, pt):  # torch.add(page * P, off, alpha=2): not the mapping (alpha is a keyword)
+    i = idx.clamp(min=0)
+    return torch.where(idx < 0, -1, torch.add(pt.gather(1, (i // P).long()) * P, i % P, alpha=2))
+
+
 @pytest.mark.parametrize("model", [
     near_no_guard, near_eq_guard, near_zero_fill, near_page_48, near_two_page_sizes, near_offset_other_page,
-    near_slot_shifted, near_slot_other_page, near_offset_other_index, near_request_rows_reversed,
+    near_slot_shifted, near_slot_other_page, near_offset_other_index, near_request_rows_reversed, near_add_alpha,
 ])
 def test_page_table_near_misses_are_left_alone(model):
     d = gen()
@@ -399,7 +404,13 @@ def near_indices_reused(scores, pt):  # the raw indices live on: fusing would ru
     return pt.gather(1, i // P) * P + i % P, i
 
 
-@pytest.mark.parametrize("model", [near_values_used, near_sorted, near_smallest, near_indices_reused])
+def near_torch_topk_add_alpha(scores, pt):
+    i = torch.topk(scores, K, sorted=False).indices
+    return torch.add(pt.gather(1, i // P) * P, i % P, alpha=2)
+
+
+@pytest.mark.parametrize("model", [near_values_used, near_sorted, near_smallest, near_indices_reused,
+                                   near_torch_topk_add_alpha])
 def test_torch_topk_near_misses_are_left_alone(model):
     d = gen()
     out, graph = compile_run(model, d["scores"], d["pt"])
@@ -516,6 +527,20 @@ def test_indexer_torch_topk_becomes_indexer_topk(model, extra):
     assert_same(out, model(*args))
     if not extra:  # the NaN keys are picked in every row, as torch picks them
         assert all((out == j).any(dim=1).all() for j in (7, 100, 299))
+
+
+@pytest.mark.parametrize("model,extra", [
+    (indexer_torch_topk, ()), (indexer_torch_topk_paged, ("pt", "rtb")), (indexer_torch_topk_paged_index, ("pt",)),
+])
+def test_indexer_torch_topk_rewrite_can_be_switched_off(monkeypatch, model, extra):
+    monkeypatch.setattr(di.config, "rewrite_torch_topk", False)
+    d = gen()
+    args = (d["q"], d["kv"], d["w"].abs()) + tuple(d[e] for e in extra)
+    out, graph = compile_run(model, *args)
+    # torch.topk stays; the int32 guarded mapping after it may still become dsa.page_table_transform.
+    assert set(rewrites()) <= {"page_table_transform"}, dict(di.counters)
+    assert "aten.topk" in graph and "dsa.indexer_topk" not in graph
+    assert_same(out, model(*args))
 
 
 def test_indexer_dsa_topk_nan_first_keeps_the_flag():

@@ -59,8 +59,8 @@
 // - The TMA writes are async-proxy writes the MMA (async proxy) reads after the mbarrier completes: no
 //   proxy fence is needed between them.
 //
-// Shared memory: 1 KiB alignment slack + 2 Q buffers of 16 KiB + 8 stages of 16 KiB + 16 mbarriers + the
-// tensor memory address = 164992 B.
+// Shared memory: 1 KiB alignment slack + 2 Q buffers of 16 KiB + 8 stages of 16 KiB + 24 mbarriers (full /
+// empty a stage, q_full / q_empty and acc_full / acc_empty a buffer) + the tensor memory address = 165072 B.
 //
 // Torch-free. Included by indexer_logits.cuh under __CUDACC__.
 #pragma once
