@@ -6,8 +6,20 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
+
+import torch
 
 log = logging.getLogger("dsa_ops")
+
+
+def unit_last_stride(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """x with a unit last stride: the kernels take row strides but index the last dimension (and 1-D
+    metadata such as row_to_batch, slots or topk_lens) by position. A copy only where the op accepted a
+    strided or expanded view."""
+    if x is None or x.dim() == 0 or x.shape[-1] <= 1 or x.stride(-1) == 1:
+        return x
+    return x.contiguous()
 
 
 class FirstLaunchLog:

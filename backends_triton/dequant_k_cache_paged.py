@@ -34,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import unit_last_stride
+
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, output width
 # (TOKENS, num_warps) per layout, from the H200 sweep (benchmarks/results/h200.json, dequant_k_cache_paged rows:
 # 262144 distinct random slots over 8192 pages of 64, cold L2, device copy 4254 GB/s in the same run):
@@ -165,6 +167,7 @@ def launch(kv_cache, slots, layout, *, out: Optional[torch.Tensor] = None, wrap=
     tensor otherwise. `wrap` is torch.library.wrap_triton inside the triton_op; the provider calls this
     directly to keep the dispatcher off the per-call path."""
     bpt, width = LAYOUTS[layout]
+    slots = unit_last_stride(slots)
     n = slots.shape[0]
     nb, p = kv_cache.shape[0], kv_cache.shape[1]
     if out is None:

@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import unit_last_stride
+
 BLOCK = 1024  # 4 warps x 32 lanes x 8 int32: two 16-byte vectors per lane
 INT32_MAX = 2**31 - 1
 
@@ -72,6 +74,8 @@ def launch(indices, page_table, row_to_batch, page_table_row_starts, page_size, 
     numel = indices.numel()
     if numel == 0:
         return
+    page_table, row_to_batch, page_table_row_starts = (
+        unit_last_stride(x) for x in (page_table, row_to_batch, page_table_row_starts))
     k = indices.shape[1]
     nb, max_pages = page_table.shape
     kernel = page_table_transform_kernel if wrap is None else wrap(page_table_transform_kernel)

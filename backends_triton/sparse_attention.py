@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import FirstLaunchLog
+from ._launch import FirstLaunchLog, unit_last_stride
 
 NEG = tl.constexpr(-1.0e30)  # masked-logit sentinel (log2 domain); finite, far below any real score
 LOG2E = 1.4426950408889634
@@ -419,6 +419,7 @@ _run = _LAUNCHES.run
 def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out,
            *, wrap=None, split: Optional[bool] = None):
     """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `split` forces a path."""
+    q, indices, block_table, token_to_req = (unit_last_stride(x) for x in (q, indices, block_table, token_to_req))
     t, hq, d = q.shape
     nb, page_size, hkv, dv = v_cache.shape
     topk = indices.shape[1]

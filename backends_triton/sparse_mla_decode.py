@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import FirstLaunchLog
+from ._launch import FirstLaunchLog, unit_last_stride
 
 NEG = tl.constexpr(-1.0e30)  # masked-score sentinel (log2 domain); finite, far below any real score
 LOG2E = 1.4426950408889634
@@ -355,6 +355,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     `split` forces a path (None: the heuristic of split_count); `wrap` is torch.library.wrap_triton
     inside the triton_op. `out` (bf16 [B, s_q, H, 512], unit last stride) and `lse` (fp32 [B, H, s_q],
     contiguous) are written in place when given (tests poison them first); fresh tensors otherwise."""
+    q, indices, topk_lens, attn_sink = (unit_last_stride(x) for x in (q, indices, topk_lens, attn_sink))
     b, s_q, h, _ = q.shape
     topk = indices.shape[2]
     nb, page = kv_cache.shape[0], kv_cache.shape[1]

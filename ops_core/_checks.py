@@ -69,9 +69,54 @@ def check_int(op, name, v, *, lo=None, hi=None, pow2=False):
         fail(op, f"`{name}` must be a power of two, got {v}")
 
 
+def check_flag(op, name, v):
+    """A bool argument as a wrapper receives it: torch's argument parser would read None, 0, 1 or a tensor as one."""
+    if v is not True and v is not False:
+        fail(op, f"`{name}` must be a bool, got {type(v).__name__} {v!r}")
+
+
+def check_given_int(op, name, v):
+    """An int argument as a wrapper receives it (a SymInt under tracing): torch's argument parser would read True
+    or a 0-d tensor as one."""
+    if type(v) is not int and not isinstance(v, torch.SymInt):
+        fail(op, f"`{name}` must be an int, got {type(v).__name__} {v!r}")
+
+
 def check_unit_last_stride(op, name, t):
     if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
         fail(op, f"`{name}` must have unit stride in its last dimension, got strides {t.stride()}")
+
+
+def _byte_span(t):
+    """(first byte, one past the last) of a plain tensor's elements; None when empty or not a plain device tensor
+    (fakes and meta tensors have no addresses: tracing skips the overlap checks)."""
+    if type(t) is not _Tensor or t.numel() == 0 or t.device.type == "meta":
+        return None
+    lo = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    return lo, lo + (sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def check_out_alone(op, name, out, others, same_ok=()):
+    """`out` must not overlap itself (a stride-0 or interleaved view) nor any tensor of `others` ((name, tensor)
+    pairs, None skipped): the kernels write it while they read those. A tensor of `same_ok` may be `out` itself
+    (the same elements: an in-place call), never a partial overlap."""
+    reach = 0
+    for st, s in sorted((st, s) for s, st in zip(out.shape, out.stride()) if s > 1):
+        if st <= reach:
+            fail(op, f"`{name}` has elements that share memory (shape {list(out.shape)}, strides {out.stride()})")
+        reach += (s - 1) * st
+    span = _byte_span(out)
+    if span is None:
+        return
+    for in_place, pairs in ((False, others), (True, same_ok)):
+        for other, t in pairs:
+            ts = _byte_span(t) if t is not None else None
+            if ts is None or ts[1] <= span[0] or span[1] <= ts[0]:
+                continue
+            if in_place and ts == span and t.stride() == out.stride() and t.shape == out.shape:
+                continue
+            fail(op, f"`{name}` overlaps `{other}` in memory: an out= buffer must not share memory with the inputs "
+                     "or the other outputs")
 
 
 def check_out(op, name, out, shape, dtype, like):

@@ -92,8 +92,12 @@ def make_case(rows, hq, hkv, d, dv, *, page, num_blocks, num_reqs, max_pages, to
 
 def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float = 2e-2, min_cos: float = 0.999):
     """None when out matches ref: per (row, head), max |out - ref| <= rtol * max |ref|, cosine
-    similarity >= min_cos, and exactly 0 where ref is 0; else a description of the first mismatch."""
+    similarity >= min_cos, and exactly 0 where ref is 0; else a description of the first mismatch. A non-finite
+    reference is a mismatch too (NaN compares false, so it would pass every bound below)."""
     o, r = out.float(), ref.float()
+    if not torch.isfinite(r).all():
+        bad = (~torch.isfinite(r)).nonzero()[:3].tolist()
+        return f"non-finite reference at {bad}"
     if not torch.isfinite(o).all():
         bad = (~torch.isfinite(o)).nonzero()[:3].tolist()
         return f"non-finite output at {bad}"

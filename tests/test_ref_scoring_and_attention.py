@@ -188,6 +188,24 @@ def test_sparse_attention_brute_force(cache_dtype):
                 assert torch.allclose(got, want, rtol=1e-2, atol=1e-2)
 
 
+def test_sparse_attention_invalid_tokens_never_read():
+    """Pages no request maps are NaN; tokens on a -1 page entry, on a page id past the cache, rows with no valid
+    token, a request with no page and a padding row: the output has no NaN (an invalid token's row is never
+    read), valid rows average their valid tokens' V, the others are 0."""
+    P, nb = 4, 4
+    kc = torch.ones(nb, P, 1, 8, dtype=torch.bfloat16)
+    vc = torch.ones(nb, P, 1, 8, dtype=torch.bfloat16)
+    kc[[0, 3]] = float("nan")
+    vc[[0, 3]] = float("nan")
+    bt = torch.tensor([[1, 2, -1, 9], [-1, -1, -1, -1]], dtype=torch.int32)
+    idx = torch.tensor([[0, 5, 8, -1], [0, 5, 12, -1], [8, 12, -1, -1], [0, 1, 2, 3], [8, 0, 0, 0]], dtype=torch.int32)
+    t2r = torch.tensor([0, 0, 0, 1, -1], dtype=torch.int32)
+    q = torch.ones(5, 1, 8, dtype=torch.bfloat16)
+    out = dsa_ops.sparse_attention(q, kc, vc, idx, bt, t2r, softmax_scale=0.125)
+    assert not out.isnan().any()
+    assert torch.all(out[:2] == 1) and torch.all(out[2:] == 0)
+
+
 @pytest.mark.parametrize("layout", ["v32", "v4"])
 def test_sparse_mla_decode_brute_force(layout):
     g = torch.Generator().manual_seed(7)
@@ -223,3 +241,16 @@ def test_sparse_mla_decode_brute_force(layout):
                 want = want / (1 + math.exp(float(sink[h]) - want_lse))
                 assert lse[b, h, i].item() == pytest.approx(want_lse, rel=1e-5)
                 assert torch.allclose(out[b, i, h].double(), want, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("sink", [float("inf"), float("-inf"), 0.0])
+def test_sparse_mla_decode_tokenless_row_with_any_sink(sink):
+    """A request of length 0 has no valid token: out 0 and lse +inf whatever attn_sink holds (a +inf sink made
+    the sink factor inf - inf); the other request's rows are unchanged by a finite or -inf sink."""
+    from sparse_mla_decode_cases import make_case
+
+    q, cache, idx, lens, _ = make_case("v32", 2, 2, 64, 32, lens=[0, 32], seed=3)
+    out, lse = dsa_ops.sparse_mla_decode(q, cache, idx, softmax_scale=0.04, topk_lens=lens,
+                                         attn_sink=torch.full((64,), sink))
+    assert torch.all(out[0] == 0) and torch.all(lse[0] == float("inf"))
+    assert not out.isnan().any() and torch.isfinite(lse[1]).all()

@@ -49,6 +49,9 @@ BAD = [
     ("dequant_k_cache_paged", {"slots": torch.zeros(3, dtype=torch.int64)}, "`slots` must have dtype int32"),
     ("sparse_attention", {"q": torch.zeros(2, 3, 16, dtype=torch.bfloat16)}, "query heads (3) must be a multiple"),
     ("sparse_attention", {"q": torch.zeros(2, 2, 16)}, "`q` must have dtype bfloat16"),
+    ("sparse_attention", {"k_cache": torch.zeros(3, 0, 1, 16, dtype=torch.bfloat16),
+                          "v_cache": torch.zeros(3, 0, 1, 16, dtype=torch.bfloat16)}, "pages must hold at least one"),
+    ("dequant_k_cache_paged", {"kv_cache": torch.zeros(3, 0, 1, 656, dtype=torch.uint8)}, "pages must hold at least"),
     ("sparse_mla_decode", {"q": torch.zeros(1, 1, 2, 512, dtype=torch.bfloat16)}, "head dim must be 576"),
     ("sparse_mla_decode", {"attn_sink": torch.zeros(3)}, "`attn_sink` must have shape [2]"),
 ]
@@ -60,6 +63,26 @@ def test_bad_input_names_the_argument(name, change, message):
         call(name, **change)
     text = str(e.value)
     assert message in text and f"dsa.{name.split('.')[0]}" in text
+
+
+def test_out_buffers_that_share_memory_are_refused():
+    """An out= buffer must not overlap itself, an input or the other output; page_table_transform may write its
+    indices in place (the same elements), never a shifted view of them."""
+    i32 = torch.int32
+    scores, pt, lengths = torch.randn(4, 50), torch.zeros(2, 4, dtype=i32), torch.tensor([50, 10, 3, 0], dtype=i32)
+    o = torch.empty(4, 5, dtype=i32)
+    with pytest.raises(ValueError, match="`out` overlaps `out_raw`"):
+        dsa_ops.topk_page_table_transform(scores, pt, lengths, 5, out=o, out_raw=o)
+    with pytest.raises(ValueError, match="`out` has elements that share memory"):
+        dsa_ops.topk_page_table_transform(scores, pt, lengths, 5, out=torch.empty(1, 5, dtype=i32).expand(4, 5))
+    idx, table = torch.randint(0, 64, (8, 8), dtype=i32), torch.randint(0, 64, (8, 8), dtype=i32)
+    with pytest.raises(ValueError, match="`out` overlaps `page_table`"):
+        dsa_ops.page_table_transform(idx, table, page_size=1, out=table)
+    both = torch.randint(0, 64, (9, 8), dtype=i32)
+    with pytest.raises(ValueError, match="`out` overlaps `indices`"):
+        dsa_ops.page_table_transform(both[:8], table, page_size=1, out=both[1:])
+    want = dsa_ops.page_table_transform(idx, table, page_size=1)
+    assert torch.equal(dsa_ops.page_table_transform(idx, table, page_size=1, out=idx), want)  # in place
 
 
 def test_device_mismatch_is_named():
@@ -88,6 +111,48 @@ def test_precise_must_be_a_bool(api, sample, value):
     for fn in (getattr(dsa_ops, api), getattr(dsa_ops.reference, api)):
         with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `precise` must be a bool"):
             fn(*args, **kwargs)
+
+
+FLAG_CASES = [("topk", "topk", "deterministic"),
+              ("topk_page_table_transform", "topk_page_table_transform", "deterministic"),
+              ("indexer_logits", "indexer_logits[fp8]", "clean"),
+              ("paged_indexer_logits", "paged_indexer_logits", "clean"),
+              ("indexer_topk", "indexer_topk[fp8,precise]", "exact"),
+              ("indexer_topk", "indexer_topk[fp8,precise]", "return_scores")]
+
+
+@pytest.mark.parametrize("api,sample,flag", FLAG_CASES, ids=[f"{c[0]}-{c[2]}" for c in FLAG_CASES])
+@pytest.mark.parametrize("value", [None, 1, torch.tensor(True)], ids=["None", "int", "tensor"])
+def test_flags_must_be_bools(api, sample, flag, value):
+    """The API refuses what torch's argument parser would read as a bool flag."""
+    _, args, kwargs = S[sample]
+    with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{flag}` must be a bool"):
+        getattr(dsa_ops, api)(*args, **{**kwargs, flag: value})
+
+
+INT_CASES = [("topk", "topk", "k"), ("topk_page_table_transform", "topk_page_table_transform", "k"),
+             ("topk_page_table_transform", "topk_page_table_transform", "page_size"),
+             ("topk_ragged_transform", "topk_ragged_transform", "k"),
+             ("page_table_transform", "page_table_transform", "page_size"),
+             ("indexer_topk", "indexer_topk[fp8,precise]", "k"),
+             ("paged_indexer_logits", "paged_indexer_logits", "max_context_len")]
+
+
+@pytest.mark.parametrize("api,sample,name", INT_CASES, ids=[f"{c[0]}-{c[2]}" for c in INT_CASES])
+@pytest.mark.parametrize("value", [True, "tensor"], ids=["bool", "tensor"])
+def test_int_arguments_must_be_ints(api, sample, name, value):
+    """The API refuses True or a 0-d tensor for an int argument, which torch's argument parser would read as one."""
+    op, args, kwargs = S[sample]
+    names = [a.name for a in op._schema.arguments]
+    args, kwargs = list(args), dict(kwargs)
+    given = args[names.index(name)] if names.index(name) < len(args) else kwargs[name]
+    bad = True if value is True else torch.tensor(given)
+    if names.index(name) < len(args):
+        args[names.index(name)] = bad
+    else:
+        kwargs[name] = bad
+    with pytest.raises(DsaArgumentError, match=f"dsa.{api}: `{name}` must be an int"):
+        getattr(dsa_ops, api)(*args, **kwargs)
 
 
 @pytest.mark.parametrize("api,sample", PRECISE_APIS)

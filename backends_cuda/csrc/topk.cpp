@@ -43,7 +43,8 @@ void check_row_vector(const std::optional<TensorInfo>& t, const char* name, cons
 
 void check_out(const TensorInfo& t, const char* name, const TensorInfo& scores, int64_t k) {
   STD_TORCH_CHECK(out_ok(t, scores, k), kOp, ": `", name,
-                  "` must be an int32 [rows, k] tensor with unit last stride on the device of `scores`");
+                  "` must be an int32 [rows, k] tensor with unit last stride and rows that do not overlap, on the "
+                  "device of `scores`");
 }
 
 const int32_t* data_or_null(const TensorInfo* t) {

@@ -81,10 +81,25 @@ inline bool page_table_ok(const TensorInfo& page_table, const TensorInfo& scores
          page_table.same_device(scores);
 }
 
-// An int32 [rows, k] buffer with unit last stride on the device of `scores` (Python's out_ok).
+// An int32 [rows, k] buffer with unit last stride on the device of `scores`, whose rows do not overlap (Python's
+// out_ok and check_out_alone's self-overlap test).
 inline bool out_ok(const TensorInfo& out, const TensorInfo& scores, int64_t k) {
   return out.dim == 2 && out.dtype == kInt32 && out.size(0) == scores.size(0) && out.size(1) == k &&
-         out.unit_last_stride() && out.same_device(scores);
+         out.unit_last_stride() && out.same_device(scores) && (out.size(0) <= 1 || out.stride(0) >= k);
+}
+
+// Two int32 [rows, k] buffers that out_ok accepted share no byte (else the router refuses the call by name).
+inline bool disjoint_outs(const TensorInfo& a, const TensorInfo& b) {
+  void* pa = nullptr;
+  void* pb = nullptr;
+  aoti_torch_get_data_ptr(a.handle, &pa);
+  aoti_torch_get_data_ptr(b.handle, &pb);
+  const auto span = [](const TensorInfo& t) {  // bytes from the first element to one past the last
+    return t.size(0) == 0 || t.size(1) == 0 ? int64_t{0} : ((t.size(0) - 1) * t.stride(0) + t.size(1)) * 4;
+  };
+  const auto lo_a = reinterpret_cast<uintptr_t>(pa), lo_b = reinterpret_cast<uintptr_t>(pb);
+  const int64_t sa = span(a), sb = span(b);
+  return sa == 0 || sb == 0 || lo_a + uintptr_t(sa) <= lo_b || lo_b + uintptr_t(sb) <= lo_a;
 }
 
 // The arguments of one launch; an absent optional tensor is nullptr. `out` may be a tensor this

@@ -203,7 +203,7 @@ void topk_page_table_transform_out(Tensor scores, Tensor page_table, Tensor leng
   const PageForm f(scores, page_table, lengths, row_starts, page_table_row_starts, row_to_batch, k, page_size);
   const TensorInfo o = info_of(out);
   const std::optional<TensorInfo> raw = info_of(out_raw);
-  if (!(f.ok && out_ok(o, f.s, k) && (!raw.has_value() || out_ok(*raw, f.s, k)))) {
+  if (!(f.ok && out_ok(o, f.s, k) && (!raw.has_value() || (out_ok(*raw, f.s, k) && disjoint_outs(o, *raw))))) {
     call_router("topk_page_table_transform", "out", scores, page_table, lengths, k, row_starts,
                 page_table_row_starts, row_to_batch, page_size, deterministic, nan_first, out, out_raw);
     return;

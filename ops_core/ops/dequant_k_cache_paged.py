@@ -37,6 +37,8 @@ def check_cache(op, kv_cache, layout):
     if one != 1 or b != bpt:
         fail(op, f"`kv_cache` must have shape [num_blocks, P, 1, {bpt}] for layout {layout!r}, "
                  f"got {list(kv_cache.shape)}")
+    if p == 0:
+        fail(op, f"`kv_cache` pages must hold at least one token (P, dim 1, is 0): got {list(kv_cache.shape)}")
     if nb > 0 and not kv_cache[0].is_contiguous():
         fail(op, f"`kv_cache` pages must be contiguous inside, got strides {kv_cache.stride()}")
     if nb > 1 and kv_cache.stride(0) < p * bpt:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_int, check_shape, check_tensor, check_unit_last_stride
+from .._checks import check_flag, check_given_int, check_int, check_shape, check_tensor, check_unit_last_stride
 from .._define import define_op
 from ._common import map_through_page_table, window_topk
 from .indexer_logits import check_indexer_inputs, check_precise
@@ -88,6 +88,10 @@ def indexer_topk(q, kv, kv_scale, weights, ks, ke, k: int, *, exact: bool = True
     """
     check_precise(NAME, precise)  # torch's argument parser would read None or 0.0 as False
     check_nan_first(NAME, nan_first)
+    for name, flag in (("exact", exact), ("return_scores", return_scores)):
+        check_flag(NAME, name, flag)
+    check_given_int(NAME, "k", k)
+    check_given_int(NAME, "page_size", page_size)
     idx, scores = torch.ops.dsa.indexer_topk(
         q, kv, kv_scale, weights, ks, ke, k, exact=exact, precise=precise, page_table=page_table, page_size=page_size,
         row_to_batch=row_to_batch, page_table_row_starts=page_table_row_starts, return_scores=return_scores,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import torch
 
 from .._checks import (
+    check_given_int,
     check_int,
     check_out,
+    check_out_alone,
     check_shape,
     check_tensor,
     check_unit_last_stride,
@@ -64,11 +66,13 @@ def _alloc(indices, *_):
 
 
 def _check_outs(indices, page_table, row_to_batch, page_table_row_starts, page_size, out):
-    if out_ok(out, indices.shape, indices.device) and out.is_contiguous():
-        return
-    check_out(NAME, "out", out, tuple(indices.shape), torch.int32, indices)
-    if not out.is_contiguous():
-        fail(NAME, f"`out` must be contiguous, got strides {out.stride()}")
+    if not (out_ok(out, indices.shape, indices.device) and out.is_contiguous()):
+        check_out(NAME, "out", out, tuple(indices.shape), torch.int32, indices)
+        if not out.is_contiguous():
+            fail(NAME, f"`out` must be contiguous, got strides {out.stride()}")
+    check_out_alone(NAME, "out", out, (("page_table", page_table), ("row_to_batch", row_to_batch),
+                                       ("page_table_row_starts", page_table_row_starts)),
+                    same_ok=(("indices", indices),))
 
 
 def _reference_out(indices, page_table, row_to_batch, page_table_row_starts, page_size, out):
@@ -109,6 +113,8 @@ def page_table_transform(
         int32 [R, k]: ``page_table[b, ps + i // P] * P + i % P``, and -1 wherever the index is
         negative or its batch row, page slot or page entry is out of range.
     """
+    if type(page_size) is not int:
+        check_given_int(NAME, "page_size", page_size)  # torch's parser would read True or a 0-d tensor as an int
     kw = given(row_to_batch=row_to_batch, page_table_row_starts=page_table_row_starts)
     if out is None:
         return _OP(indices, page_table, **kw, page_size=page_size)

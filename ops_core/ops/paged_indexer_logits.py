@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .. import registry
-from .._checks import check_int, check_shape, check_tensor, check_unit_last_stride, fail
+from .._checks import check_flag, check_given_int, check_int, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import define_op
 from . import _indexer_choice
 from .indexer_logits import check_precise, head_weighted_relu_scores
@@ -103,5 +103,7 @@ def paged_indexer_logits(q, kv_cache, weights, context_lens, block_table, *, max
         float32 [B * next_n, max_context_len].
     """
     check_precise(NAME, precise)  # torch's argument parser would read None or 0.0 as False
+    check_flag(NAME, "clean", clean)
+    check_given_int(NAME, "max_context_len", max_context_len)
     return torch.ops.dsa.paged_indexer_logits(q, kv_cache, weights, context_lens, block_table,
                                               max_context_len=max_context_len, clean=clean, precise=precise)

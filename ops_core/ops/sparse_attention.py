@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .. import registry
-from .._checks import check_out, check_shape, check_tensor, check_unit_last_stride, fail
+from .._checks import check_out, check_out_alone, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import OutForm, define_op
 
 NAME = "sparse_attention"
@@ -33,6 +33,8 @@ def validate(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_sc
     check_shape(NAME, "v_cache", v_cache, (nb, p, hkv, None))
     check_unit_last_stride(NAME, "k_cache", k_cache)
     check_unit_last_stride(NAME, "v_cache", v_cache)
+    if p == 0:
+        fail(NAME, f"`k_cache` pages must hold at least one token (P, dim 1, is 0): got {list(k_cache.shape)}")
     if hkv == 0 or hq % hkv != 0:
         fail(NAME, f"query heads ({hq}) must be a multiple of kv heads ({hkv})")
     check_tensor(NAME, "indices", indices, dtypes=torch.int32, dim=2, device_like=q)
@@ -60,8 +62,11 @@ def reference(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_s
         page = block_table[req.clamp(0, nreq - 1)[:, None], slot.clamp(0, max_pages - 1)].long()
         ok &= (page >= 0) & (page < nb)
         pg, off = page.clamp(0, nb - 1), torch.remainder(pos, p)
-        k = k_cache[pg, off].float() * k_scale  # [t, topk, hkv, d]
-        v = v_cache[pg, off].float() * v_scale
+        # An invalid token's gathered row (a clamped page, possibly unused and NaN) is zeroed, not only masked
+        # out of the softmax: 0 * NaN would reach the output through P V.
+        valid = ok[:, :, None, None]
+        k = torch.where(valid, k_cache[pg, off].float() * k_scale, 0.0)  # [t, topk, hkv, d]
+        v = torch.where(valid, v_cache[pg, off].float() * v_scale, 0.0)
         qg = q[r0:r1].float().view(r1 - r0, hkv, g, d)
         s = torch.einsum("tkgd,tnkd->tkgn", qg, k) * softmax_scale
         s = torch.where(ok[:, None, None, :], s, torch.full_like(s, float("-inf")))
@@ -85,6 +90,8 @@ def _alloc(q, k_cache, v_cache, *_):
 def _check_outs(*a):
     q, v_cache, out = a[0], a[2], a[-1]
     check_out(NAME, "out", out, (q.shape[0], q.shape[1], v_cache.shape[3]), torch.bfloat16, q)
+    names = ("q", "k_cache", "v_cache", "indices", "block_table", "token_to_req")
+    check_out_alone(NAME, "out", out, tuple(zip(names, a[:6])))
 
 
 def _reference_out(*a):

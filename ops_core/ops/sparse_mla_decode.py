@@ -63,8 +63,10 @@ def reference(q, kv_cache, indices, softmax_scale, layout, topk_lens, attn_sink)
         o = torch.einsum("qhn,qnd->qhd", e, v) / torch.where(denom > 0, denom, torch.ones_like(denom))
         row_lse = torch.where(denom > 0, m + torch.log(denom), torch.full_like(denom, float("inf"))).squeeze(-1)
         if attn_sink is not None:
-            # exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse)); 1 when lse = +inf.
-            o = o / (1 + torch.exp(attn_sink[None, :] - row_lse))[..., None]
+            # exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse)); a row without a token (lse +inf)
+            # keeps its 0, also for a sink of +inf, where sink - lse would be inf - inf.
+            scale = torch.where(denom.squeeze(-1) > 0, 1 + torch.exp(attn_sink[None, :] - row_lse), 1.0)
+            o = o / scale[..., None]
         out[r] = o.to(torch.bfloat16)
         lse[r] = row_lse.transpose(0, 1)
     return out, lse

@@ -13,6 +13,8 @@ import torch
 from .. import _route
 from .._checks import (
     SCORE_DTYPES,
+    check_flag,
+    check_given_int,
     check_int,
     check_shape,
     check_tensor,
@@ -98,9 +100,13 @@ def topk(
         NaN last or first, +0.0 == -0.0), -1 where the window holds fewer than k keys.
     """
     try:
-        if lengths is None and row_starts is None and deterministic is False and nan_first is False:
+        if (lengths is None and row_starts is None and deterministic is False and nan_first is False
+                and type(k) is int):
             return _OP(scores, k)  # the same call: arguments at their defaults are cheaper left out
-        check_nan_first(NAME, nan_first)  # torch's argument parser would read None or 0 as False
+        # torch's argument parser would read None or 0 as False, and True or a 0-d tensor as an int
+        check_given_int(NAME, "k", k)
+        check_flag(NAME, "deterministic", deterministic)
+        check_nan_first(NAME, nan_first)
         return _OP(scores, k, lengths=lengths, row_starts=row_starts, deterministic=deterministic,
                    nan_first=nan_first)
     except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)

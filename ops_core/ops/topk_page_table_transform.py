@@ -13,8 +13,11 @@ import torch
 
 from .. import _route
 from .._checks import (
+    check_flag,
+    check_given_int,
     check_int,
     check_out,
+    check_out_alone,
     check_shape,
     check_tensor,
     check_unit_last_stride,
@@ -73,13 +76,18 @@ def _alloc(scores, page_table, lengths, k, *_):
 
 
 def _check_outs(*a):
-    scores, k, out, out_raw = a[0], a[3], a[-2], a[-1]
+    scores, page_table, lengths, k, row_starts, pt_row_starts, row_to_batch = a[:7]
+    out, out_raw = a[-2], a[-1]
     shape, dev = (scores.shape[0], k), scores.device
-    if out_ok(out, shape, dev) and (out_raw is None or out_ok(out_raw, shape, dev)):
-        return
-    check_out(NAME, "out", out, (scores.shape[0], k), torch.int32, scores)
+    if not (out_ok(out, shape, dev) and (out_raw is None or out_ok(out_raw, shape, dev))):
+        check_out(NAME, "out", out, (scores.shape[0], k), torch.int32, scores)
+        if out_raw is not None:
+            check_out(NAME, "out_raw", out_raw, (scores.shape[0], k), torch.int32, scores)
+    inputs = (("scores", scores), ("page_table", page_table), ("lengths", lengths), ("row_starts", row_starts),
+              ("page_table_row_starts", pt_row_starts), ("row_to_batch", row_to_batch))
+    check_out_alone(NAME, "out", out, inputs + (("out_raw", out_raw),))
     if out_raw is not None:
-        check_out(NAME, "out_raw", out_raw, (scores.shape[0], k), torch.int32, scores)
+        check_out_alone(NAME, "out_raw", out_raw, inputs)
 
 
 def _reference_out(*a):
@@ -133,6 +141,9 @@ def topk_page_table_transform(
     Returns:
         int32 [R, k] physical slots, -1 for missing tokens or unmapped pages.
     """
+    check_given_int(NAME, "k", k)  # torch's argument parser would read True or a 0-d tensor as an int
+    check_given_int(NAME, "page_size", page_size)
+    check_flag(NAME, "deterministic", deterministic)
     args = (scores, page_table, lengths, k)
     kw = given(row_starts=row_starts, page_table_row_starts=page_table_row_starts, row_to_batch=row_to_batch)
     if nan_first is not False:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import _route
-from .._checks import check_shape, check_tensor, int32_rows_ok
+from .._checks import check_given_int, check_shape, check_tensor, int32_rows_ok
 from .._define import define_op
 from ._common import INT32_MAX, window_topk
 from .topk import check_nan_first, check_scores_and_windows, scores_and_windows_ok
@@ -69,9 +69,10 @@ def topk_ragged_transform(
         the filter kernel); for ascending indices, add ``offsets`` to ``topk(..., deterministic=True)``.
     """
     try:
-        if row_starts is None and nan_first is False:
+        if row_starts is None and nan_first is False and type(k) is int:
             return _OP(scores, offsets, lengths, k)  # the same call: a default is cheaper left out
-        check_nan_first(NAME, nan_first)  # torch's argument parser would read None or 0 as False
+        check_given_int(NAME, "k", k)  # torch's argument parser would read True or a 0-d tensor as an int
+        check_nan_first(NAME, nan_first)  # and None or 0 as False
         return _OP(scores, offsets, lengths, k, row_starts=row_starts, nan_first=nan_first)
     except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
         raise _route.original(e) from None
