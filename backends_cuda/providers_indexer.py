@@ -10,13 +10,15 @@ with ``fp8_mma = not precise`` (the op's argument is the only switch the op uses
 kernel: 0 the launcher's choice (``resolve`` in kernels/indexer_logits.cu, the one place it is made), TMA
 (1: TMA key tiles, wgmma with A from shared memory, 4 math warpgroups), TMA3 (2: the same with 3) or
 CP_ASYNC (3: cp.async key tiles, A from registers, 2 math warpgroups). TMA and TMA3 take fp8 operands with
-precise=False and kv rows that do not overlap; the default runs TMA there and CP_ASYNC elsewhere.
+precise=False and kv rows that do not overlap; TMA_F16 (4: TMA key tiles, 3 math warpgroups, A widened to fp16
+in registers, scores bitwise CP_ASYNC's) takes fp8 operands with precise=True and kv rows that do not overlap.
+The default runs TMA, TMA_F16 where they take the call, CP_ASYNC elsewhere.
 
 fp8 operands: precise=False (the op's default) feeds e4m3 to the fp8 tensor cores: twice the fp16
 rate, but Hopper keeps only ~14 mantissa bits while accumulating their products (the op's 1e-3 of the
 row's largest |score|). precise=True widens e4m3 to fp16 in registers (exact) for fp16 MMAs with fp32
-accumulation (1e-5 of the row norm). H200, 4096 x 32768, 64 heads: 2462 us fp8 (TMA3; CP_ASYNC 3064),
-4375 us exact. bf16 operands run bf16 MMAs in both modes.
+accumulation (1e-5 of the row norm). H200, 4096 x 32768, 64 heads, one run: 2202 us fp8 (TMA), 3776 us exact
+(TMA_F16; CP_ASYNC 4396). bf16 operands run bf16 MMAs in both modes.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128  # keys of a pipeline stage
-TMA, TMA3, CP_ASYNC = 1, 2, 3  # IndexerLogitsParams::config: TMA key tiles with 4 / 3 math warpgroups, cp.async
+# IndexerLogitsParams::config: TMA key tiles with 4 / 3 math warpgroups, cp.async, TMA in the exact mode.
+TMA, TMA3, CP_ASYNC, TMA_F16 = 1, 2, 3, 4
 
 
 def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, out=None):
     """The op's arguments in schema order (validated by the op), into `out` when given (else a new
-    float32 [T, N] tensor); `config` 0 (the launcher's choice), TMA, TMA3 or CP_ASYNC (tests and sweeps;
-    the launcher refuses TMA and TMA3, by name, where they do not take the call)."""
+    float32 [T, N] tensor); `config` 0 (the launcher's choice), TMA, TMA3, CP_ASYNC or TMA_F16 (tests and
+    sweeps; the launcher refuses TMA, TMA3 and TMA_F16, by name, where they do not take the call)."""
     global _fn
     fn = _fn
     if fn is None:

@@ -324,6 +324,28 @@ def test_indexer_logits_cp_async_config(case, precise):
     _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
 
 
+@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
+@pytest.mark.parametrize("case", DENSE_CASES + TMA_SMALL_CASES, ids=_ids)
+def test_indexer_logits_tma_f16_config(case, precise):
+    """TMA in the exact mode (config 4): fp8 operands with precise=True only (refused by name otherwise);
+    the same key rows, Q permutation, MMAs and epilogue as the cp.async kernel (config 3), so its scores are
+    bitwise config 3's, and within the exact mode's bound."""
+    from dsa_ops.backends.cuda import providers_indexer as pi
+
+    t, n, h, dtype, windows = case
+    args = _dense(t, n, h, dtype, windows)
+    out = torch.full((t, n), POISON, device="cuda")
+    if dtype != FP8 or not precise:
+        with pytest.raises(RuntimeError, match="config 4"):
+            _run_config(args, precise, out, pi.TMA_F16)
+        return
+    _run_config(args, True, out, pi.TMA_F16)
+    want = _run_config(args, True, torch.full((t, n), POISON, device="cuda"), pi.CP_ASYNC)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want), "config 4 scores differ from config 3's in the exact mode"
+    _check_mode(out, _ref_dense_cached(case, args), True, fp8=True, args=args)
+
+
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_overlapping_kv_rows(h):
     """kv rows 64 bytes apart (overlapping: no tensor map takes them): the TMA configs refuse by name, the
@@ -339,16 +361,20 @@ def test_indexer_logits_overlapping_kv_rows(h):
     for config in TMA_CONFIGS:
         with pytest.raises(RuntimeError, match="do not overlap"):
             _run_config(args, False, out, config)
+    with pytest.raises(RuntimeError, match="do not overlap"):
+        _run_config(args, True, out, pi.TMA_F16)
     pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
     torch.cuda.synchronize()
     _check_default(out, ref_dense(*args, True), args=args)
 
 
-@pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
-    both signs and zeros (the signed epilogue), then clean=False (only the windows compared)."""
+    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Config 4
+    (providers_indexer.TMA_F16) in the exact mode, bitwise config 3's there."""
+    precise = config == 4
     t, n = 333, 2999
     q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=11)
     q, kv = _row_strided(q, kv)
@@ -358,10 +384,12 @@ def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     args = (q, kv, s, w, ks, ke)
     ref = ref_dense(*args, True)
     out = torch.full((t, n), POISON, device="cuda")
-    _run_config(args, False, out, config)
-    _check_default(out, ref, args=args)
+    _run_config(args, precise, out, config)
+    _check_mode(out, ref, precise, args=args)
+    if precise:
+        assert torch.equal(out, _run_config(args, True, torch.full_like(out, POISON), 3))  # CP_ASYNC
     unclean = torch.full((t, n), POISON, device="cuda")
-    _run_config(args, False, unclean, config, clean=False)
+    _run_config(args, precise, unclean, config, clean=False)
     vis = torch.isfinite(ref)
     assert torch.equal(unclean[vis], out[vis])  # the same kernel arithmetic inside the windows
 

@@ -227,27 +227,33 @@ def test_preference_picks_the_measured_backend(two_providers):
 
 
 def test_indexer_rules_follow_the_measurements():
-    """dsa.indexer_logits: Triton from 4096 rows and 32768 keys at 32 or 64 heads for exact products
-    (precise=True on fp8, and bf16: every measured row); fp8 with precise=False (the CUDA TMA kernel),
-    everything else, and the paged op keep the CUDA-first order."""
+    """dsa.indexer_logits: Triton from 4096 rows and 32768 keys at 32 or 64 heads for bf16 and for fp8 in the
+    exact mode with overlapping kv rows (every measured row); fp8 with rows 128 bytes apart (the CUDA TMA
+    kernels, both modes), everything else, and the paged op keep the CUDA-first order."""
 
-    def dense(t, n, h=64, dtype=torch.float8_e4m3fn, precise=False):
+    def dense(t, n, h=64, dtype=torch.float8_e4m3fn, precise=False, overlapping=False):
         m = "meta"
-        q, kv = torch.empty(t, h, 128, dtype=dtype, device=m), torch.empty(n, 128, dtype=dtype, device=m)
+        q = torch.empty(t, h, 128, dtype=dtype, device=m)
+        kv = torch.empty(n + 1, 64, dtype=dtype, device=m).as_strided((n, 128), (64, 1)) if overlapping else (
+            torch.empty(n, 128, dtype=dtype, device=m))
         s = torch.empty(n, device=m) if dtype == torch.float8_e4m3fn else None
         ks = torch.empty(t, dtype=torch.int32, device=m)
         return registry.preferred_backend("indexer_logits", (q, kv, s, torch.empty(t, h, device=m), ks, ks,
                                                              True, precise))
 
-    for dtype, precise in ((torch.float8_e4m3fn, True), (torch.bfloat16, False), (torch.bfloat16, True)):
-        assert dense(4096, 32768, dtype=dtype, precise=precise) == "triton"
-        assert dense(4096, 131072, dtype=dtype, precise=precise) == "triton"
-        assert dense(4096, 32768, h=32, dtype=dtype, precise=precise) == "triton"
-        assert dense(4095, 32768, dtype=dtype, precise=precise) is None
-        assert dense(4096, 32767, dtype=dtype, precise=precise) is None
-        assert dense(4096, 32768, h=16, dtype=dtype, precise=precise) is None
+    for dtype, precise, over in ((torch.float8_e4m3fn, True, True), (torch.bfloat16, False, False),
+                                 (torch.bfloat16, True, False)):
+        kw = dict(dtype=dtype, precise=precise, overlapping=over)
+        assert dense(4096, 32768, **kw) == "triton"
+        assert dense(4096, 131072, **kw) == "triton"
+        assert dense(4096, 32768, h=32, **kw) == "triton"
+        assert dense(4095, 32768, **kw) is None
+        assert dense(4096, 32767, **kw) is None
+        assert dense(4096, 32768, h=16, **kw) is None
     for t, n, h in ((4096, 32768, 64), (4096, 131072, 64), (4096, 32768, 32), (128, 32768, 64)):
-        assert dense(t, n, h=h, precise=False) is None
+        for precise in (False, True):
+            assert dense(t, n, h=h, precise=precise) is None
+        assert dense(t, n, h=h, overlapping=True) is None
     q = torch.empty(64, 1, 64, 128, dtype=torch.float8_e4m3fn, device="meta")
     for precise in (False, True):
         assert registry.preferred_backend("paged_indexer_logits", (q, None, None, None, None, 65536, True,

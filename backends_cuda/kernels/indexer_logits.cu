@@ -54,9 +54,9 @@ cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_ro
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int kWgs>
+template <int kWgs, int kMode = k::kFp8Mma>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
-  using C = k::TmaCfg<kWgs>;
+  using C = k::TmaCfg<kWgs, kMode>;
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) {  // not cudaErrorNotSupported: the binding reads that as "not an SM90 GPU"
     return cudaErrorSymbolNotFound;
@@ -65,11 +65,11 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
   const dim3 block(C::kThreads);
   if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
-                                                                    stream, map, a);
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64, kMode>>(dim3(unsigned(grid)), block,
+                                                                           C::kSmemBytes, stream, map, a);
   }
-  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32>>(dim3(unsigned(grid)), block, C::kSmemBytes,
-                                                                  stream, map, a);
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32, kMode>>(dim3(unsigned(grid)), block,
+                                                                         C::kSmemBytes, stream, map, a);
 }
 
 // SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
@@ -104,11 +104,18 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // run (docs/design_indexer.md, TMA kernel): 32768 keys H 64 causal: TMA with 4 math warpgroups 2117 us, 3
 // 2302, cp.async 2998 (DeepGEMM 1941); 131072 causal: 9023 / 9594 / 11914 (9291); H 32, 32768 full: 1256 /
 // 1298 / 1717 (1117). TMA needs fp8 operands with fp8 MMAs and rows that do not overlap (a tensor map's row
-// stride is at least its 128-byte row); everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3 };
+// stride is at least its 128-byte row). fp8 operands in the exact mode take config 4 (TMA, 3 math warpgroups, fp16
+// MMAs from e4m3 widened in registers; bitwise config 3): H200, H 64, 4096 x 32768 full / causal, 131072 causal,
+// H 32 32768 full: 3776 / 3534 / 14361 / 2017 us against cp.async 4396 / 4155 / 16929 / 2381 (Triton 3912 /
+// 3742 / 15458 / 2125). Everything else runs the cp.async kernel.
+enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
+}
+
+bool tma_f16_takes(const IndexerLogitsParams& p) {
+  return p.dtype == IndexerDtype::kFp8E4m3 && !p.fp8_mma && p.kv_row_stride >= k::kDim;
 }
 
 Kernel resolve(const IndexerLogitsParams& p) {
@@ -119,8 +126,10 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kTma3;
     case 3:
       return Kernel::kCpAsync;
+    case 4:
+      return Kernel::kTma3F16;
     default:
-      return !tma_takes(p) ? Kernel::kCpAsync : Kernel::kTma4;
+      return tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
 }
 
@@ -150,13 +159,17 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 3) {
-    return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups) or 3 "
-           "(cp.async key tiles)";
+  if (p.config < 0 || p.config > 4) {
+    return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
+           "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
   if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
            "and kv rows that do not overlap (row stride >= 128)";
+  }
+  if (p.config == 4 && !tma_f16_takes(p)) {
+    return "config 4 (TMA key tiles, A widened to fp16 in registers) takes fp8 operands in the exact mode "
+           "(precise=True) and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
 }
@@ -187,7 +200,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const Kernel kernel = resolve(p);
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
                             : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
-                            : kernel == Kernel::kTma3 ? k::TmaCfg<3>::kTileKeys
+                            : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
@@ -231,8 +244,15 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   if (sm100) {
     return launch_sm100(a, p.heads, grid, stream);
   }
-  if (kernel != Kernel::kCpAsync) {
-    return kernel == Kernel::kTma4 ? launch_tma<4>(a, p.heads, grid, stream) : launch_tma<3>(a, p.heads, grid, stream);
+  switch (kernel) {
+    case Kernel::kTma4:
+      return launch_tma<4>(a, p.heads, grid, stream);
+    case Kernel::kTma3:
+      return launch_tma<3>(a, p.heads, grid, stream);
+    case Kernel::kTma3F16:
+      return launch_tma<3, k::kFp8AsF16>(a, p.heads, grid, stream);
+    default:
+      break;
   }
   if (p.dtype == IndexerDtype::kBf16) {
     return launch_mode<k::kBf16>(a, p.heads, grid, stream);

@@ -1,6 +1,9 @@
 // dsa.indexer_logits on Hopper (sm_90a), TMA kernel: IndexerLogitsParams::config 1 (4 math warpgroups)
-// and 2 (3), fp8 operands in the fp8-MMA mode only; the launcher's default there (4 warpgroups). Every
-// other mode runs the cp.async kernel, sm90_indexer_logits.cuh (config 3).
+// and 2 (3), fp8 operands in the fp8-MMA mode; the launcher's default there (4 warpgroups). Config 4 is
+// the same kernel in the exact mode (precise=True, fp8 operands), the launcher's default there: 3 math
+// warpgroups read their key rows from the stage into registers, widen e4m3 to fp16 there and run fp16
+// MMAs with A from registers (see "Exact mode" below). Every other mode runs the cp.async kernel,
+// sm90_indexer_logits.cuh (config 3).
 //
 // H200, 4096 rows, H 64 (benchmarks/results/h200.md, 64c6640): 32768 keys causal 2049 us, 131072 causal 8874
 // (DeepGEMM 1990, 9324). What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp
@@ -29,6 +32,16 @@
 // memory every tile; here the copy is one instruction a stage and nothing per tile comes from shared
 // memory but the MMA operands.
 //
+// Exact mode (config 4): the cp.async kernel's fp16 path (score_tile's pieces in sm90_indexer_core.cuh) on
+// this pipeline. The TMA box lands rows exactly where the cp.async producer puts them (128-byte rows, 16-byte
+// chunk j of row n at chunk j ^ (n % 8)), so load_a_fragments reads them unchanged, and Q is staged with the
+// core's D permutation (stage_q_row); same MMA sequence, same epilogue: scores bitwise those of config 3 in
+// the exact mode. Why: config 3 reaches 58-64% of the bf16 matmul rate (2 math warpgroups beside a cp.async
+// warp), Triton 70-83%; per 192-key stage here the fp16 MMAs take about 3 x 512 tensor cycles against about
+// 260 issue cycles of epilogue a warpgroup, so 3 warpgroups keep the tensor pipe the bound. Prediction
+// (H200, 4096 x 32768, H 64): 4395 us (config 3) -> 3000-3400 us, 650-730 TFLOP/s. 4 warpgroups do not fit:
+// 64 accumulators, 32 weights and 32 A registers exceed 112.
+//
 // Registers: 640 threads start at 96 (the launch bound), so the CTA's setmaxnreg pool is 61440;
 // 128 x 32 + 512 x 112 = 61440. A producer at 40 would leave 104 a math thread, while the 64
 // accumulators and 32 weights alone take 96. Config 2 is the same kernel with 3 math warpgroups (192-key
@@ -51,18 +64,22 @@ namespace dsa_cuda {
 namespace sm90_indexer {
 
 // kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
-// fourth warpgroup's worth apart from TMA's in one sweep).
-template <int kWgs_>
+// fourth warpgroup's worth apart from TMA's in one sweep); kMode kFp8Mma (A from shared memory) or
+// kFp8AsF16 (config 4: 3 warpgroups, A from registers widened to fp16, Q staged as fp16).
+template <int kWgs_, int kMode_ = kFp8Mma>
 struct TmaCfg {
   static constexpr int kWgs = kWgs_;
+  static constexpr int kMode = kMode_;
   static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
+  static_assert(kMode == kFp8Mma || (kMode == kFp8AsF16 && kWgs == 3), "fp8 MMAs, or fp16 with 3 warpgroups");
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
   static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
   static constexpr int kRowBytes = kDim;               // e4m3 key row: the box's 128-byte inner extent
   static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
-  static constexpr int kStages = kWgs == 4 ? 6 : 8;    // 6 x 32 KB or 8 x 24 KB, + Q 16 KB: one more passes 227 KB
-  static constexpr int kQBytes = kN * kDim;
+  // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB): one more passes 227 KB.
+  static constexpr int kStages = kWgs == 4 ? 6 : 8;
+  static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
   static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
@@ -139,10 +156,9 @@ __device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row
 }
 
 // One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage.
-template <int kWgs, int kHeads>
+template <class C, int kHeads>
 __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
                                              uint32_t full, uint32_t empty) {
-  using C = TmaCfg<kWgs>;
   constexpr int kRows = kN / kHeads;
   uint32_t it = 0;
   for (LinearCursor cur; cur.valid(a); cur.next()) {
@@ -198,11 +214,11 @@ struct ScoreSlots {
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads>
-__global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
+template <int kWgs, int kHeads, int kMode = kFp8Mma>
+__global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  using C = TmaCfg<kWgs>;
+  using C = TmaCfg<kWgs, kMode>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
@@ -226,7 +242,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
     setmaxnreg_dec<C::kProducerRegs>();
     if (threadIdx.x == kMathThreads) {
       prefetch_tensormap(&kv_map);
-      tma_producer<kWgs, kHeads>(a, &kv_map, stages, full, empty);
+      tma_producer<C, kHeads>(a, &kv_map, stages, full, empty);
     }
     return;
   }
@@ -249,7 +265,11 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
   for (LinearCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb(a), cur.kc(a));
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
-    stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
+    if constexpr (kMode == kFp8Mma) {
+      stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
+    } else if (threadIdx.x < 2 * kN) {
+      stage_q<kMode, kHeads>(a, t.row0, q_smem);  // D permuted to match load_a_fragments, widened to fp16
+    }
     load_item_weights<kHeads>(a, t.row0, c, w);
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -268,7 +288,13 @@ __global__ void __launch_bounds__(TmaCfg<kWgs>::kThreads, 1)
       const float s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
       const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
       mbar_wait(full + stage * 8, phase);
-      mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+      if constexpr (kMode == kFp8Mma) {
+        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+      } else {
+        uint32_t fa[ModeTraits<kMode>::kSteps][4];
+        load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
+        mma_tile<kMode, kN>(acc, fa, q_desc);
+      }
       if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
         mbar_arrive(empty + stage * 8);
       }
