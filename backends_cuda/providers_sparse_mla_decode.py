@@ -4,7 +4,7 @@ compiled, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
 v4, splits, out, lse, workspace, variant)``. Two SM90 kernels: variant 0 (every warp loads and computes) and
-variant 1 (producer, QK and PV warpgroups); `variant_for` picks by shape (SM100: variant 0, the tcgen05
+variant 1 (producer, QK and PV warpgroups), which `variant_for` picks on SM90 (SM100: variant 0, the tcgen05
 kernel). One CTA is one query token x 64 heads x one split of its top-k positions and holds about 227 KiB of
 shared memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill less than one wave, the top-k axis
 is cut into splits (split-KV) whose fp32 partials go to a workspace sized from the shapes (allocated here,
@@ -30,9 +30,10 @@ DV = 512
 HEADS_PER_CTA = 64
 TILE = 64  # selected positions a step
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, q head dim
-# Each split keeps at least MIN_SPLIT_TOKENS positions: a split's partial ([64, 512] fp32, 128 KiB written
-# and read back) costs about the cache traffic of 200 v32 tokens (656 bytes each).
-MIN_SPLIT_TOKENS = 256
+# Each split keeps at least MIN_SPLIT_TOKENS positions (a split's partial, [64, 512] fp32, 128 KiB written and read
+# back, costs about the cache traffic of 200 v32 tokens). H200, top-k 2048, the single-wave batches, us with 8 / 16
+# splits: b1 h64 32.6 / 26.2, b4 h64 33.8 / 27.0, b1 h128 33.7 / 26.4, b4 h128 33.9 / 35.6 (kernel variant 0).
+MIN_SPLIT_TOKENS = 128
 MAX_SPLITS = 64
 _fn = None  # the loaded OpOverload, resolved on the first call
 
@@ -57,17 +58,12 @@ def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> 
     return -(-tiles // per)
 
 
-# Variant 1 from this many (query token, 64-head block) programs on SM90. H200, FlashMLA's shapes
-# (tools/smoke_sparse_mla_decode.py --time, us variant 0 / 1): from 64 programs variant 1 is 3-9% faster on v32
-# and 7-18% on v4 (b128 h128 s_q2 v32 640.0 / 580.9); at 32 programs (64 heads, s_q 1, batch 32, 4 splits)
-# 59.7 / 61.6, at batch 1-4 (8 splits) 1-4% slower: its producer's gather is exposed when a CTA has few tiles.
-WS_MIN_PROGRAMS = 64
-
-
+# Variant 1 (three roles, its gather with FlashMLA's cache hints) on SM90 at every shape. H200, FlashMLA's shapes
+# (tools/smoke_sparse_mla_decode.py --time, us variant 0 / 1): b128 h128 s_q2 v32 640.2 / 490.1, b32 h64 s_q1
+# 59.9 / 51.5, batch 1-4 (8 splits) 32.7-34.0 / 30.4-32.2; faster at every measured shape, both layouts.
 def variant_for(batch: int, s_q: int, heads: int, cap: tuple[int, int] = (9, 0)) -> int:
-    """The kernel variant for a shape on compute capability `cap`: 1 on SM90 from WS_MIN_PROGRAMS programs."""
-    programs = batch * s_q * -(-heads // HEADS_PER_CTA)
-    return 1 if cap[0] == 9 and programs >= WS_MIN_PROGRAMS else 0
+    """The kernel variant for a shape on compute capability `cap`: 1 on SM90, 0 elsewhere (the SM100 family)."""
+    return 1 if cap[0] == 9 else 0
 
 
 def workspace_floats(batch: int, s_q: int, heads: int, splits: int) -> int:

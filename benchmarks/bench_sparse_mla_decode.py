@@ -10,7 +10,7 @@ ceiling_tflops is the bf16 matmul rate of the same run. Baselines: `flashmla` (v
 _flashmla_C.sparse_decode_fwd from .peer/vllm, when present: a measuring stick, never imported by
 project code), timed on the same inputs. Each of our providers that runs on the device (cuda: SM90 only)
 gets its own row, with the other provider and flashmla as its baselines; `cuda` runs the provider's
-choice of kernel by shape, `cuda_ws` forces variant 1 (the three-role sm90_sparse_mla_decode_ws.cuh).
+choice of kernel (variant 1 on SM90, the three-role sm90_sparse_mla_decode_ws.cuh), `cuda_v0` forces variant 0.
 The V4 layout (584 bytes a token: 448 e4m3 with a ue8m0 scale per 64, 64 bf16 rope, q 512 wide) has its
 own rows at the batch 32/64/128 shapes (flops counted with 512 + 512).
 
@@ -140,8 +140,8 @@ def _ours() -> dict:
     why = cuda.available(dev) or cuda.sm90_only(torch.zeros(1, device=dev), "CUDA sparse MLA decode")
     if why is None:
         found["cuda"] = (mc.launch, lambda b, s, h, k: mc.split_count(b, s, h, k, mc._sm_count(None)))
-        # variant 1 forced at every shape: its own row, and a baseline column of the others
-        found["cuda_ws"] = (functools.partial(mc.launch, variant=1),
+        # variant 0 forced at every shape: its own row, and a baseline column of the others
+        found["cuda_v0"] = (functools.partial(mc.launch, variant=0),
                             lambda b, s, h, k: mc.split_count(b, s, h, k, mc._sm_count(None)))
     else:
         print(f"\n  cuda provider not timed: {why}")

@@ -197,14 +197,14 @@ __device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* of
 #pragma unroll
     for (int k = 0; k < H::kN; ++k) {
       const int pc = 4 * k + q;
-      r.v[k] = k < H::kFp8 ? ldg128(p + pc * 16) : ldg128(p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
+      r.v[k] = ldg128_keep(k < H::kFp8 ? p + pc * 16 : p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
     }
     if constexpr (kV4) {
       const uint8_t* sp = a.cache + offs[kTile + tok];
       r.sc.x = ldg32(sp);
       r.sc.y = ldg32(sp + 4);
     } else {
-      r.sc = ldg128(p + 512);
+      r.sc = ldg128_keep(p + 512);
     }
   }
 }
