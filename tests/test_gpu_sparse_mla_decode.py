@@ -1,9 +1,10 @@
 """GPU tests of the sparse_mla_decode providers (triton and cuda) against a float64 oracle on the dequantised rows.
 
 Every case runs for both providers (the `m` fixture: each provider module's `launch`, and the op forced to
-that backend through the registry's `use_backend`), and once more for the CUDA provider's warp-specialised
-kernel the op no longer picks on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; the op and
-`cuda` pick the variant, providers_sparse_mla_decode.variant_for: the three-role kernel on SM90). Caches are NaN-filled except the slots in use
+that backend through the registry's `use_backend`), and once more for the CUDA provider's variant 0, the
+kernel the op no longer picks on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; the op
+and `cuda` pick variant 1, the three-role kernel, by providers_sparse_mla_decode.variant_for). Caches are
+NaN-filled except the slots in use
 (tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
 topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
 valid token; 64 and 128 heads; both layouts; both paths (single pass, split-KV forced, and the heuristic);
