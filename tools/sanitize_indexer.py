@@ -1,4 +1,5 @@
-"""Runs the CUDA indexer_logits kernel once per mode on small shapes (and its TMA variant, configs 1 and 2), then
+"""Runs the CUDA indexer_logits kernel once per mode on small shapes (and its other kernels: configs 1 and 2 with
+fp8 MMAs, config 3 in the exact mode), then
 the Triton one (kv widened in the loop and once before the kernel, with negative scales; bf16), and checks
 each against the reference.
 
@@ -47,11 +48,15 @@ for h in (64, 32):
         pi.run(*args, True, precise, out=out)
         score_error(f"cuda H{h} {str(dtype).split('.')[-1]} precise={precise}", out, reference(*args, True),
                     dtype == FP8 and not precise, failed)
-for h, config in ((64, pi.TMA), (32, pi.TMA), (64, pi.TMA3), (32, pi.TMA3)):  # fp8 MMAs only; signed scales
+# The non-default kernels of each fp8 mode, signed scales: TMA / TMA3 (fp8 MMAs), CP_ASYNC (exact mode; the default
+# there is TMA_F16).
+for h, config, precise in ((64, pi.TMA, False), (32, pi.TMA, False), (64, pi.TMA3, False), (32, pi.TMA3, False),
+                           (64, pi.CP_ASYNC, True), (32, pi.CP_ASYNC, True)):
     args = inputs(h, FP8, signed_scales=True)
     out = torch.full((args[0].shape[0], args[1].shape[0]), 12345.0, device="cuda")
-    pi.run(*args, True, False, config=config, out=out)
-    score_error(f"cuda H{h} float8_e4m3fn precise=False config={config}", out, reference(*args, True), True, failed)
+    pi.run(*args, True, precise, config=config, out=out)
+    score_error(f"cuda H{h} float8_e4m3fn precise={precise} config={config}", out, reference(*args, True),
+                not precise, failed)
 for h in (64, 32):
     for dtype, widen_from in ((FP8, 1 << 62), (FP8, 0), (torch.bfloat16, 0)):
         args = inputs(h, dtype, signed_scales=True)
