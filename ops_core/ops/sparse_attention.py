@@ -109,10 +109,10 @@ OP = define_op(
 
 # Which GPU provider serves a call, by shape (the automatic order puts CUDA first; it serves fp8 caches only).
 # H200, 24 q / 2 KV heads, top-k 2048 of 65536-token requests, fp8, cold-L2 graph replay
-# (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 20.0 / 11.6, 16 rows 24.4 / 21.0,
-# 32 rows 30.2 / 31.0 (the sweep in docs/design_attention.md), 64 rows 39.3 / 49.1,
-# 400 rows 153.4 / 194.3, 1600 rows 519.1 / 673.9. Triton's split-K path wins while it serves
-# (rows x KV heads <= 64 programs; 32 rows is even), the CUDA kernel above.
+# (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 18.2 / 11.6, 16 rows 23.4 / 21.2,
+# 64 rows 40.7 / 49.7, 400 rows 128.7 / 193.9, 1600 rows 437.5 / 675.4 (one run, the persistent CUDA grid);
+# 32 rows 30.2 / 31.0 before it (the sweep in docs/design_attention.md). Triton's split-K path wins while it
+# serves (rows x KV heads <= 64 programs; 32 rows is even), the CUDA kernel above.
 TRITON_MAX_PROGRAMS = 64
 PREFER_SUMMARY = f"triton while rows x KV heads <= {TRITON_MAX_PROGRAMS} (its split-K path), else the order"
 
