@@ -31,8 +31,9 @@ HEADS_PER_CTA = 64
 TILE = 64  # selected positions a step
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, q head dim
 # Each split keeps at least MIN_SPLIT_TOKENS positions (a split's partial, [64, 512] fp32, 128 KiB written and read
-# back, costs about the cache traffic of 200 v32 tokens). H200, top-k 2048, the single-wave batches, us with 8 / 16
-# splits: b1 h64 32.6 / 26.2, b4 h64 33.8 / 27.0, b1 h128 33.7 / 26.4, b4 h128 33.9 / 35.6 (kernel variant 0).
+# back, costs about the cache traffic of 200 v32 tokens). H200, top-k 2048, v32, the single-wave batches, variant 1
+# with the cache hints, us with 8 / 16 splits (two runs): b1 h64 30.4 / 25.8, b4 h64 31.2 / 26.9, b1 h128 31.0 /
+# 26.0, b4 h128 32.2 / 35.8 (16 splits there make 128 CTAs of 2 tiles each).
 MIN_SPLIT_TOKENS = 128
 MAX_SPLITS = 64
 _fn = None  # the loaded OpOverload, resolved on the first call
