@@ -62,8 +62,8 @@ def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> 
 # Variant 1 (three roles, its gather with FlashMLA's cache hints) on SM90 at every shape. H200, FlashMLA's shapes
 # (tools/smoke_sparse_mla_decode.py --time, us variant 0 / 1): b128 h128 s_q2 v32 640.2 / 490.1, b32 h64 s_q1
 # 59.9 / 51.5, batch 1-4 (8 splits) 32.7-34.0 / 30.4-32.2; faster at every measured shape, both layouts.
-def variant_for(batch: int, s_q: int, heads: int, cap: tuple[int, int] = (9, 0)) -> int:
-    """The kernel variant for a shape on compute capability `cap`: 1 on SM90, 0 elsewhere (the SM100 family)."""
+def variant_for(cap: tuple[int, int]) -> int:
+    """The kernel variant on compute capability `cap`: 1 on SM90, 0 elsewhere (the SM100 family)."""
     return 1 if cap[0] == 9 else 0
 
 
@@ -82,7 +82,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
     `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
     `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first).
-    `variant`: None picks by shape (variant_for); 0 or 1 forces a kernel (1: SM90 only)."""
+    `variant`: None picks by arch (variant_for); 0 or 1 forces a kernel (1: SM90 only)."""
     global _fn
     fn = _fn
     if fn is None:
@@ -103,7 +103,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
             splits = min(2, max(1, -(-topk // TILE)))
     if variant is None:
         index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-        variant = variant_for(b, s_q, h, capability(index))
+        variant = variant_for(capability(index))
     splits = int(splits)
     if splits < 1:
         raise ValueError(f"`splits` must be >= 1, got {splits}")

@@ -5,7 +5,7 @@ exact reference, one line each with the max errors, so a failure is easy to plac
     python tools/smoke_sparse_mla_decode.py --time     # also times the kernel beside FlashMLA
 
 Each case runs kernel variant 0 and 1 (three warpgroup roles, sm90_sparse_mla_decode_ws.cuh); --time times
-both ("v0", "v1") and the provider's choice by shape ("op", variant_for).
+both ("v0", "v1") and the provider's choice ("op", variant_for).
 
 --time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
 FlashMLA from .peer): us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its
