@@ -30,11 +30,15 @@ DV = 512
 HEADS_PER_CTA = 64
 TILE = 64  # selected positions a step
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, q head dim
-# Each split keeps at least MIN_SPLIT_TOKENS positions (a split's partial, [64, 512] fp32, 128 KiB written and read
-# back, costs about the cache traffic of 200 v32 tokens). H200, top-k 2048, v32, the single-wave batches, variant 1
-# with the cache hints, us with 8 / 16 splits (two runs): b1 h64 30.4 / 25.8, b4 h64 31.2 / 26.9, b1 h128 31.0 /
-# 26.0, b4 h128 32.2 / 35.8 (16 splits there make 128 CTAs of 2 tiles each).
+# Each split keeps at least MIN_SPLIT_TOKENS positions, and the CTAs stay within half a wave unless that leaves a
+# split more than FEW_TILES tiles: a split's partial ([64, 512] fp32, 128 KiB) is written and read back, so 128
+# partials cost more than halving each split's tiles saves. H200, top-k 2048, v32, variant 1, us by 2 / 4 / 8 / 16
+# / 32 splits (CUDA-graph replay): b1 h64 74.5 / 45.1 / 31.2 / 25.8 / 28.1; b4 h64 73.7 / 44.4 / 31.3 / 27.5 /
+# 42.8; b4 h128 73.9 / 44.9 / 32.0 / 36.2 / 55.6; b8 h64 74.5 / 45.0 / 33.0 / 36.9 / 56.2; b8 h128 73.6 / 45.6 /
+# 38.6 / 58.2 / 102.5; b32 h64 74.7 / 51.8 / 67.1 / 100.2 / 155.8. So 64 CTAs of 4 tiles (32.0) beat 128 of 2
+# (36.2), and 128 CTAs of 4 tiles (38.6) beat 64 of 8 (45.6).
 MIN_SPLIT_TOKENS = 128
+FEW_TILES = 4
 MAX_SPLITS = 64
 _fn = None  # the loaded OpOverload, resolved on the first call
 
@@ -49,14 +53,21 @@ def _sm_count(index: Optional[int]) -> int:
 def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> int:
     """Splits of each (query token, 64-head block)'s top-k axis; 1 is the single pass. Shapes only.
 
-    As many splits as keep the CTAs (one an SM) within one wave of `sms`, each split at least
-    MIN_SPLIT_TOKENS positions, at most MAX_SPLITS, none empty."""
-    ctas = batch * s_q * -(-heads // HEADS_PER_CTA)
+    The most splits that keep the CTAs (one an SM) within half a wave of `sms`, or within the whole wave when
+    half leaves a split more than FEW_TILES tiles; each split at least MIN_SPLIT_TOKENS positions, at most
+    MAX_SPLITS, none empty."""
+    ctas = max(1, batch * s_q * -(-heads // HEADS_PER_CTA))
     tiles = max(1, -(-topk // TILE))
-    want = min(sms // max(1, ctas), topk // MIN_SPLIT_TOKENS)
-    want = max(1, min(want, tiles, MAX_SPLITS))
-    per = -(-tiles // want)
-    return -(-tiles // per)
+
+    def within(cap: int) -> int:
+        want = max(1, min(cap // ctas, topk // MIN_SPLIT_TOKENS, tiles, MAX_SPLITS))
+        per = -(-tiles // want)
+        return -(-tiles // per)
+
+    splits = within(sms // 2)
+    if -(-tiles // splits) > FEW_TILES:
+        splits = within(sms)
+    return splits
 
 
 # Variant 1 (three roles, its gather with FlashMLA's cache hints) on SM90 at every shape. H200, FlashMLA's shapes

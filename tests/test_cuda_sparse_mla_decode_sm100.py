@@ -103,11 +103,14 @@ def test_sparse_mla_decode_gate(target, release, tmp_path):
 
 def test_variant_rule():
     """The SM90 three-role kernel (variant 1) at every shape; the SM100 family: 0. Split counts: one wave of
-    CTAs, at least MIN_SPLIT_TOKENS positions a split."""
+    CTAs within half a wave unless a split would then hold more than FEW_TILES tiles, at least MIN_SPLIT_TOKENS
+    positions a split."""
     assert pm.variant_for((9, 0)) == 1
     assert pm.variant_for((10, 0)) == 0
     assert pm.split_count(1, 1, 64, 2048) == 16
-    assert pm.split_count(4, 1, 128, 2048) == 16
+    assert pm.split_count(4, 1, 64, 2048) == 16  # 64 CTAs of 2 tiles
+    assert pm.split_count(4, 1, 128, 2048) == 8  # 64 CTAs of 4 tiles, not 128 of 2
+    assert pm.split_count(8, 1, 128, 2048) == 8  # 128 CTAs of 4 tiles, not 64 of 8
     assert pm.split_count(32, 1, 64, 2048) == 4
     assert pm.split_count(128, 1, 64, 2048) == 1
     assert pm.split_count(1, 1, 64, 100) == 1
