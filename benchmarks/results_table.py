@@ -2,10 +2,12 @@
 
     python benchmarks/results_table.py FILE.json
         writes FILE.md from FILE.json (what `pytest benchmarks/... --dsa-results FILE.json` wrote).
-    python benchmarks/results_table.py merge NEW.json INTO.json --ops topk [--ops ...] --command "..." [--note "..."]
-        replaces INTO's rows of those ops with NEW's (in place, where INTO had them), takes NEW's run fields
-        (device, torch, triton, date, commit, copy bandwidth), sets the command, which must say where the
-        rows of the other ops come from (command, date and commit of their run), and rewrites INTO.md.
+    python benchmarks/results_table.py merge NEW.json INTO.json --ops topk [--ops ...] [--providers cuda ...]
+            --command "..." [--note "..."]
+        replaces INTO's rows of those ops (of those providers only, with --providers) with NEW's (in place, where
+        INTO had them), takes NEW's run fields (device, torch, triton, date, commit, copy bandwidth), sets the
+        command, which must say where the other rows come from (command, date and commit of their run), and
+        rewrites INTO.md.
 """
 
 from __future__ import annotations
@@ -52,20 +54,24 @@ def write_markdown(json_path: str) -> str:
 RUN_FIELDS = ("device", "torch", "triton", "date", "commit", "copy_bandwidth_gbps")
 
 
-def merge(new_path: str, into_path: str, ops: list, command: str, note: str | None = None) -> dict:
-    """Replace `into`'s rows of `ops` with `new`'s; every other row and the ceilings stay. The run fields and
-    the note are the new run's (a field the new run lacks is dropped, not kept from the old one). Returns the
-    merged doc."""
+def merge(new_path: str, into_path: str, ops: list, command: str, note: str | None = None,
+          providers: list | None = None) -> dict:
+    """Replace `into`'s rows of `ops` (of `providers` only, when given) with `new`'s; every other row and the
+    ceilings stay. The run fields and the note are the new run's (a field the new run lacks is dropped, not kept
+    from the old one). Returns the merged doc."""
     new, into = json.load(open(new_path)), json.load(open(into_path))
     if not command.strip():
         raise ValueError("merge needs --command: the run the merged rows come from, and where the others do")
-    fresh = [r for r in new["results"] if r["op"] in ops]
+    def replaced(r: dict) -> bool:
+        return r["op"] in ops and (providers is None or r["provider"] in providers)
+
+    fresh = [r for r in new["results"] if replaced(r)]
     missing = sorted(set(ops) - {r["op"] for r in fresh})
     if missing:
-        raise ValueError(f"{new_path} has no rows of {missing}")
+        raise ValueError(f"{new_path} has no rows of {missing}" + (f" from {providers}" if providers else ""))
     rows, placed = [], False
     for r in into["results"]:
-        if r["op"] not in ops:
+        if not replaced(r):
             rows.append(r)
         elif not placed:  # the fresh rows take the place of the first replaced one
             rows.extend(fresh)
@@ -89,11 +95,14 @@ def main(argv: list) -> None:
     ap.add_argument("new")
     ap.add_argument("into")
     ap.add_argument("--ops", action="append", required=True)
+    ap.add_argument("--providers", action="append", default=None,
+                    help="replace only these providers' rows of the ops (repeatable; default: every provider)")
     ap.add_argument("--command", required=True)
     ap.add_argument("--note", default=None, help="a sentence the table prints under the command")
     a = ap.parse_args(argv[1:])
-    doc = merge(a.new, a.into, a.ops, a.command, a.note)
-    print(f"{a.into}: {len(doc['results'])} rows ({', '.join(a.ops)} from {a.new})")
+    doc = merge(a.new, a.into, a.ops, a.command, a.note, a.providers)
+    which = ", ".join(a.ops) + (f" ({', '.join(a.providers)})" if a.providers else "")
+    print(f"{a.into}: {len(doc['results'])} rows ({which} from {a.new})")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""benchmarks/results_table.py merge: the rows of the named ops are replaced, every other row stays."""
+"""benchmarks/results_table.py merge: the rows of the named ops (of the named providers, when given) are replaced,
+every other row stays."""
 
 from __future__ import annotations
 
@@ -63,3 +64,16 @@ def test_merge_takes_the_new_runs_commit_and_note(tmp_path):
     assert list(doc)[-1] == "results" and doc["ceilings"] == {"fp8_tflops": 1.0}
     md = (tmp_path / "h200.md").read_text()
     assert "d3, commit bbbbbbb." in md and "\nhost pace varies\n" in md
+
+
+def test_merge_replaces_only_the_named_providers(tmp_path):
+    into, new = tmp_path / "h200.json", tmp_path / "new.json"
+    triton = dict(_row("sa", 1, 20.0), provider="triton")
+    into.write_text(json.dumps(_doc("d1", 1.0, [triton, _row("sa", 1, 12.0), _row("ptt", 1, 2.0)])))
+    fresh_triton = dict(_row("sa", 1, 99.0), provider="triton")
+    new.write_text(json.dumps(_doc("d2", 2.0, [fresh_triton, _row("sa", 1, 11.0), _row("sa", 2, 30.0)])))
+    doc = results_table.merge(str(new), str(into), ["sa"], "sa cuda: new run; the rest: d1", providers=["cuda"])
+    assert [(r["provider"], r["case"]["n"], r["median_us"]) for r in doc["results"]] == [
+        ("triton", 1, 20.0), ("cuda", 1, 11.0), ("cuda", 2, 30.0), ("cuda", 1, 2.0)]
+    with pytest.raises(ValueError, match="no rows"):
+        results_table.merge(str(new), str(into), ["ptt"], "x", providers=["cuda"])
