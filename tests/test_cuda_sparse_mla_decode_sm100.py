@@ -102,8 +102,8 @@ def test_sparse_mla_decode_gate(target, release, tmp_path):
 
 
 def test_variant_rule():
-    """The SM90 three-role kernel (variant 1) at every shape; the SM100 family: 0. Split counts: one wave of
-    CTAs within half a wave unless a split would then hold more than FEW_TILES tiles, at least MIN_SPLIT_TOKENS
+    """The SM90 three-role kernel (variant 1) at every shape; the SM100 family: 0. Split counts: the CTAs within
+    half a wave, or within one wave when half leaves a split more than FEW_TILES tiles; at least MIN_SPLIT_TOKENS
     positions a split."""
     assert pm.variant_for((9, 0)) == 1
     assert pm.variant_for((10, 0)) == 0
