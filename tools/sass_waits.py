@@ -46,8 +46,8 @@ def parse(text: str) -> list[dict]:
         if hi is None:
             continue
         c = (int(hi.group(1), 16) >> 41) & 0x7FFFFF
-        out.append({"addr": int(m.group(1), 16), "text": m.group(2), "stall": c & 0xF, "yield": (c >> 4) & 1,
-                    "wb": (c >> 5) & 7, "rb": (c >> 8) & 7, "wait": (c >> 11) & 0x3F})
+        out.append({"addr": int(m.group(1), 16), "text": m.group(2), "stall": c & 0xF, "wb": (c >> 5) & 7,
+                    "rb": (c >> 8) & 7, "wait": (c >> 11) & 0x3F})
     return out
 
 
@@ -71,24 +71,21 @@ def body(insns: list[dict], ranges: list[tuple[int, int]]) -> list[dict]:
 
 def waits(seq: list[dict], rounds: int = 3) -> list[dict]:
     """Each wait that covers a pending global load in the last of `rounds` walks of the loop body `seq`."""
-    pending = {b: [] for b in range(6)}
+    pending = {b: [] for b in range(6)}  # scoreboard -> issue clocks of the global loads still on it
     clock = 0
     found = []
     for r in range(rounds):
         for x in seq:
             if x["wait"]:
                 sbs = [b for b in range(6) if x["wait"] >> b & 1]
-                loads = [p for b in sbs for p in pending[b] if p["load"]]
+                loads = [t for b in sbs for t in pending[b]]
                 if loads and r == rounds - 1:
-                    newest = max(loads, key=lambda p: p["clock"])
                     found.append({"addr": x["addr"], "text": x["text"], "loads": len(loads),
-                                  "issue_since_newest": clock - newest["clock"]})
+                                  "issue_since_newest": clock - max(loads)})
                 for b in sbs:
                     pending[b] = []
-            if x["wb"] != 7:
-                pending[x["wb"]].append({"clock": clock, "load": opcode(x["text"]).startswith("LDG")})
-            if x["rb"] != 7:
-                pending[x["rb"]].append({"clock": clock, "load": False})
+            if x["wb"] != 7 and opcode(x["text"]).startswith("LDG"):
+                pending[x["wb"]].append(clock)
             clock += max(x["stall"], 1)
     return found
 
