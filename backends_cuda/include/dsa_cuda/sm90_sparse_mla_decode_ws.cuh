@@ -74,6 +74,7 @@ constexpr int kBarMath = 4;
 // The lean producer's stage-free barriers (one a stage): 256 math threads arrive, 128 producer threads sync.
 constexpr int kBarEmpty = 5;  // + stage
 constexpr int kEmptyThreads = 384;
+constexpr float kLazyGrowth = 8.f;  // the lean softmax's running-max slack (log2 units)
 
 template <bool kV4>
 struct Cfg {
@@ -261,10 +262,12 @@ __device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const To
 //   scoreboards (a load used only in the next iteration it sinks to the end of the loop); an odd count gets an
 //   all-invalid last tile, which the math warpgroups count too (math_work);
 // - the mask goes to the QK warpgroup as a byte a warp (8 tokens, redux.or);
-// - the softmax tests each mask bit once and takes exp2 as one MUFU.EX2 (softmax_lean).
+// - the softmax tests each mask bit once, takes exp2 as one MUFU.EX2 and rescales lazily (softmax_lean): O's
+//   rescale (128 FMULs a thread in each math warpgroup) only when a row's max grows by more than kLazyGrowth.
 // Static result (nvcc 13.0, v32, per tile a warp): producer 997 instructions, two waits a pair of tiles with
 // 149 and 59 cycles of issue between their newest load and the wait (the second: a scoreboard shared with an
-// older batch; the other eight waits 250-460 cycles), QK warpgroup 728. Not yet run.
+// older batch; the other eight waits 250-460 cycles), QK warpgroup 735 with the rescale, ~600 without. Not yet
+// run.
 
 // Where a producer thread's token reads (q: its quarter of each 64-byte run): row + 16 q, and the scales.
 struct TokenRows {
@@ -504,6 +507,10 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   // The lean softmax (kLean): masked scores are kNeg after the scaling, so exp2(kNeg - max) is exactly 0 in a
   // row with a valid score so far and needs no second mask test; a row without one (max kNeg) subtracts 0
   // instead. exp2 in one MUFU.EX2 (ex2_ftz). 4 mask tests, 2 selects and ~4 range fix-ups fewer an element.
+  // Lazy rescale (as FlashAttention 4 on Blackwell): a warp keeps its rows' running maxima until one grows by
+  // more than kLazyGrowth, so P stays within 2^kLazyGrowth (bf16's relative precision at any magnitude) and O's
+  // 128-register rescale is skipped in both warpgroups (PV sees alpha 1 in all the warp's rows).
+  bool rescale = true;
   auto softmax_lean = [&](int n) {
     const int sl = n % kOffSlots;
     const uint64_t valid = (uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32)) >> (2 * c);
@@ -525,12 +532,17 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
     const float mn0 = fmaxf(m0, mx0);
     const float mn1 = fmaxf(m1, mx1);
-    al0 = ex2_ftz(m0 - mn0);
-    al1 = ex2_ftz(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    const float sub0 = mn0 == kNeg ? 0.f : mn0;
-    const float sub1 = mn1 == kNeg ? 0.f : mn1;
+    rescale = __any_sync(0xffffffffu, mn0 > m0 + kLazyGrowth || mn1 > m1 + kLazyGrowth);
+    al0 = 1.f;
+    al1 = 1.f;
+    if (rescale) {
+      al0 = ex2_ftz(m0 - mn0);
+      al1 = ex2_ftz(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+    }
+    const float sub0 = m0 == kNeg ? 0.f : m0;
+    const float sub1 = m1 == kNeg ? 0.f : m1;
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
     for (int k = 0; k < 32; k += 4) {
@@ -593,7 +605,9 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     release_stage<kLean>(empty, n, count, lane);
     handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
     publish_p();
-    scale_rows(o, al0, al1);
+    if (!kLean || rescale) {
+      scale_rows(o, al0, al1);
+    }
   }
   if (count > 0) {
     issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
@@ -659,7 +673,10 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     mbar_wait(full + 8 * st, uint32_t(n >> 1) & 1u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
     handover(kBarPReady);  // P(n), alpha(n)
-    scale_rows(o, row_f[row0], row_f[row1]);
+    const float al0 = row_f[row0], al1 = row_f[row1];
+    if (!kLean || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {  // the QK warp's lazy rescale
+      scale_rows(o, al0, al1);
+    }
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 1);
     wgmma_wait_all();
     fence_acc(o);
