@@ -133,6 +133,22 @@ def test_odd_tiles_and_pages(m, layout, page, split):
     _check(out, lse, case, layout)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["single", "split"])
+@pytest.mark.parametrize("q_scale", [8.0, 32.0])
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_wide_scores_and_late_valid_tiles(m, layout, q_scale, split):
+    """Scores spread over tens to hundreds in log2 units (q scaled by 8 and 32), so a row's running max keeps
+    growing past the first tile by more than variant 3's lazy-rescale slack (2^8: O and l rescaled in some tiles,
+    not in others, alpha strictly between 0 and 1); and request 1's first 320 positions invalid (its first tiles
+    hold no valid token, the running max starts later)."""
+    q, cache, idx, lens, sink = make_case(layout, 2, 2, 128, 1024, page=64, num_blocks=40, lens=[1024, 1024],
+                                          seed=int(q_scale), device=DEV, q_scale=q_scale)
+    idx[1, :, :320] = -1
+    case = (q, cache, idx, lens, sink)
+    out, lse = _run(m, case, layout, split)
+    _check(out, lse, case, layout)
+
+
 @pytest.mark.parametrize("batch,s_q,heads", [(1, 1, 128), (1, 2, 64), (4, 1, 64), (32, 2, 128), (256, 1, 64)])
 def test_batches(m, batch, s_q, heads):
     layout = "v32"

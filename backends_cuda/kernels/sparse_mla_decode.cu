@@ -58,8 +58,8 @@ const char* sparse_mla_decode_unsupported(const SparseMlaDecodeParams& p) {
   if (p.splits < 1 || p.splits > 1024) {
     return "splits must be in [1, 1024]";
   }
-  if (p.topk >= int64_t{INT32_MAX} - 2 * k::kTile) {
-    return "the CUDA sparse MLA decode kernel takes top-k below 2^31 - 128";
+  if (p.topk >= int64_t{INT32_MAX} - 3 * k::kTile) {  // the lean producer reads slots two tiles ahead
+    return "the CUDA sparse MLA decode kernel takes top-k below 2^31 - 192";
   }
   if (p.page_size <= 0 || p.page_size > (int64_t{1} << 20) || p.num_blocks * p.page_size >= (int64_t{1} << 40)) {
     return "the CUDA sparse MLA decode kernel takes pages of 1 to 2^20 tokens and fewer than 2^40 slots";
@@ -97,7 +97,7 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
     return cudaErrorNotSupported;
   }
   const bool sm100 = major == 10;
-  if (sm100 && p.variant != 0) {  // variant 1 is wgmma (SM90) only
+  if (sm100 && p.variant != 0) {  // variants 1 and 3 are wgmma (SM90) only
     return cudaErrorNotSupported;
   }
   const int64_t head_blocks = p.heads / k::kHeads;

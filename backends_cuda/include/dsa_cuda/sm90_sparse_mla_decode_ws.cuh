@@ -91,7 +91,8 @@ struct Cfg {
   static_assert(kSmemBytes <= 232448, "over the SM90 shared memory of a CTA");
 };
 
-// The lean producer's row for an invalid token: its loads read zeros (e4m3 0, scale 0, rope 0), so the token's K
+// The lean producer's row for an invalid token: its loads read zero bytes (e4m3 0 and rope 0; scale 0, or 2^-127
+// from a v4 scale byte 0, times 0), so the token's K
 // and V rows are 0. (Declared for both compilation passes: the host stub registers it.)
 static __device__ __align__(256) const uint8_t kZeroRow[1024] = {};
 
@@ -255,12 +256,14 @@ __device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const To
 // by the page size there); 36 register zeroings and a branch region a half-tile for invalid tokens.
 // What kLean changes:
 // - each thread turns its own token's slot (read a tile ahead) into a row pointer, the page by fast_div
-//   (smxx_fast_div.cuh); invalid tokens read kZeroRow (bytes 0, scale 0): no branch, no zeroing, no barrier;
+//   (smxx_fast_div.cuh); invalid tokens read kZeroRow (zero bytes): no branch, no zeroing, no barrier;
 // - each piece's register is reloaded with the next tile's piece as soon as its dequant is stored;
-// - tiles go in pairs, one basic block a pair: the stage-free wait is a named barrier (bar.sync, no polling
-//   loop), so ptxas sees the second tile use the loads the first issues and keeps them early and on their own
-//   scoreboards (a load used only in the next iteration it sinks to the end of the loop); an odd count gets an
-//   all-invalid last tile, which the math warpgroups count too (math_work);
+// - tiles go in pairs, one basic block a pair: the stage-free wait is a named barrier (bar.sync kBarEmpty + stage,
+//   no polling loop; the math warpgroups bar.arrive), so ptxas sees the second tile use the loads the first
+//   issues and keeps them early and on their own scoreboards (a load used only in the next iteration it sinks to
+//   the end of the loop; the SASS still has the second half-tile's refills after the second tile's bar.sync);
+//   an odd count gets an all-invalid last tile, which the math warpgroups count too (math_work): a whole tile
+//   of zeros, so an odd-count CTA does one tile more;
 // - the mask goes to the QK warpgroup as a byte a warp (8 tokens, redux.or);
 // - the softmax tests each mask bit once, takes exp2 as one MUFU.EX2 and rescales lazily (softmax_lean): O's
 //   rescale (128 FMULs a thread in each math warpgroup) only when a row's max grows by more than kLazyGrowth.
