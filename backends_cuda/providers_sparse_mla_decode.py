@@ -3,10 +3,11 @@ sm90_sparse_mla_decode_ws.cuh on Hopper, run on the H200; sm100_sparse_mla_decod
 compiled, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
-v4, splits, out, lse, workspace, variant)``. Two SM90 kernels: variant 0 (every warp loads and computes) and
+v4, splits, out, lse, workspace, variant)``. SM90 kernels: variant 0 (every warp loads and computes),
 variant 1 (producer, QK and PV warpgroups), which `variant_for` picks on SM90 (SM100: variant 0, the tcgen05
-kernel). One CTA is one query token x 64 heads x one split of its top-k positions and holds about 227 KiB of
-shared memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill less than one wave, the top-k axis
+kernel), and variant 3 (variant 1 with the lean producer and softmax: compiled, not run yet; forced only).
+One CTA is one query token x 64 heads x one split of its top-k positions and holds about 227 KiB of shared
+memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill less than one wave, the top-k axis
 is cut into splits (split-KV) whose fp32 partials go to a workspace sized from the shapes (allocated here,
 no host sync: CUDA-graph safe) and a combine kernel writes out and lse.
 
@@ -93,7 +94,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
     `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
     `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first).
-    `variant`: None picks by arch (variant_for); 0 or 1 forces a kernel (1: SM90 only)."""
+    `variant`: None picks by arch (variant_for); 0, 1 or 3 forces a kernel (1 and 3: SM90 only)."""
     global _fn
     fn = _fn
     if fn is None:

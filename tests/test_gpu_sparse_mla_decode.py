@@ -1,9 +1,10 @@
 """GPU tests of the sparse_mla_decode providers (triton and cuda) against a float64 oracle on the dequantised rows.
 
 Every case runs for both providers (the `m` fixture: each provider module's `launch`, and the op forced to
-that backend through the registry's `use_backend`), and once more for the CUDA provider's variant 0, the
-kernel the op no longer picks on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; the op
-and `cuda` pick variant 1, the three-role kernel, by providers_sparse_mla_decode.variant_for). Caches are
+that backend through the registry's `use_backend`), and once more for each CUDA kernel variant the op does not
+pick on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; `cuda_v3`: the three-role
+kernel's lean producer and softmax; the op and `cuda` pick variant 1, the three-role kernel, by
+providers_sparse_mla_decode.variant_for). Caches are
 NaN-filled except the slots in use
 (tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
 topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 SCALE = {"v32": 576**-0.5, "v4": 512**-0.5}
-PROVIDERS = ("triton", "cuda", "cuda_v0")  # cuda_v0: the CUDA provider's kernel variant 0
+PROVIDERS = ("triton", "cuda", "cuda_v0", "cuda_v3")  # cuda_vN: the CUDA provider's kernel variant N
 
 
 def _module(name):
@@ -40,20 +41,21 @@ def _module(name):
 
 
 def _provider(name):
-    """The provider `name` as (name, launch, supports); skips where it cannot run. "cuda_v0" is the cuda
-    provider with its launch bound to variant 0 (PROVIDER stays "cuda": registry routing is the provider's)."""
+    """The provider `name` as (name, launch, supports); skips where it cannot run. "cuda_v0" / "cuda_v3" are the
+    cuda provider with its launch bound to variant 0 / 3 (PROVIDER stays "cuda": registry routing is the
+    provider's)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    if name in ("cuda", "cuda_v0"):
+    if name in ("cuda", "cuda_v0", "cuda_v3"):
         from dsa_ops.backends import cuda
 
         why = cuda.available(torch.device(DEV)) or cuda.sm90_only(torch.zeros(1, device=DEV), "CUDA sparse MLA decode")
         if why is not None:
             pytest.skip(f"cuda provider unavailable here: {why}")
     mod = _module(name)
-    if name == "cuda_v0":
-        return SimpleNamespace(PROVIDER="cuda", launch=functools.partial(mod.launch, variant=0), supports=mod.supports,
-                               module=mod, forced_variant=True)
+    if name in ("cuda_v0", "cuda_v3"):
+        return SimpleNamespace(PROVIDER="cuda", launch=functools.partial(mod.launch, variant=int(name[-1])),
+                               supports=mod.supports, module=mod, forced_variant=True)
     return SimpleNamespace(PROVIDER=name, launch=mod.launch, supports=mod.supports, module=mod, forced_variant=False)
 
 
@@ -62,7 +64,7 @@ def m(request):
     return _provider(request.param)
 
 
-@pytest.fixture(scope="module", params=("cuda", "cuda_v0"))
+@pytest.fixture(scope="module", params=("cuda", "cuda_v0", "cuda_v3"))
 def mc(request):
     return _provider(request.param)
 
@@ -116,6 +118,35 @@ def test_tokenless_rows_ignore_nonfinite_sink(m, layout, split):
     sink = torch.tensor([float("nan"), float("inf"), float("-inf"), 3.0] * 16, device=DEV)
     out, lse = _run(m, (q, cache, idx, lens, sink), layout, split)
     assert torch.all(out == 0) and torch.all(lse == float("inf"))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["single", "split"])
+@pytest.mark.parametrize("page", [48, 2, 98])
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_odd_tiles_and_pages(m, layout, page, split):
+    """Requests of 7, 2 and 1 tiles (top-k 448, topk_lens 448 / 65 / 1: variant 3 works in pairs of tiles and
+    pads an odd count with an all-invalid one) on pages of 48, 2 and 98 slots (48 and 98: the slot -> page
+    division by a non-power of two, which variant 3 makes a multiply-shift)."""
+    case = make_case(layout, 3, 2, 128, 448, page=page, num_blocks=2304 // page + 1, lens=[448, 65, 1],
+                     seed=11 + page, device=DEV)
+    out, lse = _run(m, case, layout, split)
+    _check(out, lse, case, layout)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["single", "split"])
+@pytest.mark.parametrize("q_scale", [8.0, 32.0])
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_wide_scores_and_late_valid_tiles(m, layout, q_scale, split):
+    """Scores spread over tens to hundreds in log2 units (q scaled by 8 and 32), so a row's running max keeps
+    growing past the first tile by more than variant 3's lazy-rescale slack (2^8: O and l rescaled in some tiles,
+    not in others, alpha strictly between 0 and 1); and request 1's first 320 positions invalid (its first tiles
+    hold no valid token, the running max starts later)."""
+    q, cache, idx, lens, sink = make_case(layout, 2, 2, 128, 1024, page=64, num_blocks=40, lens=[1024, 1024],
+                                          seed=int(q_scale), device=DEV, q_scale=q_scale)
+    idx[1, :, :320] = -1
+    case = (q, cache, idx, lens, sink)
+    out, lse = _run(m, case, layout, split)
+    _check(out, lse, case, layout)
 
 
 @pytest.mark.parametrize("batch,s_q,heads", [(1, 1, 128), (1, 2, 64), (4, 1, 64), (32, 2, 128), (256, 1, 64)])

@@ -21,7 +21,12 @@ int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 template <bool kV4, bool kSplit>
 cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, int64_t variant, cudaStream_t stream) {
   if (variant == 1) {  // the three-role SM90 kernel
-    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit>;
+    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit, false>;
+    return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads), k90ws::Cfg<kV4>::kSmemBytes,
+                                   stream, a);
+  }
+  if (variant == 3) {  // the three-role SM90 kernel with the lean producer and softmax
+    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit, true>;
     return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads), k90ws::Cfg<kV4>::kSmemBytes,
                                    stream, a);
   }
@@ -47,14 +52,14 @@ const char* sparse_mla_decode_unsupported(const SparseMlaDecodeParams& p) {
   if (p.heads <= 0 || p.heads % k::kHeads != 0) {
     return "the CUDA sparse MLA decode kernel takes a multiple of 64 heads";
   }
-  if (p.variant != 0 && p.variant != 1) {
-    return "variant must be 0 or 1 (the three-role kernel, SM90 only)";
+  if (p.variant != 0 && p.variant != 1 && p.variant != 3) {
+    return "variant must be 0, 1 (the three-role kernel, SM90 only) or 3 (its lean producer, SM90 only)";
   }
   if (p.splits < 1 || p.splits > 1024) {
     return "splits must be in [1, 1024]";
   }
-  if (p.topk >= int64_t{INT32_MAX} - 2 * k::kTile) {
-    return "the CUDA sparse MLA decode kernel takes top-k below 2^31 - 128";
+  if (p.topk >= int64_t{INT32_MAX} - 3 * k::kTile) {  // the lean producer reads slots two tiles ahead
+    return "the CUDA sparse MLA decode kernel takes top-k below 2^31 - 192";
   }
   if (p.page_size <= 0 || p.page_size > (int64_t{1} << 20) || p.num_blocks * p.page_size >= (int64_t{1} << 40)) {
     return "the CUDA sparse MLA decode kernel takes pages of 1 to 2^20 tokens and fewer than 2^40 slots";
@@ -92,7 +97,7 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
     return cudaErrorNotSupported;
   }
   const bool sm100 = major == 10;
-  if (sm100 && p.variant != 0) {  // variant 1 is wgmma (SM90) only
+  if (sm100 && p.variant != 0) {  // variants 1 and 3 are wgmma (SM90) only
     return cudaErrorNotSupported;
   }
   const int64_t head_blocks = p.heads / k::kHeads;
@@ -128,6 +133,9 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   a.head_blocks = int32_t(head_blocks);
   a.topk = int32_t(p.topk);
   a.page = int32_t(p.page_size);
+  const FastDiv page_div = make_fast_div(uint32_t(p.page_size));
+  a.page_mul = page_div.mul;
+  a.page_shift = page_div.shift;
   a.splits = int32_t(splits);
   a.tiles_per_split = int32_t(per);
   a.qk_scale = p.softmax_scale * k::kLog2e;

@@ -71,6 +71,10 @@ constexpr int kBarPReady = 1;
 constexpr int kBarPFree = 2;
 constexpr int kBarProducer = 3;
 constexpr int kBarMath = 4;
+// The lean producer's stage-free barriers (one a stage): 256 math threads arrive, 128 producer threads sync.
+constexpr int kBarEmpty = 5;  // + stage
+constexpr int kEmptyThreads = 384;
+constexpr float kLazyGrowth = 8.f;  // the lean softmax's running-max slack (log2 units)
 
 template <bool kV4>
 struct Cfg {
@@ -86,6 +90,11 @@ struct Cfg {
   static constexpr int kSmemBytes = 1024 + kBarOff + 4 * 8;
   static_assert(kSmemBytes <= 232448, "over the SM90 shared memory of a CTA");
 };
+
+// The lean producer's row for an invalid token: its loads read zero bytes (e4m3 0 and rope 0; scale 0, or 2^-127
+// from a v4 scale byte 0, times 0), so the token's K
+// and V rows are 0. (Declared for both compilation passes: the host stub registers it.)
+static __device__ __align__(256) const uint8_t kZeroRow[1024] = {};
 
 #if DSA_SM90_INDEXER_DEVICE
 
@@ -238,21 +247,214 @@ __device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const To
   }
 }
 
-// Both math roles: the CTA's work and its tile count (Q is staged before the role split).
+// ---- The lean producer and softmax (kLean: launcher variant 3) ----
+// Static SASS of variant 1 against FlashMLA's kernel (v32, 64 heads, a 64-token tile, a warp): producer 1148 / 1074
+// instructions (warps 0-1 / 2-3) against FlashMLA's 1080, QK warpgroup 1083 against 836; ptxas put the producer's
+// 22 loads of a tile on one scoreboard waited for by the tile's first conversion, 31 cycles after the second
+// half-tile's loads were issued (one whole memory latency a tile, whatever the two register sets); each tile a
+// producer-wide named barrier behind offsets that warps 0-1 published through shared memory (a signed division
+// by the page size there); 36 register zeroings and a branch region a half-tile for invalid tokens.
+// What kLean changes:
+// - each thread turns its own token's slot (read a tile ahead) into a row pointer, the page by fast_div
+//   (smxx_fast_div.cuh); invalid tokens read kZeroRow (zero bytes): no branch, no zeroing, no barrier;
+// - each piece's register is reloaded with the next tile's piece as soon as its dequant is stored;
+// - tiles go in pairs, one basic block a pair: the stage-free wait is a named barrier (bar.sync kBarEmpty + stage,
+//   no polling loop; the math warpgroups bar.arrive), so ptxas sees the second tile use the loads the first
+//   issues and keeps them early and on their own scoreboards (a load used only in the next iteration it sinks to
+//   the end of the loop; the SASS still has the second half-tile's refills after the second tile's bar.sync);
+//   an odd count gets an all-invalid last tile, which the math warpgroups count too (math_work): a whole tile
+//   of zeros, so an odd-count CTA does one tile more;
+// - the mask goes to the QK warpgroup as a byte a warp (8 tokens, redux.or);
+// - the softmax tests each mask bit once, takes exp2 as one MUFU.EX2 and rescales lazily (softmax_lean): O's
+//   rescale (128 FMULs a thread in each math warpgroup) only when a row's max grows by more than kLazyGrowth.
+// Static result (nvcc 13.0, v32, per tile a warp): producer 997 instructions, two waits a pair of tiles with
+// 149 and 59 cycles of issue between their newest load and the wait (the second: a scoreboard shared with an
+// older batch; the other eight waits 250-460 cycles), QK warpgroup 735 with the rescale, ~600 without. Not yet
+// run.
+
+// Where a producer thread's token reads (q: its quarter of each 64-byte run): row + 16 q, and the scales.
+struct TokenRows {
+  const uint8_t* row;  // + 16 q
+  uint32_t sc;         // v4: its 8 bytes of ue8m0 scales at row + sc (a 32-bit offset: one register fewer)
+  uint32_t valid;
+};
+
+template <bool kV4>
+__device__ __forceinline__ TokenRows token_rows(const KernelArgs& a, int32_t slot, int q) {
+  using C = Layout<kV4>;
+  TokenRows t;
+  t.valid = slot >= 0 && int64_t(slot) < a.nslots ? 1u : 0u;
+  const uint32_t sl = t.valid != 0u ? uint32_t(slot) : 0u;  // no address is formed from an invalid slot
+  const uint32_t page = fast_div(sl, a.page_mul, a.page_shift);
+  const uint32_t off = sl - page * uint32_t(a.page);
+  // Pointers chosen by a mask, not a select, so that ptxas keeps the producer's tile one basic block.
+  const uint64_t keep = t.valid != 0u ? ~uint64_t(0) : uint64_t(0);
+  const uint64_t zero = reinterpret_cast<uint64_t>(kZeroRow);
+  const uint64_t pb = reinterpret_cast<uint64_t>(a.cache) + uint64_t(page) * uint64_t(a.page_stride);
+  const uint64_t row = zero + ((pb + off * uint32_t(C::kTokenBytes) - zero) & keep);
+  t.row = reinterpret_cast<const uint8_t*>(row + 16u * uint32_t(q));
+  // v4: scales at page + P x 576 + 8 off, P x 576 - 568 off - 16 q (> 0) past the row; a zero row's are its own.
+  t.sc = kV4 ? uint32_t(a.page) * 576u - off * 568u - 16u * uint32_t(q) : 0u;
+  t.sc &= uint32_t(keep);
+  return t;
+}
+
+// bar.sync for a warp known to be converged (the producer's straight-line tile: a __syncwarp there costs the
+// lean producer 8-32 bytes of spills).
+__device__ __forceinline__ void bar_sync_converged(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+template <bool kV4>
+__device__ __forceinline__ uint4 load_piece(const TokenRows& t, int k) {
+  using C = Layout<kV4>;
+  using H = TokenPart<kV4>;
+  return k < H::kFp8 ? ldg128_keep(t.row + 64 * k) : ldg128_keep_near(t.row + C::kRopeByte + 64 * (k - H::kFp8));
+}
+
+template <bool kV4>
+__device__ __forceinline__ uint4 load_scales(const TokenRows& t, int q) {
+  if constexpr (kV4) {
+    const uint2 v = ldg64(t.row + t.sc);
+    return make_uint4(v.x, v.y, 0u, 0u);
+  } else {
+    return ldg128_keep_near(t.row + (512 - 16 * q));
+  }
+}
+
+template <bool kV4>
+__device__ __forceinline__ void load_rows(const TokenRows& t, int q, TokenPart<kV4>& r) {
+#pragma unroll
+  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
+    r.v[k] = load_piece<kV4>(t, k);
+  }
+  r.sc = load_scales<kV4>(t, q);
+}
+
+// store_part's stores, each piece's register reloaded from `next` once its dequant is stored (the scales
+// after the last e4m3 piece).
+template <bool kV4>
+__device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
+  using C = Layout<kV4>;
+  using H = TokenPart<kV4>;
+  const uint32_t row = kt + uint32_t(tok) * 128u;
+  const uint32_t sw = uint32_t(tok & 7);
+#pragma unroll
+  for (int k = 0; k < H::kN; ++k) {
+    if (k < H::kFp8) {
+      const int g = kV4 ? k : k >> 1;
+      const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
+      uint32_t w[8];
+      dequant4(r.v[k].x, scale, w[0], w[1]);
+      dequant4(r.v[k].y, scale, w[2], w[3]);
+      dequant4(r.v[k].z, scale, w[4], w[5]);
+      dequant4(r.v[k].w, scale, w[6], w[7]);
+      const uint32_t blk = row + uint32_t(k) * kBlockBytes;
+      const uint32_t c0 = uint32_t(q) * 2u;
+      sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
+      sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
+    } else {
+      const uint32_t c0 = uint32_t(4 * (k - H::kFp8) + q);
+      sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
+    }
+    r.v[k] = load_piece<kV4>(next, k);
+    if (k == H::kFp8 - 1) {
+      r.sc = load_scales<kV4>(next, q);
+    }
+  }
+}
+
+// Warpgroup 0, lean: tile n's two half-tiles (tokens 32 h + tid / 4) from registers into stage n % 2, each
+// register refilled with tile n + 1's piece; the slots read a tile ahead of their rows; tile n's mask bytes.
+// Tiles go in pairs, one basic block a pair (the stage-free wait a named barrier, no polling loop), so that
+// ptxas sees the second tile's uses of the loads the first issues and keeps them early: a load whose only use
+// is in the next iteration it sinks to the loop's end. An odd count gets an all-invalid last tile (the math
+// warpgroups count the same, math_work).
+template <bool kV4>
+__device__ __forceinline__ void lean_producer(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
+                                              int tid) {
+  using C = Cfg<kV4>;
+  const CtaWork w = cta_work(a);
+  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
+  const int count = max(sp.t1 - sp.t0, 0);
+  if (count == 0) {
+    return;
+  }
+  const int tok = tid_opaque() >> 2;
+  const int q = tid & 3;
+  const TokenRows first0 = token_rows<kV4>(a, load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, tok), q);
+  const TokenRows first1 = token_rows<kV4>(a, load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, 32 + tok), q);
+  uint32_t valid0 = first0.valid, valid1 = first1.valid;  // tile n's tokens
+  int32_t slot0 = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, tok);  // -1 past the split: zero rows
+  int32_t slot1 = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, 32 + tok);
+  TokenPart<kV4> r0, r1;
+  load_rows<kV4>(first0, q, r0);
+  load_rows<kV4>(first1, q, r1);
+  auto tile = [&](int n) {
+    const int st = n & 1;
+    const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
+    const TokenRows nx0 = token_rows<kV4>(a, slot0, q);
+    const TokenRows nx1 = token_rows<kV4>(a, slot1, q);
+    slot0 = load_slot(a, sp.idx_row, sp.t0 + n + 2, sp.t1, sp.n_end, tok);
+    slot1 = load_slot(a, sp.idx_row, sp.t0 + n + 2, sp.t1, sp.n_end, 32 + tok);
+    // Tile n's mask into slot n % 3: the QK warpgroup read it last for tile n - 3, before it released tile
+    // n - 3's stage, which this warp waited for before storing tile n - 1.
+    // Byte 4 h + warp of the slot: tokens 32 h + 8 warp + (0..7), this thread's tok & 7 among them.
+    const uint32_t m0 = __reduce_or_sync(0xffffffffu, valid0 << (tok & 7));
+    const uint32_t m1 = __reduce_or_sync(0xffffffffu, valid1 << (tok & 7));
+    if ((tid & 31) == 0) {
+      masks[8 * (n % kOffSlots) + (tok >> 3)] = uint8_t(m0);
+      masks[8 * (n % kOffSlots) + 4 + (tok >> 3)] = uint8_t(m1);
+    }
+    bar_sync_converged(kBarEmpty + st, kEmptyThreads);  // the math is done with tile n - 2
+    store_reload<kV4>(kt, tok, q, r0, nx0);
+    store_reload<kV4>(kt, 32 + tok, q, r1, nx1);
+    fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
+    mbar_arrive(full + 8 * st);
+    valid0 = nx0.valid;
+    valid1 = nx1.valid;
+  };
+  for (int n = 0; n < count; n += 2) {
+    tile(n);
+    tile(n + 1);
+  }
+}
+
+// Both math roles: the CTA's work and its tile count (Q is staged before the role split); the lean producer
+// rounds the count up to a pair of tiles.
+template <bool kLean>
 __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
   w = cta_work(a);
   const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
-  return max(sp.t1 - sp.t0, 0);
+  const int count = max(sp.t1 - sp.t0, 0);
+  return kLean ? (count + 1) & ~1 : count;
+}
+
+// The math warpgroups' release of tile n's stage: the lean producer's named barrier (every thread; none for the
+// last two tiles, which the producer does not wait for), else one mbarrier arrival a warp.
+template <bool kLean>
+__device__ __forceinline__ void release_stage(uint32_t empty, int n, int count, int lane) {
+  if constexpr (kLean) {
+    if (n + 2 < count) {
+      bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
+    }
+  } else if (lane == 0) {
+    mbar_arrive(empty + 8 * (n & 1));
+  }
 }
 
 // Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
-template <bool kV4, bool kSplit>
+template <bool kV4, bool kSplit, bool kLean>
 __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
                                         const uint32_t* masks, float* row_f, uint32_t full, uint32_t empty, int mt,
                                         int lane, int c, int row0, int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
-  const int count = math_work(a, w);
+  const int count = math_work<kLean>(a, w);
   float o[128];
 #pragma unroll
   for (int k = 0; k < 128; ++k) {
@@ -305,6 +507,65 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     l0 = l0 * al0 + sum0;
     l1 = l1 * al1 + sum1;
   };
+  // The lean softmax (kLean): masked scores are kNeg after the scaling, so exp2(kNeg - max) is exactly 0 in a
+  // row with a valid score so far and needs no second mask test; a row without one (max kNeg) subtracts 0
+  // instead. exp2 in one MUFU.EX2 (ex2_ftz). 4 mask tests, 2 selects and ~4 range fix-ups fewer an element.
+  // Lazy rescale (as FlashAttention 4 on Blackwell): a warp keeps its rows' running maxima until one grows by
+  // more than kLazyGrowth, so P stays within 2^kLazyGrowth (bf16's relative precision at any magnitude) and O's
+  // 128-register rescale is skipped in both warpgroups (PV sees alpha 1 in all the warp's rows).
+  bool rescale = true;
+  auto softmax_lean = [&](int n) {
+    const int sl = n % kOffSlots;
+    const uint64_t valid = (uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32)) >> (2 * c);
+    float mx0 = kNeg, mx1 = kNeg;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool v = (valid >> (8 * j + e)) & 1u;
+        s[4 * j + e] = v ? s[4 * j + e] * a.qk_scale : kNeg;
+        s[4 * j + 2 + e] = v ? s[4 * j + 2 + e] * a.qk_scale : kNeg;
+        mx0 = fmaxf(mx0, s[4 * j + e]);
+        mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0);
+    const float mn1 = fmaxf(m1, mx1);
+    rescale = __any_sync(0xffffffffu, mn0 > m0 + kLazyGrowth || mn1 > m1 + kLazyGrowth);
+    al0 = 1.f;
+    al1 = 1.f;
+    if (rescale) {
+      al0 = ex2_ftz(m0 - mn0);
+      al1 = ex2_ftz(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+    }
+    const float sub0 = m0 == kNeg ? 0.f : m0;
+    const float sub1 = m1 == kNeg ? 0.f : m1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; k += 4) {
+      s[k] = ex2_ftz(s[k] - sub0);
+      s[k + 1] = ex2_ftz(s[k + 1] - sub0);
+      s[k + 2] = ex2_ftz(s[k + 2] - sub1);
+      s[k + 3] = ex2_ftz(s[k + 3] - sub1);
+      sum0 += s[k] + s[k + 1];
+      sum1 += s[k + 2] + s[k + 3];
+    }
+    l0 = l0 * al0 + sum0;
+    l1 = l1 * al1 + sum1;
+  };
+  auto run_softmax = [&](int n) {
+    if constexpr (kLean) {
+      softmax_lean(n);
+    } else {
+      softmax(n);
+    }
+  };
   // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV.
   auto publish_p = [&]() {
 #pragma unroll
@@ -328,7 +589,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem);
     wgmma_wait_all();
     fence_acc(s);
-    softmax(0);
+    run_softmax(0);
     publish_p();
   }
   // Tile n: QK^T(n + 1) and PV(n) back to back; the softmax of n + 1 under PV(n); nothing in flight across
@@ -341,23 +602,21 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
     wgmma_wait_1();  // S(n + 1); PV(n) keeps running
     fence_acc(s);
-    softmax(n + 1);
+    run_softmax(n + 1);
     wgmma_wait_all();  // PV(n)
     fence_acc(o);
-    if (lane == 0) {
-      mbar_arrive(empty + 8 * st);
-    }
+    release_stage<kLean>(empty, n, count, lane);
     handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
     publish_p();
-    scale_rows(o, al0, al1);
+    if (!kLean || rescale) {
+      scale_rows(o, al0, al1);
+    }
   }
   if (count > 0) {
     issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
     wgmma_wait_all();
     fence_acc(o);
-    if (lane == 0) {
-      mbar_arrive(empty + 8 * ((count - 1) & 1));
-    }
+    release_stage<kLean>(empty, count - 1, count, lane);
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -400,13 +659,13 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
 }
 
 // Warpgroup 2: O[:, 256:512] *= alpha(n); O += P(n) V(n).
-template <bool kV4, bool kSplit>
+template <bool kV4, bool kSplit, bool kLean>
 __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
                                         const float* row_f, uint32_t full, uint32_t empty, int mt, int lane, int c,
                                         int row0, int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
-  const int count = math_work(a, w);
+  const int count = math_work<kLean>(a, w);
   float o[128];
 #pragma unroll
   for (int k = 0; k < 128; ++k) {
@@ -417,13 +676,14 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     mbar_wait(full + 8 * st, uint32_t(n >> 1) & 1u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
     handover(kBarPReady);  // P(n), alpha(n)
-    scale_rows(o, row_f[row0], row_f[row1]);
+    const float al0 = row_f[row0], al1 = row_f[row1];
+    if (!kLean || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {  // the QK warp's lazy rescale
+      scale_rows(o, al0, al1);
+    }
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 1);
     wgmma_wait_all();
     fence_acc(o);
-    if (lane == 0) {
-      mbar_arrive(empty + 8 * st);
-    }
+    release_stage<kLean>(empty, n, count, lane);
     handover(kBarPFree);
   }
   handover(kBarPReady);  // the output scales
@@ -439,7 +699,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <bool kV4, bool kSplit>
+template <bool kV4, bool kSplit, bool kLean>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   using C = Cfg<kV4>;
@@ -470,52 +730,56 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   if (tid < kProducer) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
-    const CtaWork w = cta_work(a);
-    const CtaSpan sp = cta_span(a, w.b, w.i, w.split);  // named, not bound: a lambda below captures it (C++17)
-    const int count = max(sp.t1 - sp.t0, 0);
-    if (count == 0) {
-      return;
-    }
-    // Tile n's offsets and valid-token mask into slot n % 3 (threads < 64), then the slot of tile n + 1.
-    int32_t slot = tid < kTile ? load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, tid) : -1;
-    auto publish = [&](int n, int sl) {
-      if (tid < kTile) {
-        store_offsets<kV4>(a, slot, tid, offs + sl * C::kOffSlot);
-        const uint32_t m = __ballot_sync(0xffffffffu, offs[sl * C::kOffSlot + tid] >= 0);
-        if ((tid & 31) == 0) {
-          masks[2 * sl + (tid >> 5)] = m;
+    if constexpr (kLean) {
+      lean_producer<kV4>(a, k_smem, reinterpret_cast<uint8_t*>(masks), full, tid);
+    } else {
+      const CtaWork w = cta_work(a);
+      const CtaSpan sp = cta_span(a, w.b, w.i, w.split);  // named, not bound: a lambda below captures it (C++17)
+      const int count = max(sp.t1 - sp.t0, 0);
+      if (count == 0) {
+        return;
+      }
+      // Tile n's offsets and valid-token mask into slot n % 3 (threads < 64), then the slot of tile n + 1.
+      int32_t slot = tid < kTile ? load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, tid) : -1;
+      auto publish = [&](int n, int sl) {
+        if (tid < kTile) {
+          store_offsets<kV4>(a, slot, tid, offs + sl * C::kOffSlot);
+          const uint32_t m = __ballot_sync(0xffffffffu, offs[sl * C::kOffSlot + tid] >= 0);
+          if ((tid & 31) == 0) {
+            masks[2 * sl + (tid >> 5)] = m;
+          }
+          slot = load_slot(a, sp.idx_row, sp.t0 + n + 1, sp.t1, sp.n_end, tid);
         }
-        slot = load_slot(a, sp.idx_row, sp.t0 + n + 1, sp.t1, sp.n_end, tid);
-      }
-      bar_sync(kBarProducer, kProducer);  // the slot's offsets, for every producer thread
-    };
-    // Half-tiles of 32 tokens, 4 threads a token, two register sets: the loads of a half-tile are issued one
-    // half-tile store ahead of the store that needs them.
-    TokenPart<kV4> r0, r1;
-    const int q = tid_opaque() & 3;
-    publish(0, 0);
-    load_part<kV4>(a, offs, tid >> 2, q, r0);
-    load_part<kV4>(a, offs, 32 + (tid >> 2), q, r1);
-    int sl = 0;
-    for (int n = 0; n < count; ++n) {
-      const int st = n & 1;
-      const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
-      if (n >= 2) {
-        mbar_wait(empty + 8 * st, uint32_t((n >> 1) - 1) & 1u);  // the math is done with tile n - 2
-        __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
-      }
-      store_part<kV4>(kt, tid_opaque() >> 2, q, r0);
-      const bool more = n + 1 < count;
-      if (more) {  // tile n + 1: offsets, then the loads of its first half
-        sl = sl == kOffSlots - 1 ? 0 : sl + 1;
-        publish(n + 1, sl);
-        load_part<kV4>(a, offs + sl * C::kOffSlot, tid >> 2, q, r0);
-      }
-      store_part<kV4>(kt, 32 + (tid_opaque() >> 2), q, r1);
-      fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
-      mbar_arrive(full + 8 * st);
-      if (more) {
-        load_part<kV4>(a, offs + sl * C::kOffSlot, 32 + (tid >> 2), q, r1);
+        bar_sync(kBarProducer, kProducer);  // the slot's offsets, for every producer thread
+      };
+      // Half-tiles of 32 tokens, 4 threads a token, two register sets: the loads of a half-tile are issued one
+      // half-tile store ahead of the store that needs them.
+      TokenPart<kV4> r0, r1;
+      const int q = tid_opaque() & 3;
+      publish(0, 0);
+      load_part<kV4>(a, offs, tid >> 2, q, r0);
+      load_part<kV4>(a, offs, 32 + (tid >> 2), q, r1);
+      int sl = 0;
+      for (int n = 0; n < count; ++n) {
+        const int st = n & 1;
+        const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
+        if (n >= 2) {
+          mbar_wait(empty + 8 * st, uint32_t((n >> 1) - 1) & 1u);  // the math is done with tile n - 2
+          __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+        }
+        store_part<kV4>(kt, tid_opaque() >> 2, q, r0);
+        const bool more = n + 1 < count;
+        if (more) {  // tile n + 1: offsets, then the loads of its first half
+          sl = sl == kOffSlots - 1 ? 0 : sl + 1;
+          publish(n + 1, sl);
+          load_part<kV4>(a, offs + sl * C::kOffSlot, tid >> 2, q, r0);
+        }
+        store_part<kV4>(kt, 32 + (tid_opaque() >> 2), q, r1);
+        fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
+        mbar_arrive(full + 8 * st);
+        if (more) {
+          load_part<kV4>(a, offs + sl * C::kOffSlot, 32 + (tid >> 2), q, r1);
+        }
       }
     }
     return;
@@ -532,7 +796,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   const int row0 = 16 * warp + g;  // this thread's accumulator rows (heads of the block)
   const int row1 = row0 + 8;
   {  // Q by both math warpgroups, before their register budgets part
-    const CtaWork w = cta_work(a);
+    CtaWork w;
+    if constexpr (kLean) {  // both stages start free (the count is even: 0 or at least 2)
+      if (math_work<true>(a, w) > 0) {
+        bar_arrive(kBarEmpty, kEmptyThreads);
+        bar_arrive(kBarEmpty + 1, kEmptyThreads);
+      }
+    }
+    w = cta_work(a);
     stage_q<kV4, 256>(a, q_smem, w.b, w.i, w.hb, mt);
     asm volatile("cp.async.wait_all;" ::: "memory");
     fence_async_smem();
@@ -540,10 +811,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   }
   if (mt < 128) {
     setmaxnreg_inc<kQkRegs>();
-    qk_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, masks, row_f, full, empty, mt, lane, c, row0, row1);
+    qk_role<kV4, kSplit, kLean>(a, q_smem, k_smem, p_smem, masks, row_f, full, empty, mt, lane, c, row0, row1);
   } else {
     static_assert(kPvRegs == kLaunchRegs, "PV keeps the launch allocation");
-    pv_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, row_f, full, empty, mt, lane, c, row0, row1);
+    pv_role<kV4, kSplit, kLean>(a, q_smem, k_smem, p_smem, row_f, full, empty, mt, lane, c, row0, row1);
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
 }

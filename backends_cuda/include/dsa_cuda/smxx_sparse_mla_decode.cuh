@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "common_launch.cuh"
+#include "smxx_fast_div.cuh"
 #include "smxx_memory.cuh"
 
 // Device code of the shared pieces: sm_90 and newer (cp.async, cvt from e4m3x2, griddepcontrol).
@@ -97,6 +98,7 @@ struct KernelArgs {
   int32_t head_blocks;
   int32_t topk;
   int32_t page;                    // P
+  uint32_t page_mul, page_shift;   // slot / P = fast_div(slot, page_mul, page_shift) (smxx_fast_div.cuh)
   int32_t splits;
   int32_t tiles_per_split;
   float qk_scale;                  // softmax_scale * log2(e)
@@ -178,6 +180,30 @@ __device__ __forceinline__ uint4 ldg128_keep(const uint8_t* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+// The same for the pieces past a v32 row's e4m3 bytes (scales, rope) and v4's rope: a 128-byte L2 prefetch, as
+// FlashMLA's, since the row's end is near and a 256-byte one would reach into an unrelated slot.
+__device__ __forceinline__ uint4 ldg128_keep_near(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::evict_last.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint2 ldg64(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// 2^x for x <= 0 in one MUFU.EX2 (results below 2^-126 flush to 0, which a probability of a softmax row
+// with a finite max can take: exp2f adds a range fix-up of 3-4 instructions an element for them).
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t ldg32(const uint8_t* p) {

@@ -51,8 +51,8 @@ struct SparseMlaDecodeParams {
   // into the workspace and a combine kernel writes out and lse.
   int64_t splits;
   // Kernel variant on SM90: 0 sm90_sparse_mla_decode.cuh (every warp loads and computes), 1
-  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups); the provider picks by shape. Only 0 on
-  // the SM100 family.
+  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups), 3 the same with the lean producer and
+  // softmax (forced only; compiled, not run); the provider picks by shape. Only 0 on the SM100 family.
   int64_t variant = 0;
 };
 
