@@ -10,7 +10,8 @@ ceiling_tflops is the bf16 matmul rate of the same run. Baselines: `flashmla` (v
 _flashmla_C.sparse_decode_fwd from .peer/vllm, when present: a measuring stick, never imported by
 project code), timed on the same inputs. Each of our providers that runs on the device (cuda: SM90 only)
 gets its own row, with the other provider and flashmla as its baselines; `cuda` runs the provider's
-choice of kernel (variant 1 on SM90, the three-role sm90_sparse_mla_decode_ws.cuh), `cuda_v0` forces variant 0.
+choice of kernel (variant 3 on SM90, the three-role sm90_sparse_mla_decode_ws.cuh with the lean producer and
+softmax), `cuda_v0` forces variant 0.
 The V4 layout (584 bytes a token: 448 e4m3 with a ue8m0 scale per 64, 64 bf16 rope, q 512 wide) has its
 own rows at the batch 32/64/128 shapes (flops counted with 512 + 512).
 

@@ -102,10 +102,10 @@ def test_sparse_mla_decode_gate(target, release, tmp_path):
 
 
 def test_variant_rule():
-    """The SM90 three-role kernel (variant 1) at every shape; the SM100 family: 0. Split counts: the CTAs within
-    half a wave, or within one wave when half leaves a split more than FEW_TILES tiles; at least MIN_SPLIT_TOKENS
-    positions a split."""
-    assert pm.variant_for((9, 0)) == 1
+    """The SM90 three-role kernel with the lean producer (variant 3) at every shape; the SM100 family: 0. Split
+    counts: the CTAs within half a wave, or within one wave when half leaves a split more than FEW_TILES tiles; at
+    least MIN_SPLIT_TOKENS positions a split."""
+    assert pm.variant_for((9, 0)) == 3
     assert pm.variant_for((10, 0)) == 0
     assert pm.split_count(1, 1, 64, 2048) == 16
     assert pm.split_count(4, 1, 64, 2048) == 16  # 64 CTAs of 2 tiles

@@ -6,7 +6,7 @@ exact reference, one line each with the max errors, so a failure is easy to plac
 
 Each case runs kernel variants 0, 1 (three warpgroup roles, sm90_sparse_mla_decode_ws.cuh) and 3 (variant 1
 with the lean producer and softmax); --time times each ("v0", "v1", "v3") and the provider's choice ("op",
-variant_for).
+variant_for: 3 on SM90).
 
 --time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
 FlashMLA from .peer): us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its

@@ -1,6 +1,6 @@
 // Launcher of dsa.sparse_mla_decode: the SM90 kernel (include/dsa_cuda/sm90_sparse_mla_decode.cuh) on
-// compute capability 9.x (variant 1: sm90_sparse_mla_decode_ws.cuh, three warpgroup roles; the provider picks
-// by shape), the SM100 one (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
+// compute capability 9.x (variants 1 and 3: sm90_sparse_mla_decode_ws.cuh, three warpgroup roles, 3 with the lean
+// producer and softmax; the provider picks 3), the SM100 one (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
 // Torch-free: the compile gates build this file alone with nvcc.
 #include "dsa_cuda/sparse_mla_decode.cuh"
 

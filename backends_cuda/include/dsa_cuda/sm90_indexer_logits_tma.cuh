@@ -174,6 +174,23 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
   }
 }
 
+// Whether some key of the warp has a negative scale (the signed epilogue). kLate (config 1): the test takes the
+// MMA result's first element too; |x| >= 0 and fminf drops a NaN, so the answer is that of s0 < 0 || s1 < 0,
+// but the test now follows the MMA wait. The early test lets ptxas hoist the scale compares, and with them the
+// wait on the two scale loads, in front of the tile's 4th wgmma (static SASS: VOTE.ANY between the 3rd and
+// 4th QGMMA; late: the 4 back to back). H200, 4096 x 32768 H 64, interleaved rounds beside DeepGEMM
+// (tools/ab_indexer_logits.py): full 2371 -> 2199 us, causal 2258 -> 2116, 131072 causal 9475 -> 8989; H 32
+// full within the rounds' spread (1145 -> 1260 us there, 1287 -> 1167 in the sweep). Scores bitwise the early
+// test's. Configs 2 and 4 keep the early test (not measured with the late one).
+template <bool kLate>
+__device__ __forceinline__ bool any_negative_scale(float s0, float s1, float acc0) {
+  if constexpr (kLate) {
+    return __any_sync(0xffffffffu, fminf(fminf(s0, fabsf(acc0)), s1) < 0.f);
+  } else {
+    return __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
+  }
+}
+
 // Where this thread stores its quad-reduced scores of an item, set once per item so that a tile costs a
 // compare and a store per value. Value b of quad_reduce_scatter is (key half (4 b + c) / kRows, row
 // (4 b + c) % kRows): with kRows 2 or 4 every value of a thread is in row c % kRows.
@@ -303,7 +320,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
         phase ^= 1u;
       }
       float part[2 * kRows];
-      if (__any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f)) {
+      if (any_negative_scale<kMode == kFp8Mma && kWgs == 4>(s0, s1, acc[0])) {
         head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
       } else {
         head_sums<kHeads, kN, false>(acc, w, s0, s1, part);

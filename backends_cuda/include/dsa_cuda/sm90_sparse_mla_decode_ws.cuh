@@ -1,5 +1,5 @@
-// dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variant 1; the provider picks it from
-// 64 (query token, head block) programs, providers_sparse_mla_decode.variant_for). Same work split,
+// dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variants 1 and 3, 3 with the lean producer
+// and softmax below; the provider picks 3 on SM90, providers_sparse_mla_decode.variant_for). Same work split,
 // arguments, partials and combine as sm90_sparse_mla_decode.cuh; what differs is who does what in a CTA.
 //
 // Why: variant 0 runs each 64-token tile as one serial chain on all 8 warps (gather, QK^T, row-max exchange,
