@@ -269,8 +269,9 @@ __device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const To
 //   rescale (128 FMULs a thread in each math warpgroup) only when a row's max grows by more than kLazyGrowth.
 // Static result (nvcc 13.0, v32, per tile a warp): producer 997 instructions, two waits a pair of tiles with
 // 149 and 59 cycles of issue between their newest load and the wait (the second: a scoreboard shared with an
-// older batch; the other eight waits 250-460 cycles), QK warpgroup 735 with the rescale, ~600 without. Not yet
-// run.
+// older batch; the other eight waits 250-460 cycles), QK warpgroup 735 with the rescale, ~600 without.
+// H200 (tools/smoke_sparse_mla_decode.py --time, same run): 2-4.5% faster than variant 1 at every batch 32-128
+// cell (b128 h64 s_q1 v32 135.2 -> 130.9 us, b128 h128 s_q2 485.3 -> 463.8), level at batch 1-4; predicted 5-12%.
 
 // Where a producer thread's token reads (q: its quarter of each 64-byte run): row + 16 q, and the scales.
 struct TokenRows {
