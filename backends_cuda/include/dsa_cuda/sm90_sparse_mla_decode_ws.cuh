@@ -220,30 +220,36 @@ __device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* of
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
+// Piece k of a token's row (tok: row `row` of the stage, swizzle sw) dequantised and stored: e4m3 piece 4 k + q,
+// scale group k (v4, 64 values) or k / 2 (v32, 128), column block k; or a bf16 rope piece.
 template <bool kV4>
-__device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const TokenPart<kV4>& r) {
+__device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, int q, const TokenPart<kV4>& r) {
   using C = Layout<kV4>;
   using H = TokenPart<kV4>;
+  if (k < H::kFp8) {
+    const int g = kV4 ? k : k >> 1;
+    const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
+    uint32_t w[8];
+    dequant4(r.v[k].x, scale, w[0], w[1]);
+    dequant4(r.v[k].y, scale, w[2], w[3]);
+    dequant4(r.v[k].z, scale, w[4], w[5]);
+    dequant4(r.v[k].w, scale, w[6], w[7]);
+    const uint32_t blk = row + uint32_t(k) * kBlockBytes;  // 16 columns a piece, 64 a block
+    const uint32_t c0 = uint32_t(q) * 2u;
+    sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
+    sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
+  } else {
+    const uint32_t c0 = uint32_t(4 * (k - H::kFp8) + q);
+    sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
+  }
+}
+
+template <bool kV4>
+__device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const TokenPart<kV4>& r) {
   const uint32_t row = kt + uint32_t(tok) * 128u;
-  const uint32_t sw = uint32_t(tok & 7);
 #pragma unroll
-  for (int k = 0; k < H::kN; ++k) {
-    if (k < H::kFp8) {  // piece 4 k + q: scale group k (v4, 64 values) or k / 2 (v32, 128), column block k
-      const int g = kV4 ? k : k >> 1;
-      const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
-      uint32_t w[8];
-      dequant4(r.v[k].x, scale, w[0], w[1]);
-      dequant4(r.v[k].y, scale, w[2], w[3]);
-      dequant4(r.v[k].z, scale, w[4], w[5]);
-      dequant4(r.v[k].w, scale, w[6], w[7]);
-      const uint32_t blk = row + uint32_t(k) * kBlockBytes;  // 16 columns a piece, 64 a block
-      const uint32_t c0 = uint32_t(q) * 2u;
-      sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
-      sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
-    } else {
-      const uint32_t c0 = uint32_t(4 * (k - H::kFp8) + q);
-      sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
-    }
+  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
+    store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
   }
 }
 
@@ -340,30 +346,12 @@ __device__ __forceinline__ void load_rows(const TokenRows& t, int q, TokenPart<k
 // after the last e4m3 piece).
 template <bool kV4>
 __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
-  using C = Layout<kV4>;
-  using H = TokenPart<kV4>;
   const uint32_t row = kt + uint32_t(tok) * 128u;
-  const uint32_t sw = uint32_t(tok & 7);
 #pragma unroll
-  for (int k = 0; k < H::kN; ++k) {
-    if (k < H::kFp8) {
-      const int g = kV4 ? k : k >> 1;
-      const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
-      uint32_t w[8];
-      dequant4(r.v[k].x, scale, w[0], w[1]);
-      dequant4(r.v[k].y, scale, w[2], w[3]);
-      dequant4(r.v[k].z, scale, w[4], w[5]);
-      dequant4(r.v[k].w, scale, w[6], w[7]);
-      const uint32_t blk = row + uint32_t(k) * kBlockBytes;
-      const uint32_t c0 = uint32_t(q) * 2u;
-      sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
-      sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
-    } else {
-      const uint32_t c0 = uint32_t(4 * (k - H::kFp8) + q);
-      sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
-    }
+  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
+    store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
     r.v[k] = load_piece<kV4>(next, k);
-    if (k == H::kFp8 - 1) {
+    if (k == TokenPart<kV4>::kFp8 - 1) {
       r.sc = load_scales<kV4>(next, q);
     }
   }
@@ -448,6 +436,29 @@ __device__ __forceinline__ void release_stage(uint32_t empty, int n, int count, 
   }
 }
 
+// Tile S(n) scaled in place, a masked score kNeg, and its rows' maxima over the quad. Bit 8 j + e of valid >> shift
+// is column 8 j + 2 c + e: s[4 j + e] (row0), s[4 j + 2 + e] (row1) (shift 2 c, or 0 for a mask shifted already).
+__device__ __forceinline__ void mask_scale_max(float (&s)[32], uint64_t valid, int shift, float qk_scale, float& mx0,
+                                               float& mx1) {
+  mx0 = kNeg;
+  mx1 = kNeg;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool v = (valid >> (8 * j + shift + e)) & 1u;
+      s[4 * j + e] = v ? s[4 * j + e] * qk_scale : kNeg;
+      s[4 * j + 2 + e] = v ? s[4 * j + 2 + e] * qk_scale : kNeg;
+      mx0 = fmaxf(mx0, s[4 * j + e]);
+      mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+    }
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
 // Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
 template <bool kV4, bool kSplit, bool kLean>
 __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
@@ -470,23 +481,8 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   auto softmax = [&](int n) {
     const int sl = n % kOffSlots;
     const uint64_t valid = uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32);
-    float mx0 = kNeg, mx1 = kNeg;
-    // Column 8 j + 2 c + e: s[4 j + e] (row0), s[4 j + 2 + e] (row1).
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool v = (valid >> (8 * j + 2 * c + e)) & 1u;
-        s[4 * j + e] = v ? s[4 * j + e] * a.qk_scale : kNeg;
-        s[4 * j + 2 + e] = v ? s[4 * j + 2 + e] * a.qk_scale : kNeg;
-        mx0 = fmaxf(mx0, s[4 * j + e]);
-        mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
-      }
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float mx0, mx1;
+    mask_scale_max(s, valid, 2 * c, a.qk_scale, mx0, mx1);
     const float mn0 = fmaxf(m0, mx0);
     const float mn1 = fmaxf(m1, mx1);
     al0 = exp2f(m0 - mn0);
@@ -518,22 +514,8 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   auto softmax_lean = [&](int n) {
     const int sl = n % kOffSlots;
     const uint64_t valid = (uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32)) >> (2 * c);
-    float mx0 = kNeg, mx1 = kNeg;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool v = (valid >> (8 * j + e)) & 1u;
-        s[4 * j + e] = v ? s[4 * j + e] * a.qk_scale : kNeg;
-        s[4 * j + 2 + e] = v ? s[4 * j + 2 + e] * a.qk_scale : kNeg;
-        mx0 = fmaxf(mx0, s[4 * j + e]);
-        mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
-      }
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float mx0, mx1;
+    mask_scale_max(s, valid, 0, a.qk_scale, mx0, mx1);
     const float mn0 = fmaxf(m0, mx0);
     const float mn1 = fmaxf(m1, mx1);
     rescale = __any_sync(0xffffffffu, mn0 > m0 + kLazyGrowth || mn1 > m1 + kLazyGrowth);

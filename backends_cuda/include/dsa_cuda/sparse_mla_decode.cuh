@@ -52,7 +52,7 @@ struct SparseMlaDecodeParams {
   int64_t splits;
   // Kernel variant on SM90: 0 sm90_sparse_mla_decode.cuh (every warp loads and computes), 1
   // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups), 3 the same with the lean producer and
-  // softmax (forced only; compiled, not run); the provider picks by shape. Only 0 on the SM100 family.
+  // softmax (the provider's choice on SM90; 0 and 1 forced only). Only 0 on the SM100 family.
   int64_t variant = 0;
 };
 
