@@ -1,11 +1,15 @@
 """Launch one sparse_attention shape a few times, for `ncu` (stall reasons, memory throughput) on the GPU machine.
 
 Inputs as benchmarks/bench_sparse_attention.py builds them (fp8 cache, 24 / 2 heads, top-k 2048). Run with
-`ours` (the Triton provider's chosen path) or `vllm` (qsa_peer from .peer/, when present), e.g.
+`ours` (the Triton provider's chosen path), `cuda` (the CUDA provider, fp8 caches only) or `vllm` (qsa_peer from
+.peer/, when present), e.g.
 
     ncu --clock-control none -k regex:attention_kernel --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
         python3 tools/profile_sparse_attention.py ours 1600
+    ncu -k regex:sparse_attention_fp8 --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 tools/profile_sparse_attention.py cuda 400
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ def main(which: str, rows: int, dtype: str = "fp8") -> None:
     out = torch.empty((rows, b.HQ, b.D), dtype=torch.bfloat16, device="cuda")
     if which == "ours":
         fn = lambda: sa.launch(q, kc, vc, idx, bt, t2r, b.SCALE, 1.0, 1.0, out)  # noqa: E731
+    elif which == "cuda":
+        from dsa_ops.backends.cuda import providers_sparse_attention as cu
+
+        fn = lambda: cu.launch(q, kc, vc, idx, bt, t2r, b.SCALE, 1.0, 1.0, out)  # noqa: E731
     else:
         peer = b._peer()
         if peer is None:
