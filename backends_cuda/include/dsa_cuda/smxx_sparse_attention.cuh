@@ -44,6 +44,10 @@
 #include "common_launch.cuh"
 #include "smxx_memory.cuh"
 
+#ifdef DSA_SA_TRACE
+#include <cstdio>
+#endif
+
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define DSA_SMXX_SA_DEVICE 1
 #else
@@ -76,6 +80,13 @@ constexpr int kMultiUnitMinSteps = kWarps * (kStages + 3);
 constexpr float kRescaleSlack = 8.0f;
 constexpr float kNeg = -1.0e30f;
 static_assert(kMergeHalfBytes <= kStageBytes, "a merge half goes through a warp's free stage");
+
+#ifdef DSA_SA_TRACE
+// Dev builds only (-DDSA_SA_TRACE; tools/profile_sparse_attention.py trace): thread 0's %globaltimer at the
+// kernel's start, after the prologue (q staged, the first copies issued) and at each unit's end, printed as one
+// line when the CTA ends, so that the printing does not perturb the stamps.
+constexpr int kTraceMax = 8;
+#endif
 
 struct KernelArgs {
   const __nv_bfloat16* q;
@@ -382,6 +393,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   const uint32_t table = smem_base + uint32_t(kTableOff + warp * 32 * 8);
 
   pdl_wait();
+#ifdef DSA_SA_TRACE
+  unsigned long long trace_ns[kTraceMax] = {};
+  int trace_n = 0;
+  const auto stamp = [&] {
+    if (threadIdx.x == 0 && trace_n < kTraceMax) {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(trace_ns[trace_n]));
+      ++trace_n;
+    }
+  };
+  stamp();
+#endif
   const int32_t steps = (a.topk + kStep - 1) / kStep;
   // Units u = blockIdx.x + k gridDim.x: (item, split) = (u / splits, u % splits). More than one unit a CTA
   // only with one split and kMultiUnitMinSteps steps or more (the launcher's rule): every unit then gives each
@@ -469,6 +491,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   int32_t pos4 = pos[kStages + 2];
   uint32_t stage = 0;
   uint32_t issue_stage = kStages - 1;
+#ifdef DSA_SA_TRACE
+  stamp();  // the prologue's copies issued
+#endif
 
   for (;;) {  // the CTA's units
     float o[16][4];
@@ -646,6 +671,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
     __syncthreads();
     sum_half(frees, wt, hr, cn, acc);
     store_cols8(a, acc, 16 * cn + 8, inv, partial, unit, row, h, hr);
+#ifdef DSA_SA_TRACE
+    stamp();
+#endif
     if (!has_next) {
       break;
     }
@@ -671,6 +699,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
     __syncthreads();  // the merge's reads are done before a stage or table is reused; the new q is visible
   }
   cp_async_wait<0>();
+#ifdef DSA_SA_TRACE
+  if (threadIdx.x == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    printf("satrace %d %u %d %llu %llu %llu %llu %llu %llu %llu %llu\n", int(blockIdx.x), smid, trace_n, trace_ns[0],
+           trace_ns[1], trace_ns[2], trace_ns[3], trace_ns[4], trace_ns[5], trace_ns[6], trace_ns[7]);
+  }
+#endif
 #endif  // DSA_SMXX_SA_DEVICE
 }
 
