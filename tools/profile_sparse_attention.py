@@ -56,18 +56,11 @@ def main(which: str, rows: int, dtype: str = "fp8") -> None:
 
 
 def build_trace() -> None:
-    """Builds the CUDA library with -DDSA_SA_TRACE and prints its path."""
-    from dsa_ops.backends import cuda
+    """Builds the CUDA library with -DDSA_SA_TRACE and prints its path (profile_topk's variant build)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import profile_topk
 
-    base = cuda.build_spec
-
-    def spec(arch):
-        s = base(arch)
-        s.cuda_cflags = s.cuda_cflags + ["-DDSA_SA_TRACE"]
-        return s
-
-    cuda.build_spec = spec
-    print(cuda.build(verbose=False))
+    profile_topk.build("-DDSA_SA_TRACE")
 
 
 def _quantiles(xs, qs=(0.0, 0.1, 0.5, 0.9, 1.0)) -> str:
