@@ -2,11 +2,12 @@
 include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled for the SM100 family, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
-softmax_scale, k_scale, v_scale, splits, out, workspace)``. A unit is one query row x one KV head x one split
+softmax_scale, k_scale, v_scale, splits, whole, out, workspace)``. A unit is one query row x one KV head x one split
 of its top-k positions; a CTA (4 warps, 53 KiB of shared memory, 128 registers: 4 CTAs an SM) takes one unit, or
 with one split several in turn (a persistent grid of 4 CTAs an SM). When rows x KV heads are fewer
 than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
-shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. The op's automatic
+shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. A split tail (`whole`
+items unsplit, the rest split) serves the items past one wave of the persistent grid (`split_plan`). The op's automatic
 choice (ops_core/ops/sparse_attention.py, `prefer`) sends the fewest rows to the Triton kernel's split-K path.
 
 Serves fp8 caches with head dim 128 and up to 16 query heads per KV head; bf16 caches are declined with the
@@ -16,6 +17,7 @@ on a GPU, so `supports` declines there unless the cuda backend is forced.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -35,6 +37,13 @@ WARPS = 4
 # 128 rows 55.4 / 68.6 / 93.9 / 140.9. Splits pay below one CTA an SM (64 rows x 2 KV heads), cost above it.
 SPLIT_CTAS = 128
 MAX_SPLITS = 8
+CTAS_PER_SM = 4  # the kernel's occupancy: a persistent grid's slots are 4 an SM
+MULTI_UNIT_MIN_STEPS = 24  # the kernel's kMultiUnitMinSteps: fewer steps, one CTA a unit (no persistent grid)
+# Split tail: with more items than slots but fewer than TAIL_MAX_WAVES waves of them, the first wave's items run
+# unsplit (one CTA each) and the rest are cut into TAIL_SPLITS units that the block scheduler hands to the slots
+# the first wave frees; the persistent grid would leave the slots without a second unit idle. None: off.
+TAIL_SPLITS: Optional[int] = None
+TAIL_MAX_WAVES = 2
 _fn = None  # the loaded OpOverload, resolved on the first call
 
 
@@ -48,14 +57,34 @@ def split_count(rows: int, kv_heads: int, topk: int) -> int:
     return -(-steps // per)
 
 
-def workspace_floats(rows: int, kv_heads: int, splits: int) -> int:
-    """fp32 elements of the split workspace (partial outputs, maxima and sums); 0 for one split."""
-    return 0 if splits <= 1 else rows * kv_heads * splits * MAX_GROUP * (D + 2)
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: Optional[int]) -> int:
+    """SMs of CUDA device `index` (132 on the H200)."""
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count
+
+
+def split_plan(rows: int, kv_heads: int, topk: int, sms: int) -> tuple[int, int]:
+    """(splits, whole): splits of each (row, KV head)'s top-k axis and, with a split tail, the leading items
+    that run unsplit (0: every item split alike). Shapes and the SM count only."""
+    splits = split_count(rows, kv_heads, topk)
+    items, slots = rows * kv_heads, sms * CTAS_PER_SM
+    persistent = splits == 1 and -(-topk // STEP) >= MULTI_UNIT_MIN_STEPS
+    if TAIL_SPLITS and persistent and slots < items < TAIL_MAX_WAVES * slots:
+        return TAIL_SPLITS, slots
+    return splits, 0
+
+
+def workspace_floats(rows: int, kv_heads: int, splits: int, whole: int = 0) -> int:
+    """fp32 elements of the split workspace (partial outputs, maxima and sums of the split items); 0 for one
+    split."""
+    return 0 if splits <= 1 else (rows * kv_heads - min(whole, rows * kv_heads)) * splits * MAX_GROUP * (D + 2)
 
 
 def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out, *,
-           splits: Optional[int] = None):
-    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `splits` forces a split count."""
+           splits: Optional[int] = None, whole: int = 0):
+    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `splits` forces a split count
+    (and `whole` the unsplit items of a split tail)."""
     global _fn
     fn = _fn
     if fn is None:
@@ -65,13 +94,13 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     t = q.shape[0]
     hkv = k_cache.shape[2]
     if splits is None:
-        splits = split_count(t, hkv, indices.shape[1])
-    splits = int(splits)
-    if splits < 1:
-        raise ValueError(f"`splits` must be >= 1, got {splits}")
-    ws = torch.empty((workspace_floats(t, hkv, splits),), dtype=torch.float32, device=q.device)
+        splits, whole = split_plan(t, hkv, indices.shape[1], _sm_count(q.device.index))
+    splits, whole = int(splits), int(whole)
+    if splits < 1 or whole < 0:
+        raise ValueError(f"`splits` must be >= 1 and `whole` >= 0, got {splits} and {whole}")
+    ws = torch.empty((workspace_floats(t, hkv, splits, whole),), dtype=torch.float32, device=q.device)
     fn(q, k_cache, v_cache, indices, block_table, token_to_req, float(softmax_scale), float(k_scale), float(v_scale),
-       splits, out, ws)
+       splits, whole, out, ws)
 
 
 def unsupported_shape(q, k_cache, v_cache, indices, block_table) -> Optional[str]:

@@ -181,6 +181,31 @@ def test_sparse_attention_cuda_splits_sweep(bench, rows):
     print(f"\n  cuda splits sweep rows {rows}: heuristic {cu.split_count(rows, HKV, TOPK)}: {res}")
 
 
+@pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split-tail sweep")
+@pytest.mark.parametrize("rows", (300, 400, 460))
+def test_sparse_attention_cuda_tail_sweep(bench, rows):
+    """The CUDA kernel past one wave of slots: the persistent grid against split tails (the first wave's items
+    unsplit, the rest in SPLITS units), vLLM's kernel beside; graph replay, cold L2 (split_plan's inputs)."""
+    from dsa_ops.backends.cuda import providers_sparse_attention as cu
+
+    kc, vc = _pool("fp8")
+    q, idx, bt, t2r = _inputs(rows)
+    out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
+    slots = cu.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    fns = {f"tail{s}": (lambda s=s: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=slots))
+           for s in (2, 3, 4, 6, 8)}
+    fns["persistent"] = lambda: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=1)
+    peer = _peer()
+    if peer is not None:
+        out_peer = torch.empty_like(out)
+        packed = torch.cat([idx, torch.full((rows, 1), TOPK, dtype=torch.int32, device="cuda")], dim=1)
+        gate = torch.full((rows, HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
+        fns["vllm"] = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
+            q, kc, vc, packed, bt, t2r, True, out_peer, 1.0, 1.0, output_gate=gate)
+    res = {name: round(bench.timer.median_us(capture_graph(fn).replay, iters=50), 1) for name, fn in fns.items()}
+    print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, slots // 4)}: {res}")
+
+
 # Sweep variants: CONFIG_OVERRIDE dicts of backends_triton/sparse_attention.py.
 # fp8 forms (every flag explicit, so the module defaults do not leak into a variant): codes loaded directly,
 # V as int16 pairs, V's columns permuted, and both widened tiles passed through _opaque (fp16 ldmatrix MMAs).

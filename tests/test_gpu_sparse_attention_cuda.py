@@ -38,15 +38,15 @@ def _case(shape, seed=0, layout="plain", hostile=True):
                      dtype=FP8, seed=seed, device="cuda", cache_layout=layout, hostile=hostile)
 
 
-def _run(case, scales=SCALES, splits=None):
+def _run(case, scales=SCALES, splits=None, whole=0):
     q, kc, vc, idx, bt, t2r = case
     out = torch.full((q.shape[0], q.shape[1], vc.shape[3]), float("nan"), dtype=torch.bfloat16, device=q.device)
-    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits)
+    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits, whole=whole)
     return out
 
 
-def _check(case, scales=SCALES, splits=None):
-    out = _run(case, scales, splits)
+def _check(case, scales=SCALES, splits=None, whole=0):
+    out = _run(case, scales, splits, whole)
     err = compare(out, reference(*case, *scales))
     assert err is None, err
 
@@ -67,6 +67,22 @@ def test_several_units_a_cta(shape):
     rows, _, hkv = shape[:3]
     assert rows * hkv > 4 * torch.cuda.get_device_properties(0).multi_processor_count
     _check(_case(shape, seed=rows))
+
+
+@pytest.mark.parametrize("splits,whole", [(2, 1), (3, 17), (4, 40), (8, 45), (2, 46), (4, 10**6)])
+def test_split_tail(splits, whole):
+    """A split tail: the first `whole` (row, KV head) items unsplit, the rest split, their partials combined
+    (whole past the item count: every item unsplit, no combine). Hostile rows on both sides of the boundary."""
+    _check(_case((23, 24, 2, 128, 128, 64, 900, 7, 40, 700), seed=whole % 97 + splits), splits=splits, whole=whole)
+
+
+def test_split_tail_plan():
+    """The provider's own split-tail plan on a shape past one wave of slots (as split_plan picks it when the
+    tail is on), and the persistent grid on the same shape."""
+    slots = cu.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    case = _case((slots // 2 + 37, 24, 2, 128, 128, 64, 1500, 11, 64, 2048), seed=5)
+    for splits, whole in ((1, 0), (2, slots), (4, slots)):
+        _check(case, splits=splits, whole=whole)
 
 
 def test_output_off_16_byte_alignment():

@@ -15,7 +15,7 @@ The CUDA kernel's per-CTA timeline (a -DDSA_SA_TRACE build: %globaltimer at each
 prologue and at each unit's end; see smxx_sparse_attention.cuh):
 
     python3 tools/profile_sparse_attention.py build-trace          # prints the trace library's path
-    DSA_OPS_CUDA_LIB=<that path> python3 tools/profile_sparse_attention.py trace 400
+    DSA_OPS_CUDA_LIB=<that path> python3 tools/profile_sparse_attention.py trace 400 [SPLITS WHOLE]
 """
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ def _quantiles(xs, qs=(0.0, 0.1, 0.5, 0.9, 1.0)) -> str:
     return " / ".join(f"{xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]:.1f}" for q in qs)
 
 
-def trace(rows: int) -> None:
-    """One launch of the trace build at `rows` (after a warm-up), its CTAs' stamps read back from the device
-    printf and summarised in us from the earliest CTA start: quantiles (min / 10% / median / 90% / max) of each
-    CTA's start, prologue end and unit ends, the last unit's length for CTAs of one and of two units."""
+def trace(rows: int, splits=None, whole: int = 0) -> None:
+    """One launch of the trace build at `rows` (after a warm-up; `splits` / `whole` forced as launch() takes
+    them), its CTAs' stamps read back from the device printf and summarised in us from the earliest CTA start:
+    quantiles (min / 10% / median / 90% / max) of each CTA's start, prologue end, unit ends and end, the last
+    unit's length for CTAs of one and of two units; with a split tail, the tail CTAs' start and end."""
     import tempfile
 
     from dsa_ops.backends.cuda import providers_sparse_attention as cu
@@ -86,7 +87,7 @@ def trace(rows: int) -> None:
             saved = os.dup(1)
             os.dup2(f.fileno(), 1)
             try:
-                cu.launch(q, kc, vc, idx, bt, t2r, b.SCALE, 1.0, 1.0, out)
+                cu.launch(q, kc, vc, idx, bt, t2r, b.SCALE, 1.0, 1.0, out, splits=splits, whole=whole)
                 torch.cuda.synchronize()
             finally:
                 os.dup2(saved, 1)
@@ -98,24 +99,29 @@ def trace(rows: int) -> None:
     ctas = [(int(v[1]), int(v[2]), [int(x) for x in v[4:4 + int(v[3])]]) for v in lines]
     t0 = min(st[0] for _, _, st in ctas)
     us = [[(x - t0) / 1e3 for x in st] for _, _, st in ctas]
-    print(f"{torch.cuda.get_device_name()}, {rows} rows: {len(ctas)} CTAs; us from the first CTA's start, "
-          "min / 10% / median / 90% / max")
+    print(f"{torch.cuda.get_device_name()}, {rows} rows, splits {splits} whole {whole}: {len(ctas)} CTAs; us from "
+          "the first CTA's start, min / 10% / median / 90% / max")
     print(f"  start          {_quantiles([u[0] for u in us])}")
     print(f"  prologue end   {_quantiles([u[1] for u in us])}")
     for k in (2, 3):
         ends = [u[k] for u in us if len(u) > k]
         if ends:
             print(f"  unit {k - 1} end     {_quantiles(ends)}  ({len(ends)} CTAs)")
+    print(f"  end            {_quantiles([u[-1] for u in us])}")
     for n in (3, 4):
         last = [u[-1] - u[-2] for u in us if len(u) == n]
         if last:
             print(f"  last unit of CTAs with {n - 2} unit(s): {_quantiles(last)}")
+    tail = [u for (cta, _, _), u in zip(ctas, us) if whole and cta >= whole]
+    if tail:
+        print(f"  tail start     {_quantiles([u[0] for u in tail])}  ({len(tail)} CTAs)")
+        print(f"  tail end       {_quantiles([u[-1] for u in tail])}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["build-trace"]:
         build_trace()
     elif sys.argv[1:2] == ["trace"]:
-        trace(int(sys.argv[2]))
+        trace(int(sys.argv[2]), *(int(x) for x in sys.argv[3:5]))
     else:
         main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "fp8")

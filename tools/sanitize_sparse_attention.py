@@ -1,5 +1,5 @@
 """The CUDA sparse_attention kernel (fp8 caches) on small hostile shapes (NaN-filled unused pages, invalid
-indices, padding rows, top-k off the step), single pass and split paths, each result checked against the
+indices, padding rows, top-k off the step), single pass, split and split-tail paths, each result checked against the
 reference: the script compute-sanitizer (memcheck, racecheck) walks for this kernel.
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python tools/sanitize_sparse_attention.py
@@ -23,11 +23,11 @@ for rows, hq, hkv, page, topk in ((7, 24, 2, 64, 300), (5, 16, 1, 16, 77), (3, 8
     case = cases.make_case(rows, hq, hkv, 128, 128, page=page, num_blocks=40, num_reqs=3, max_pages=8, topk=topk,
                            dtype=cases.FP8, seed=rows, device="cuda")
     ref = reference(*case, *scales)
-    for splits in (1, 3):
+    for splits, whole in ((1, 0), (3, 0), (3, rows * hkv // 2)):  # single pass, split, split tail
         out = torch.full_like(ref, float("nan"))
-        cu.launch(*case, *scales, out, splits=splits)
+        cu.launch(*case, *scales, out, splits=splits, whole=whole)
         bad = cases.compare(out, ref)
-        print(f"rows {rows} heads {hq}/{hkv} page {page} topk {topk} splits {splits}: {bad or 'ok'}")
+        print(f"rows {rows} heads {hq}/{hkv} page {page} topk {topk} splits {splits} whole {whole}: {bad or 'ok'}")
         ok &= bad is None
 torch.cuda.synchronize()
 print("all ok" if ok else "MISMATCH")

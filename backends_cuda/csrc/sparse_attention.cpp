@@ -27,7 +27,7 @@ bool fp8_cache(const Tensor& c, int32_t device, int64_t d) {
 
 void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table,
                           Tensor token_to_req, double softmax_scale, double k_scale, double v_scale, int64_t splits,
-                          Tensor out, Tensor workspace) {
+                          int64_t whole, Tensor out, Tensor workspace) {
   STD_TORCH_CHECK(q.dim() == 3 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(2) == 128 &&
                       q.stride(2) == 1,
                   kOp, ": `q` must be a bfloat16 [T, Hq, 128] CUDA tensor with unit last stride");
@@ -49,8 +49,9 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
                       out.scalar_type() == ScalarType::BFloat16 && on(out, device) && out.stride(2) == 1,
                   kOp, ": `out` must be a bfloat16 [T, Hq, 128] tensor with unit last stride on q's device");
   STD_TORCH_CHECK(splits >= 1, kOp, ": `splits` must be >= 1, got ", splits);
+  STD_TORCH_CHECK(whole >= 0, kOp, ": `whole` must be >= 0, got ", whole);
   const int64_t hkv = k_cache.size(2);
-  const int64_t need = dsa_cuda::sparse_attention_workspace_floats(t, hkv, splits);
+  const int64_t need = dsa_cuda::sparse_attention_workspace_floats(t, hkv, splits, whole);
   STD_TORCH_CHECK(workspace.scalar_type() == ScalarType::Float && on(workspace, device) && workspace.is_contiguous() &&
                       workspace.numel() >= need,
                   kOp, ": `workspace` must be a contiguous float32 tensor on q's device of at least ", need,
@@ -92,6 +93,7 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
   p.k_scale = static_cast<float>(k_scale);
   p.v_scale = static_cast<float>(v_scale);
   p.splits = splits;
+  p.whole = whole;
   if (t == 0 || hq == 0) {
     return;
   }
@@ -111,8 +113,8 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table, "
-      "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, Tensor(a!) out, "
-      "Tensor(b!) workspace) -> ()");
+      "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, int whole, "
+      "Tensor(a!) out, Tensor(b!) workspace) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {

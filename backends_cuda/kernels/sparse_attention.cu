@@ -18,11 +18,12 @@ bool mult16(int64_t bytes) { return bytes % 16 == 0; }
 
 }  // namespace
 
-int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits) {
+int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits, int64_t whole) {
+  const int64_t split_items = rows * kv_heads - std::min(std::max<int64_t>(whole, 0), rows * kv_heads);
   if (splits <= 1) {
     return 0;
   }
-  return rows * kv_heads * splits * k::kHeads * (k::kD + 2);
+  return split_items * splits * k::kHeads * (k::kD + 2);
 }
 
 const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
@@ -36,7 +37,7 @@ const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
       p.num_reqs >= (int64_t{1} << 31) || p.page_size * p.max_pages >= (int64_t{1} << 31)) {
     return "the CUDA sparse attention kernel takes int32 block ids, page counts and request-relative positions";
   }
-  if (p.splits < 1 || p.rows * p.kv_heads * p.splits > kMaxGrid) {
+  if (p.splits < 1 || p.whole < 0 || p.rows * p.kv_heads * p.splits > kMaxGrid) {
     return "the CUDA sparse attention kernel takes fewer than 2^31 (row, KV head, split) CTAs";
   }
   if (!is_aligned16(p.q) || !mult16(p.q_row_stride * 2) || !mult16(p.q_head_stride * 2)) {
@@ -70,6 +71,8 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   const int64_t per = ceil_div(steps, splits);
   const int64_t used = ceil_div(steps, per);  // no empty split
   const int64_t items = p.rows * p.kv_heads;
+  const int64_t whole = used > 1 ? std::min(p.whole, items) : 0;  // split tail: items run unsplit first
+  const int64_t split_items = items - whole;
 
   k::KernelArgs a;
   a.q = static_cast<const __nv_bfloat16*>(p.q);
@@ -80,7 +83,7 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   a.t2r = p.token_to_req;
   a.out = static_cast<__nv_bfloat16*>(p.out);
   a.part = used > 1 ? p.workspace : nullptr;
-  a.ml = used > 1 ? p.workspace + items * used * k::kHeads * k::kD : nullptr;
+  a.ml = used > 1 ? p.workspace + split_items * used * k::kHeads * k::kD : nullptr;
   a.q_st = p.q_row_stride;
   a.q_sh = p.q_head_stride;
   a.k_sb = p.k_block_stride;
@@ -115,7 +118,8 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   a.qk_scale = p.softmax_scale * p.k_scale * kLog2e;
   a.out_scale = p.v_scale;
 
-  a.units = items * used;
+  a.whole = whole;
+  a.units = whole + split_items * used;
   // A persistent grid (a CTA per slot, each taking units in turn with the next unit's lookups and first copies
   // under the current one's last steps) where the rule allows several units a CTA; else one CTA a unit.
   int64_t ctas = a.units;
@@ -127,12 +131,13 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   const dim3 grid(static_cast<unsigned>(ctas));
   DSA_CUDA_CHECK(
       (launch_pdl_smem<&k::sparse_attention_fp8_kernel>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
-  if (used == 1) {
+  if (used == 1 || split_items == 0) {
     return cudaSuccess;
   }
   k::CombineArgs c;
   c.part = a.part;
   c.ml = a.ml;
+  c.item0 = whole;
   c.out = a.out;
   c.o_st = a.o_st;
   c.o_sh = a.o_sh;
@@ -140,7 +145,8 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   c.hkv = a.hkv;
   c.splits = a.splits;
   c.out_scale = a.out_scale;
-  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(items)), dim3(k::kThreads), 0, stream, c);
+  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(split_items)), dim3(k::kThreads), 0, stream,
+                    c);
 }
 
 }  // namespace dsa_cuda

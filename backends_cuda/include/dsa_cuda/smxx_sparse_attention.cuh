@@ -8,6 +8,9 @@
 // - Work: a unit is one query row x one KV head x one split of its top-k positions, unit (row * Hkv + kv
 //   head) * splits + split. A CTA's 4 warps take a unit's 16-token steps in turn (warp w: steps w, w + 4,
 //   ...), each with its own online softmax, and merge the 4 at the unit's end.
+// - Split tail (whole > 0): units 0 .. whole - 1 are items 0 .. whole - 1 unsplit (written out directly),
+//   unit whole + v is item whole + v / splits, split v % splits (a partial). One CTA a unit, so the block
+//   scheduler hands the tail's small units to slots as the first wave's CTAs end.
 // - Persistent grid (one split and 24 steps or more): a CTA per slot (4 an SM) takes units blockIdx.x +
 //   k gridDim.x. A warp's lookahead runs on into the next unit, so its positions, block ids and first two
 //   copies are in flight under the current unit's last steps: a CTA's start and end had cost its slot
@@ -83,9 +86,13 @@ static_assert(kMergeHalfBytes <= kStageBytes, "a merge half goes through a warp'
 
 #ifdef DSA_SA_TRACE
 // Dev builds only (-DDSA_SA_TRACE; tools/profile_sparse_attention.py trace): thread 0's %globaltimer at the
-// kernel's start, after the prologue (q staged, the first copies issued) and at each unit's end, printed as one
-// line when the CTA ends, so that the printing does not perturb the stamps.
+// kernel's start, after the prologue (q staged, the first copies issued) and at each unit's end, kept in a
+// global table; the grid's last CTA prints it, one line a CTA. (Printing as each CTA ended stalled the CTAs
+// still running: second units of 60 to 900 us at 400 rows on the H200, against ~55 of the kernel's time.)
 constexpr int kTraceMax = 8;
+constexpr int kTraceCtas = 4096;
+__device__ unsigned long long g_trace[kTraceCtas][kTraceMax + 1];  // [0]: smid << 32 | stamps
+__device__ unsigned int g_trace_done;
 #endif
 
 struct KernelArgs {
@@ -98,7 +105,8 @@ struct KernelArgs {
   __nv_bfloat16* out;
   float* part;             // split path: [items * splits][16][128] unnormalised outputs
   float* ml;               // split path: [items * splits][2][16] running max (log2) and sum
-  int64_t units;           // items * splits
+  int64_t units;           // whole + (items - whole) * splits
+  int64_t whole;           // leading items run unsplit (split tail; 0 otherwise)
   int64_t q_st, q_sh;      // elements
   int64_t k_sb, k_sp, k_sh, v_sb, v_sp, v_sh;  // bytes
   int64_t i_st, i_sn, bt_sr, bt_sp, t2r_s, o_st, o_sh;
@@ -115,6 +123,7 @@ struct CombineArgs {
   const float* ml;
   __nv_bfloat16* out;
   int64_t o_st, o_sh;
+  int64_t item0;           // the first split item (the split tail's whole)
   int32_t group, hkv, splits;
   float out_scale;
 };
@@ -350,11 +359,12 @@ __device__ __forceinline__ void sum_half(const uint32_t (&stages)[kWarps], const
   }
 }
 
-// 8 merged columns [col, col + 8) of head row hr: fp32 partials of `unit`, or bf16 outputs times inv.
+// 8 merged columns [col, col + 8) of head row hr: fp32 partials of split unit `piece`, or bf16 outputs times
+// inv.
 __device__ __forceinline__ void store_cols8(const KernelArgs& a, const float (&acc)[8], int col, float inv,
-                                            bool partial, int64_t unit, int64_t row, int h, int hr) {
+                                            bool partial, int64_t piece, int64_t row, int h, int hr) {
   if (partial) {
-    float* dst = a.part + (unit * kHeads + hr) * kD + col;
+    float* dst = a.part + (piece * kHeads + hr) * kD + col;
     *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
   } else if (hr < a.group) {
@@ -405,17 +415,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   stamp();
 #endif
   const int32_t steps = (a.topk + kStep - 1) / kStep;
-  // Units u = blockIdx.x + k gridDim.x: (item, split) = (u / splits, u % splits). More than one unit a CTA
-  // only with one split and kMultiUnitMinSteps steps or more (the launcher's rule): every unit then gives each
-  // warp the same n >= kStages + 3 steps, and the lookahead never reaches past the next unit.
+  // Units u = blockIdx.x + k gridDim.x: (item, split) = (u / splits, u % splits), past the whole ones of a
+  // split tail. More than one unit a CTA only with one split, no split tail and kMultiUnitMinSteps steps or
+  // more (the launcher's rule): every unit then gives each warp the same n >= kStages + 3 steps, and the
+  // lookahead never reaches past the next unit.
   int64_t unit = blockIdx.x;
   const int64_t stride = gridDim.x;
-  const int32_t split = int32_t(unit % a.splits);
-  const int64_t item = unit / a.splits;  // row * hkv + kv head
+  const bool unsplit = unit < a.whole;
+  const int64_t piece = unit - a.whole;  // index of a split unit's partial
+  const int32_t split = unsplit ? 0 : int32_t(piece % a.splits);
+  const int64_t item = unsplit ? unit : a.whole + piece / a.splits;  // row * hkv + kv head
   int64_t row = item / a.hkv;
   int h = int(item - row * a.hkv);
   const int32_t s0 = split * a.steps_per_split;
-  const int32_t s1 = min(s0 + a.steps_per_split, steps);
+  const int32_t s1 = unsplit ? steps : min(s0 + a.steps_per_split, steps);
   // This warp's steps of a unit: first + kWarps j for j < n. A padding row runs them with every token invalid.
   const int32_t first = s0 + warp;
   const int32_t n = s1 > first ? (s1 - first + kWarps - 1) / kWarps : 0;
@@ -657,20 +670,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
       wt[w] = exp2f(mw[w] - mm);
       den += wt[w] * lw[w];
     }
-    const bool partial = a.splits > 1;
+    const bool partial = a.splits > 1 && !unsplit;
     const float inv = den > 0.f ? a.out_scale / den : 0.f;
     float acc[8];
     sum_half(frees, wt, hr, cn, acc);
-    store_cols8(a, acc, 16 * cn, inv, partial, unit, row, h, hr);
+    store_cols8(a, acc, 16 * cn, inv, partial, piece, row, h, hr);
     if (partial && cn == 0) {
-      a.ml[unit * 2 * kHeads + hr] = mm;
-      a.ml[unit * 2 * kHeads + kHeads + hr] = den;
+      a.ml[piece * 2 * kHeads + hr] = mm;
+      a.ml[piece * 2 * kHeads + kHeads + hr] = den;
     }
     __syncthreads();
     write_half<1>(o, free_stage, g, t);
     __syncthreads();
     sum_half(frees, wt, hr, cn, acc);
-    store_cols8(a, acc, 16 * cn + 8, inv, partial, unit, row, h, hr);
+    store_cols8(a, acc, 16 * cn + 8, inv, partial, piece, row, h, hr);
 #ifdef DSA_SA_TRACE
     stamp();
 #endif
@@ -703,8 +716,22 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   if (threadIdx.x == 0) {
     unsigned smid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    printf("satrace %d %u %d %llu %llu %llu %llu %llu %llu %llu %llu\n", int(blockIdx.x), smid, trace_n, trace_ns[0],
-           trace_ns[1], trace_ns[2], trace_ns[3], trace_ns[4], trace_ns[5], trace_ns[6], trace_ns[7]);
+    if (blockIdx.x < kTraceCtas) {
+      g_trace[blockIdx.x][0] = (static_cast<unsigned long long>(smid) << 32) | unsigned(trace_n);
+      for (int i = 0; i < kTraceMax; ++i) {
+        g_trace[blockIdx.x][i + 1] = trace_ns[i];
+      }
+    }
+    __threadfence();
+    if (atomicAdd(&g_trace_done, 1u) == gridDim.x - 1) {  // the last CTA: every other row is written
+      __threadfence();
+      for (unsigned b = 0; b < min(gridDim.x, unsigned(kTraceCtas)); ++b) {
+        const volatile unsigned long long* r = g_trace[b];
+        printf("satrace %u %u %u %llu %llu %llu %llu %llu %llu %llu %llu\n", b, unsigned(r[0] >> 32),
+               unsigned(r[0] & 0xffffffffu), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]);
+      }
+      g_trace_done = 0;
+    }
   }
 #endif
 #endif  // DSA_SMXX_SA_DEVICE
@@ -716,7 +743,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(cons
 #if DSA_SMXX_SA_DEVICE
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t item = blockIdx.x;
+  const int64_t slot = blockIdx.x;  // split item a.item0 + slot
+  const int64_t item = a.item0 + slot;
   const int64_t row = item / a.hkv;
   const int h = int(item - row * a.hkv);
   const int hr = int(threadIdx.x >> 3);
@@ -724,7 +752,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(cons
   if (hr >= a.group) {
     return;
   }
-  const float* ml = a.ml + item * a.splits * 2 * kHeads;
+  const float* ml = a.ml + slot * a.splits * 2 * kHeads;
   float mm = kNeg;
   for (int sp = 0; sp < a.splits; ++sp) {
     mm = fmaxf(mm, ml[sp * 2 * kHeads + hr]);
@@ -737,7 +765,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(cons
   for (int sp = 0; sp < a.splits; ++sp) {
     const float wt = exp2f(ml[sp * 2 * kHeads + hr] - mm);
     den += wt * ml[sp * 2 * kHeads + kHeads + hr];
-    const float4* src = reinterpret_cast<const float4*>(a.part + ((item * a.splits + sp) * kHeads + hr) * kD + c0);
+    const float4* src = reinterpret_cast<const float4*>(a.part + ((slot * a.splits + sp) * kHeads + hr) * kD + c0);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const float4 v = __ldg(src + c);

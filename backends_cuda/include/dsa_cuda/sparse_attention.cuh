@@ -36,11 +36,14 @@ struct SparseAttentionParams {
   // Splits of each (row, KV head)'s top-k axis: 1 is the single pass; more write fp32 partials into the
   // workspace and a combine kernel writes out.
   int64_t splits;
+  // With splits > 1, the first `whole` (row, KV head) items run unsplit, the rest split (a split tail: the
+  // items past the first wave cut into small units for the slots the first wave frees). 0: all split.
+  int64_t whole;
 };
 
-// fp32 elements of the split workspace: per (row, KV head, split) a [16, 128] partial and 16 maxima and
+// fp32 elements of the split workspace: per split (row, KV head, split) a [16, 128] partial and 16 maxima and
 // sums. 0 when splits <= 1.
-int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits);
+int64_t sparse_attention_workspace_floats(int64_t rows, int64_t kv_heads, int64_t splits, int64_t whole);
 
 // Why the shape cannot run (nullptr when it can): the launcher's own limits.
 const char* sparse_attention_unsupported(const SparseAttentionParams& params);
