@@ -39,11 +39,11 @@ SPLIT_CTAS = 128
 MAX_SPLITS = 8
 CTAS_PER_SM = 4  # the kernel's occupancy: a persistent grid's slots are 4 an SM
 MULTI_UNIT_MIN_STEPS = 24  # the kernel's kMultiUnitMinSteps: fewer steps, one CTA a unit (no persistent grid)
-# Split tail: with more items than slots but fewer than TAIL_MAX_WAVES waves of them, the first wave's items run
-# unsplit (one CTA each) and the rest are cut into TAIL_SPLITS units that the block scheduler hands to the slots
-# the first wave frees; the persistent grid would leave the slots without a second unit idle. None: off.
-TAIL_SPLITS: Optional[int] = None
-TAIL_MAX_WAVES = 2
+# Split tail: when the items past one wave of slots are at most TAIL_MAX_SHARE of a wave, the first wave's
+# items run unsplit (one CTA each) and the rest are cut into TAIL_SPLITS units that the block scheduler hands to
+# the slots the first wave frees; the persistent grid would run those few second units nearly alone.
+TAIL_SPLITS = 4
+TAIL_MAX_SHARE = 0.25
 _fn = None  # the loaded OpOverload, resolved on the first call
 
 
@@ -70,7 +70,7 @@ def split_plan(rows: int, kv_heads: int, topk: int, sms: int) -> tuple[int, int]
     splits = split_count(rows, kv_heads, topk)
     items, slots = rows * kv_heads, sms * CTAS_PER_SM
     persistent = splits == 1 and -(-topk // STEP) >= MULTI_UNIT_MIN_STEPS
-    if TAIL_SPLITS and persistent and slots < items < TAIL_MAX_WAVES * slots:
+    if TAIL_SPLITS and persistent and 0 < items - slots <= TAIL_MAX_SHARE * slots:
         return TAIL_SPLITS, slots
     return splits, 0
 

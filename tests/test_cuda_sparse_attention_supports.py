@@ -79,17 +79,18 @@ def test_preference_names_triton_for_the_fewest_rows():
 
 
 def test_split_plan(monkeypatch):
-    """The split tail only past one wave of slots (4 CTAs an SM) and below TAIL_MAX_WAVES waves, for shapes the
-    persistent grid would take; its workspace holds the split items only."""
+    """The split tail only for a tail of at most TAIL_MAX_SHARE of a wave of slots (4 CTAs an SM) past one full
+    wave, for shapes the persistent grid would take; its workspace holds the split items only."""
     monkeypatch.setattr(psa, "TAIL_SPLITS", 4)
-    monkeypatch.setattr(psa, "TAIL_MAX_WAVES", 2)
-    assert psa.split_plan(400, 2, 2048, 132) == (4, 528)
+    monkeypatch.setattr(psa, "TAIL_MAX_SHARE", 0.25)
+    assert psa.split_plan(300, 2, 2048, 132) == (4, 528)  # 72 items past the wave
+    assert psa.split_plan(330, 2, 2048, 132) == (4, 528)  # 132: a quarter
+    assert psa.split_plan(331, 2, 2048, 132) == (1, 0)
     assert psa.split_plan(264, 2, 2048, 132) == (1, 0)  # exactly one wave
-    assert psa.split_plan(528, 2, 2048, 132) == (1, 0)  # two full waves
-    assert psa.split_plan(400, 2, 300, 132) == (1, 0)  # 19 steps: one CTA a unit already
+    assert psa.split_plan(300, 2, 300, 132) == (1, 0)  # 19 steps: one CTA a unit already
     assert psa.split_plan(16, 2, 2048, 132) == (4, 0)  # the few-rows split path
     monkeypatch.setattr(psa, "TAIL_SPLITS", None)
-    assert psa.split_plan(400, 2, 2048, 132) == (1, 0)
-    assert psa.workspace_floats(400, 2, 4, 528) == 272 * 4 * 16 * 130
-    assert psa.workspace_floats(400, 2, 4, 10**6) == 0
-    assert psa.workspace_floats(400, 2, 1, 0) == 0
+    assert psa.split_plan(300, 2, 2048, 132) == (1, 0)
+    assert psa.workspace_floats(300, 2, 4, 528) == 72 * 4 * 16 * 130
+    assert psa.workspace_floats(300, 2, 4, 10**6) == 0
+    assert psa.workspace_floats(300, 2, 1, 0) == 0
