@@ -155,7 +155,8 @@ def test_sparse_attention_cuda(bench, rows):
     us = times.pop("cuda")
     splits, whole = cu.split_plan(rows, HKV, TOPK, torch.cuda.get_device_properties(0).multi_processor_count)
     extra = {"timing": "cuda-graph replay, cold L2", "achieved_gbps": round(nbytes / (us * 1e-6) / 1e9, 1),
-             "splits": splits, **({"split_tail_whole": whole} if whole else {}), "max_rel_err": {k: float(f"{v:.3g}") for k, v in errors.items()}}
+             "splits": splits, **({"split_tail_whole": whole} if whole else {}),
+             "max_rel_err": {k: float(f"{v:.3g}") for k, v in errors.items()}}
     if rows <= 64:
         extra["host_overhead_us"] = round(host_overhead_us(fns["cuda"])[0], 2)
     bench.add(record("sparse_attention", "cuda",
