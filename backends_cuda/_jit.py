@@ -183,9 +183,15 @@ class Library:
     def _build(self, spec: BuildSpec, build_root, verbose: bool) -> str:
         build_dir = cache_root(build_root) / f"{torch.__version__}-{spec.digest()}"
         so = build_dir / f"{spec.name}.so"
-        if so.is_file():  # built by an earlier process
-            torch.ops.load_library(str(so))
-            return str(so)
+        # Built by an earlier process. While another process holds torch's build lock (build_dir/lock) the
+        # file may be half-linked (8 pytest workers reaching a first use together hit one): wait on the lock
+        # in cpp_extension.load below instead, which then loads it without rebuilding.
+        if so.is_file() and not (build_dir / "lock").exists():
+            try:
+                torch.ops.load_library(str(so))
+                return str(so)
+            except OSError:
+                log.warning("dsa_ops: %s did not load; rebuilding it in place", so)
         from torch.utils import cpp_extension
 
         if torch.version.hip is None:
