@@ -43,6 +43,15 @@ def _peer():
     return qsa_peer
 
 
+def _vllm_fn(peer, q, kc, vc, idx, bt, t2r, out):
+    """A call of vLLM's kernel on our inputs: its index buffer ends each row with a count column, and its
+    sigmoid output gate is 1 at 30.0."""
+    packed = torch.cat([idx, torch.full((idx.shape[0], 1), TOPK, dtype=torch.int32, device="cuda")], dim=1)
+    gate = torch.full((q.shape[0], HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
+    return lambda: peer.qsa_sparse_paged_attention(q, kc, vc, packed, bt, t2r, True, out, 1.0, 1.0,
+                                                   output_gate=gate)
+
+
 @functools.lru_cache(maxsize=2)
 def _pool(dtype: str):
     """[pages, Hkv, P, 2 D] KV buffer (vLLM's layout) and its K, V views [pages, P, Hkv, D]."""
@@ -91,10 +100,7 @@ def test_sparse_attention(bench, dtype, rows):
     peer = _peer()
     if peer is not None:
         out_peer = torch.empty_like(out)
-        packed = torch.cat([idx, torch.full((rows, 1), TOPK, dtype=torch.int32, device="cuda")], dim=1)
-        gate = torch.full((rows, HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
-        fns["vllm"] = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
-            q, kc, vc, packed, bt, t2r, True, out_peer, 1.0, 1.0, output_gate=gate)
+        fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, out_peer)
 
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
@@ -139,10 +145,7 @@ def test_sparse_attention_cuda(bench, rows):
            "splitk": lambda: sa.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, outs["splitk"], split=True)}
     peer = _peer()
     if peer is not None:
-        packed = torch.cat([idx, torch.full((rows, 1), TOPK, dtype=torch.int32, device="cuda")], dim=1)
-        gate = torch.full((rows, HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
-        fns["vllm"] = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
-            q, kc, vc, packed, bt, t2r, True, outs["vllm"], 1.0, 1.0, output_gate=gate)
+        fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, outs["vllm"])
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
 
@@ -198,11 +201,7 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     fns["persistent"] = lambda: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=1)
     peer = _peer()
     if peer is not None:
-        out_peer = torch.empty_like(out)
-        packed = torch.cat([idx, torch.full((rows, 1), TOPK, dtype=torch.int32, device="cuda")], dim=1)
-        gate = torch.full((rows, HQ, D), 30.0, dtype=torch.bfloat16, device="cuda")
-        fns["vllm"] = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
-            q, kc, vc, packed, bt, t2r, True, out_peer, 1.0, 1.0, output_gate=gate)
+        fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
     res = {name: round(bench.timer.median_us(capture_graph(fn).replay, iters=50), 1) for name, fn in fns.items()}
     print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, slots // 4)}: {res}")
 
