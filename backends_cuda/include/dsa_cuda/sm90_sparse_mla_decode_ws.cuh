@@ -206,14 +206,14 @@ __device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* of
 #pragma unroll
     for (int k = 0; k < H::kN; ++k) {
       const int pc = 4 * k + q;
-      r.v[k] = ldg128_keep(k < H::kFp8 ? p + pc * 16 : p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
+      r.v[k] = ldg128<Ldg::kKeep>(k < H::kFp8 ? p + pc * 16 : p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
     }
     if constexpr (kV4) {
       const uint8_t* sp = a.cache + offs[kTile + tok];
       r.sc.x = ldg32(sp);
       r.sc.y = ldg32(sp + 4);
     } else {
-      r.sc = ldg128_keep(p + 512);
+      r.sc = ldg128<Ldg::kKeep>(p + 512);
     }
   }
 }
@@ -320,7 +320,8 @@ template <bool kV4>
 __device__ __forceinline__ uint4 load_piece(const TokenRows& t, int k) {
   using C = Layout<kV4>;
   using H = TokenPart<kV4>;
-  return k < H::kFp8 ? ldg128_keep(t.row + 64 * k) : ldg128_keep_near(t.row + C::kRopeByte + 64 * (k - H::kFp8));
+  return k < H::kFp8 ? ldg128<Ldg::kKeep>(t.row + 64 * k)
+                      : ldg128<Ldg::kKeepNear>(t.row + C::kRopeByte + 64 * (k - H::kFp8));
 }
 
 template <bool kV4>
@@ -329,7 +330,7 @@ __device__ __forceinline__ uint4 load_scales(const TokenRows& t, int q) {
     const uint2 v = ldg64(t.row + t.sc);
     return make_uint4(v.x, v.y, 0u, 0u);
   } else {
-    return ldg128_keep_near(t.row + (512 - 16 * q));
+    return ldg128<Ldg::kKeepNear>(t.row + (512 - 16 * q));
   }
 }
 

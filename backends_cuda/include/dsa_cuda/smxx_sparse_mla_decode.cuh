@@ -161,34 +161,32 @@ __device__ __forceinline__ void sts128(uint32_t addr, uint32_t a, uint32_t b, ui
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-// Global loads kept in program order with the MMAs (asm volatile): issued early, in flight meanwhile.
+// Cache policies of the 16-byte gathers (global loads kept in program order with the MMAs by asm volatile:
+// issued early, in flight meanwhile):
+// - kStream: not allocated in L1 (variant 0's gather).
+// - kKeep: the three-role kernel's (sm90_sparse_mla_decode_ws.cuh), FlashMLA's policy: allocated in L1 with
+//   evict_last and a 256-byte L2 prefetch. A v32 token row (656 bytes) is 16-byte aligned, not 32, so two of its
+//   pieces can share a sector, and its next pieces follow. H200, b128 h128 s_q 2: 592.0 -> 490.1 us (v32),
+//   501.2 -> 467.9 (v4); 12-19% on v32 and 5-8% on v4 across FlashMLA's shapes.
+// - kKeepNear: kKeep for the pieces past a v32 row's e4m3 bytes (scales, rope) and v4's rope: a 128-byte L2
+//   prefetch, as FlashMLA's, since the row's end is near and a 256-byte one would reach into an unrelated slot.
+enum class Ldg { kStream, kKeep, kKeepNear };
+
+template <Ldg kPolicy>
 __device__ __forceinline__ uint4 ldg128(const uint8_t* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// The gather of the three-role kernel (sm90_sparse_mla_decode_ws.cuh): FlashMLA's cache policy, allocated in L1
-// with evict_last and a 256-byte L2 prefetch. A v32 token row (656 bytes) is 16-byte aligned, not 32, so two of
-// its pieces can share a sector, and its next pieces follow. H200, b128 h128 s_q 2: 592.0 -> 490.1 us (v32),
-// 501.2 -> 467.9 (v4); 12-19% on v32 and 5-8% on v4 across FlashMLA's shapes.
-__device__ __forceinline__ uint4 ldg128_keep(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::evict_last.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// The same for the pieces past a v32 row's e4m3 bytes (scales, rope) and v4's rope: a 128-byte L2 prefetch, as
-// FlashMLA's, since the row's end is near and a 256-byte one would reach into an unrelated slot.
-__device__ __forceinline__ uint4 ldg128_keep_near(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::evict_last.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+#define DSA_LDG128(qualifiers)                                                      \
+  asm volatile("ld.global.nc." qualifiers ".v4.u32 {%0, %1, %2, %3}, [%4];"       \
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                         \
+               : "l"(p))
+  if constexpr (kPolicy == Ldg::kStream) {
+    DSA_LDG128("L1::no_allocate");
+  } else if constexpr (kPolicy == Ldg::kKeep) {
+    DSA_LDG128("L1::evict_last.L2::256B");
+  } else {
+    DSA_LDG128("L1::evict_last.L2::128B");
+  }
+#undef DSA_LDG128
   return v;
 }
 
@@ -313,14 +311,14 @@ __device__ __forceinline__ void load_tile(const KernelArgs& a, const int64_t* of
     if (off >= 0) {
       const uint8_t* p = a.cache + off;
       if (pc < C::kFp8Pieces) {
-        r.v[k] = ldg128(p + pc * 16);
+        r.v[k] = ldg128<Ldg::kStream>(p + pc * 16);
         if constexpr (kV4) {
           r.s[k] = ldg8(a.cache + offs[kTile + tok] + (pc >> 2));  // one scale per 64 values
         } else {
           r.s[k] = ldg32(p + 512 + 4 * (pc >> 3));  // one fp32 scale per 128 values
         }
       } else {
-        r.v[k] = ldg128(p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
+        r.v[k] = ldg128<Ldg::kStream>(p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
       }
     }
   }
