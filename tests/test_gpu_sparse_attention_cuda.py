@@ -77,11 +77,11 @@ def test_split_tail(splits, whole):
 
 
 def test_split_tail_plan():
-    """The provider's own split-tail plan on a shape past one wave of slots (as split_plan picks it when the
-    tail is on), and the persistent grid on the same shape."""
+    """A shape 74 items past one wave of slots: the automatic plan (split_plan's split tail), the split tail
+    forced, and the persistent grid."""
     slots = cu.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     case = _case((slots // 2 + 37, 24, 2, 128, 128, 64, 1500, 11, 64, 2048), seed=5)
-    for splits, whole in ((1, 0), (2, slots), (4, slots)):
+    for splits, whole in ((None, 0), (1, 0), (2, slots), (4, slots)):
         _check(case, splits=splits, whole=whole)
 
 

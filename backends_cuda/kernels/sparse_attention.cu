@@ -37,7 +37,10 @@ const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
       p.num_reqs >= (int64_t{1} << 31) || p.page_size * p.max_pages >= (int64_t{1} << 31)) {
     return "the CUDA sparse attention kernel takes int32 block ids, page counts and request-relative positions";
   }
-  if (p.splits < 1 || p.whole < 0 || p.rows * p.kv_heads * p.splits > kMaxGrid) {
+  if (p.whole < 0) {
+    return "the CUDA sparse attention kernel takes a split tail's `whole` >= 0";
+  }
+  if (p.splits < 1 || p.rows * p.kv_heads * p.splits > kMaxGrid) {
     return "the CUDA sparse attention kernel takes fewer than 2^31 (row, KV head, split) CTAs";
   }
   if (!is_aligned16(p.q) || !mult16(p.q_row_stride * 2) || !mult16(p.q_head_stride * 2)) {
