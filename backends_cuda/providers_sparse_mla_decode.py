@@ -3,9 +3,9 @@ sm90_sparse_mla_decode_ws.cuh on Hopper, run on the H200; sm100_sparse_mla_decod
 compiled, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
-v4, splits, out, lse, workspace, variant)``. SM90 kernels: variant 0 (every warp loads and computes),
-variant 1 (producer, QK and PV warpgroups; forced only) and variant 3 (variant 1 with the lean producer and
-softmax), which `variant_for` picks on SM90 (SM100: variant 0, the tcgen05 kernel).
+v4, splits, out, lse, workspace, variant)``. SM90 kernels: variant 0 (every warp loads and computes; forced
+only) and variant 3 (producer, QK and PV warpgroups), which `variant_for` picks on SM90 (SM100: variant 0, the
+tcgen05 kernel). Variant 1, the first form of variant 3, is removed.
 One CTA is one query token x 64 heads x one split of its top-k positions and holds about 227 KiB of shared
 memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill less than one wave, the top-k axis
 is cut into splits (split-KV) whose fp32 partials go to a workspace sized from the shapes (allocated here,
@@ -33,7 +33,8 @@ TILE = 64  # selected positions a step
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, q head dim
 # Each split keeps at least MIN_SPLIT_TOKENS positions, and the CTAs stay within half a wave unless that leaves a
 # split more than FEW_TILES tiles: a split's partial ([64, 512] fp32, 128 KiB) is written and read back, so 128
-# partials cost more than halving each split's tiles saves. H200, top-k 2048, v32, variant 1, us by 2 / 4 / 8 / 16
+# partials cost more than halving each split's tiles saves. H200, top-k 2048, v32, variant 1 (variant 3's first
+# form), us by 2 / 4 / 8 / 16
 # / 32 splits (CUDA-graph replay): b1 h64 74.5 / 45.1 / 31.2 / 25.8 / 28.1; b4 h64 73.7 / 44.4 / 31.3 / 27.5 /
 # 42.8; b4 h128 73.9 / 44.9 / 32.0 / 36.2 / 55.6; b8 h64 74.5 / 45.0 / 33.0 / 36.9 / 56.2; b8 h128 73.6 / 45.6 /
 # 38.6 / 58.2 / 102.5; b32 h64 74.7 / 51.8 / 67.1 / 100.2 / 155.8. So 64 CTAs of 4 tiles (32.0) beat 128 of 2
@@ -71,13 +72,14 @@ def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> 
     return splits
 
 
-# Variant 1 (three roles, its gather with FlashMLA's cache hints) on SM90 at every shape. H200, FlashMLA's shapes
-# (tools/smoke_sparse_mla_decode.py --time, us variant 0 / 1): b128 h128 s_q2 v32 640.2 / 490.1, b32 h64 s_q1
-# 59.9 / 51.5, batch 1-4 (8 splits) 32.7-34.0 / 30.4-32.2; faster at every measured shape, both layouts.
+# The three-role kernel (its first form, variant 1, with FlashMLA's cache hints on its gather) on SM90 at every
+# shape. H200, FlashMLA's shapes (tools/smoke_sparse_mla_decode.py --time, us variant 0 / 1): b128 h128 s_q2 v32
+# 640.2 / 490.1, b32 h64 s_q1 59.9 / 51.5, batch 1-4 (8 splits) 32.7-34.0 / 30.4-32.2; faster at every measured
+# shape, both layouts.
 def variant_for(cap: tuple[int, int]) -> int:
     """The kernel variant on compute capability `cap`: 3 on SM90, 0 elsewhere (the SM100 family).
 
-    H200, v32 / v4, CUDA-graph replay beside FlashMLA: variant 3 2-4.5% faster than variant 1 at every batch
+    H200, v32 / v4, CUDA-graph replay beside FlashMLA: variant 3 2-4.5% faster than its first form (1) at every batch
     32-128 cell (b128 h64 s_q1 v32 135.2 -> 130.9 us, b128 h128 s_q2 485.3 -> 463.8), within 0.5 us at batch 1
     and 4 (docs/design_attention.md)."""
     return 3 if cap[0] == 9 else 0
@@ -98,7 +100,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
     `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
     `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first).
-    `variant`: None picks by arch (variant_for); 0, 1 or 3 forces a kernel (1 and 3: SM90 only)."""
+    `variant`: None picks by arch (variant_for); 0 or 3 forces a kernel (3: SM90 only)."""
     global _fn
     fn = _fn
     if fn is None:

@@ -1,11 +1,9 @@
 """GPU tests of the sparse_mla_decode providers (triton and cuda) against a float64 oracle on the dequantised rows.
 
 Every case runs for both providers (the `m` fixture: each provider module's `launch`, and the op forced to
-that backend through the registry's `use_backend`), and once more for each CUDA kernel variant the op does not
-pick on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; `cuda_v1`: the three-role
-kernel without the lean producer and softmax; the op and `cuda` pick variant 3, the three-role kernel with them,
-by providers_sparse_mla_decode.variant_for). Caches are
-NaN-filled except the slots in use
+that backend through the registry's `use_backend`), and once more for the CUDA kernel variant the op does not
+pick on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; the op and `cuda` pick variant 3,
+the three-role kernel, by providers_sparse_mla_decode.variant_for). Caches are NaN-filled except the slots in use
 (tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
 topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
 valid token; 64 and 128 heads; both layouts; both paths (single pass, split-KV forced, and the heuristic);
@@ -27,7 +25,7 @@ pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 SCALE = {"v32": 576**-0.5, "v4": 512**-0.5}
-PROVIDERS = ("triton", "cuda", "cuda_v0", "cuda_v1")  # cuda_vN: the CUDA provider's kernel variant N
+PROVIDERS = ("triton", "cuda", "cuda_v0")  # cuda_vN: the CUDA provider's kernel variant N
 
 
 def _module(name):
@@ -41,19 +39,18 @@ def _module(name):
 
 
 def _provider(name):
-    """The provider `name` as (name, launch, supports); skips where it cannot run. "cuda_v0" / "cuda_v1" are the
-    cuda provider with its launch bound to variant 0 / 1 (PROVIDER stays "cuda": registry routing is the
-    provider's)."""
+    """The provider `name` as (name, launch, supports); skips where it cannot run. "cuda_v0" is the cuda provider
+    with its launch bound to variant 0 (PROVIDER stays "cuda": registry routing is the provider's)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    if name in ("cuda", "cuda_v0", "cuda_v1"):
+    if name in ("cuda", "cuda_v0"):
         from dsa_ops.backends import cuda
 
         why = cuda.available(torch.device(DEV)) or cuda.sm90_only(torch.zeros(1, device=DEV), "CUDA sparse MLA decode")
         if why is not None:
             pytest.skip(f"cuda provider unavailable here: {why}")
     mod = _module(name)
-    if name in ("cuda_v0", "cuda_v1"):
+    if name == "cuda_v0":
         return SimpleNamespace(PROVIDER="cuda", launch=functools.partial(mod.launch, variant=int(name[-1])),
                                supports=mod.supports, module=mod, forced_variant=True)
     return SimpleNamespace(PROVIDER=name, launch=mod.launch, supports=mod.supports, module=mod, forced_variant=False)
@@ -64,7 +61,7 @@ def m(request):
     return _provider(request.param)
 
 
-@pytest.fixture(scope="module", params=("cuda", "cuda_v0", "cuda_v1"))
+@pytest.fixture(scope="module", params=("cuda", "cuda_v0"))
 def mc(request):
     return _provider(request.param)
 
@@ -183,7 +180,7 @@ def test_op_routes_to_provider_and_captures(m, layout):
         out2, lse2 = m.launch(*args)
         if not m.forced_variant:  # the op and the provider's launch make the same choice
             assert torch.equal(out, out2) and torch.equal(lse, lse2)
-        else:  # the op picks variant 3; variants 0 and 1 sum differently: the oracle's tolerance
+        else:  # the op picks variant 3; variant 0 sums differently: the oracle's tolerance
             _check(out2, lse2, case, layout)
         # CUDA-graph capture and replay of the op (split path: its workspace comes from the graph's pool)
         s = torch.cuda.Stream()

@@ -1,17 +1,18 @@
-// dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variants 1 and 3, 3 with the lean producer
-// and softmax below; the provider picks 3 on SM90, providers_sparse_mla_decode.variant_for). Same work split,
-// arguments, partials and combine as sm90_sparse_mla_decode.cuh; what differs is who does what in a CTA.
+// dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variant 3, which the provider picks on
+// SM90: providers_sparse_mla_decode.variant_for). Same work split, arguments, partials and combine as
+// sm90_sparse_mla_decode.cuh (variant 0); what differs is who does what in a CTA.
 //
 // Why: variant 0 runs each 64-token tile as one serial chain on all 8 warps (gather, QK^T, row-max exchange,
 // softmax, P, PV, dequant of the next tile under PV), one CTA an SM. ncu (H200, batch 128, 128 heads, s_q 2):
 // issue slots 43% busy, 15.9k warp instructions and ~9.6k cycles a tile against the ~2.2k its MMAs need.
 //
 // CTA: three warpgroups (384 threads), FlashMLA's split of roles:
-// - Warpgroup 0, the producer (setmaxnreg kProducerRegs): each tile's slot offsets and valid-token mask into
-//   a 3-slot ring; the gather into registers and the exact dequant into one of two K stages, in half-tiles
-//   of 32 tokens, 4 threads a token (load_part / store_part), with two register sets so that a half-tile's
-//   loads are issued one half-tile store ahead of the store that needs them; `full[s]` when a stage is
-//   written (128 arrivals), `empty[s]` when the math is done with it (8 arrivals, one a math warp).
+// - Warpgroup 0, the producer (setmaxnreg kProducerRegs; `producer` below): 4 threads a token, two tokens a
+//   thread (the half-tiles); each thread's token slot, read a tile ahead, becomes a row pointer; the gather
+//   into registers and the exact dequant into one of two K stages, each piece's register refilled with the next
+//   tile's piece as soon as it is stored; the valid-token mask into a 3-slot ring; `full[s]` (an mbarrier, 128
+//   arrivals) when a stage is written; the stage-free wait is a named barrier (kBarEmpty + s) that the math
+//   warpgroups arrive on.
 // - Warpgroup 1, QK (setmaxnreg kQkRegs): S = Q K^T for all 64 tokens (wgmma m64n64k16: Q read from shared
 //   memory once per 64 tokens), the online softmax (a row's values sit in one quad: no exchange between
 //   warpgroups), P into shared memory, the rescale factors into `row_f`, and O[:, 0:256] += P V.
@@ -22,14 +23,16 @@
 //   costs nothing over arriving (each side waits for the next handover anyway) and orders the reads before
 //   the barrier for compute-sanitizer racecheck (with bar.arrive it reported the alpha reads).
 //
-// Measured (H200, b128 h128 s_q2): 640.0 -> 580.9 us v32, 612.0 -> 500.9 v4 against variant 0 (FlashMLA
-// 415 / 391). Tried and refuted: whole-tile register prefetch with 2 threads a token (775 us: the next
-// tile's loads stalled the very next store); an L2 bulk prefetch of the next tile's rows (577.8 -> 648.5 us).
-// ncu: QK waits on `full` and the producer's first conversions on DRAM, so the producer bounds it.
+// Measured (H200, b128 h128 s_q2): the first form (a producer in half-tiles with offsets published through
+// shared memory, removed) 640.0 -> 580.9 us v32, 612.0 -> 500.9 v4 against variant 0 (FlashMLA 415 / 391); the
+// lean producer and softmax below 2-4.5% faster again. Tried and refuted: whole-tile register prefetch with 2
+// threads a token (775 us: the next tile's loads stalled the very next store); an L2 bulk prefetch of the next
+// tile's rows (577.8 -> 648.5 us). ncu: QK waits on `full` and the producer's first conversions on DRAM, so the
+// producer bounds it.
 //
 // Shared memory (v32; v4 has 8 column blocks, not 9): 1 KiB alignment slack + Q 72 KiB + 2 K stages
-// x 72 KiB + P 8 KiB + offsets 3 x 64 x 8 B + masks 3 x 8 B + row_f 64 x 4 B + 4 mbarriers = 232264 B of
-// the 232448 B a CTA may have (v4: 209224 B with the scale offsets).
+// x 72 KiB + P 8 KiB + masks 3 x 8 B + row_f 64 x 4 B + 2 mbarriers = 230712 B of the 232448 B a CTA may have
+// (v4: 206136 B).
 //
 // Registers: launched with 168 a thread (384 x 168 = 64512 = 128 x (128 + 208 + 168)); setmaxnreg cannot go
 // past the launch allocation. Each role runs to its own exit after its setmaxnreg (a path shared by two
@@ -69,29 +72,26 @@ constexpr int kOffSlots = 3;  // tile n + 1's offsets are written once the math 
 // Named barriers (0 is __syncthreads).
 constexpr int kBarPReady = 1;
 constexpr int kBarPFree = 2;
-constexpr int kBarProducer = 3;
 constexpr int kBarMath = 4;
-// The lean producer's stage-free barriers (one a stage): 256 math threads arrive, 128 producer threads sync.
+// The producer's stage-free barriers (one a stage): 256 math threads arrive, 128 producer threads sync.
 constexpr int kBarEmpty = 5;  // + stage
 constexpr int kEmptyThreads = 384;
-constexpr float kLazyGrowth = 8.f;  // the lean softmax's running-max slack (log2 units)
+constexpr float kLazyGrowth = 8.f;  // the softmax's running-max slack (log2 units)
 
 template <bool kV4>
 struct Cfg {
   using L = smxx_mla_decode::Layout<kV4>;
-  static constexpr int kOffSlot = L::kOffArrays * kTile;        // int64 a slot
   static constexpr int kQOff = 0;
   static constexpr int kKOff = L::kTileBytes;
   static constexpr int kPOff = kKOff + 2 * L::kTileBytes;
-  static constexpr int kOffsOff = kPOff + kBlockBytes;           // P: [64 x 64] bf16
-  static constexpr int kMaskOff = kOffsOff + kOffSlots * kOffSlot * 8;
+  static constexpr int kMaskOff = kPOff + kBlockBytes;           // P: [64 x 64] bf16
   static constexpr int kRowOff = kMaskOff + kOffSlots * 8;
-  static constexpr int kBarOff = kRowOff + kHeads * 4;           // full[2], empty[2]
-  static constexpr int kSmemBytes = 1024 + kBarOff + 4 * 8;
+  static constexpr int kBarOff = kRowOff + kHeads * 4;           // full[2]
+  static constexpr int kSmemBytes = 1024 + kBarOff + 2 * 8;
   static_assert(kSmemBytes <= 232448, "over the SM90 shared memory of a CTA");
 };
 
-// The lean producer's row for an invalid token: its loads read zero bytes (e4m3 0 and rope 0; scale 0, or 2^-127
+// The producer's row for an invalid token: its loads read zero bytes (e4m3 0 and rope 0; scale 0, or 2^-127
 // from a v4 scale byte 0, times 0), so the token's K
 // and V rows are 0. (Declared for both compilation passes: the host stub registers it.)
 static __device__ __align__(256) const uint8_t kZeroRow[1024] = {};
@@ -191,33 +191,6 @@ struct TokenPart {
   uint4 sc;
 };
 
-template <bool kV4>
-__device__ __forceinline__ void load_part(const KernelArgs& a, const int64_t* offs, int tok, int q, TokenPart<kV4>& r) {
-  using C = Layout<kV4>;
-  using H = TokenPart<kV4>;
-  const int64_t off = offs[tok];
-#pragma unroll
-  for (int k = 0; k < H::kN; ++k) {
-    r.v[k] = make_uint4(0u, 0u, 0u, 0u);
-  }
-  r.sc = make_uint4(0u, 0u, 0u, 0u);
-  if (off >= 0) {
-    const uint8_t* p = a.cache + off;
-#pragma unroll
-    for (int k = 0; k < H::kN; ++k) {
-      const int pc = 4 * k + q;
-      r.v[k] = ldg128<Ldg::kKeep>(k < H::kFp8 ? p + pc * 16 : p + C::kRopeByte + (pc - C::kFp8Pieces) * 16);
-    }
-    if constexpr (kV4) {
-      const uint8_t* sp = a.cache + offs[kTile + tok];
-      r.sc.x = ldg32(sp);
-      r.sc.y = ldg32(sp + 4);
-    } else {
-      r.sc = ldg128<Ldg::kKeep>(p + 512);
-    }
-  }
-}
-
 __device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
 // Piece k of a token's row (tok: row `row` of the stage, swizzle sw) dequantised and stored: e4m3 piece 4 k + q,
@@ -244,23 +217,15 @@ __device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, in
   }
 }
 
-template <bool kV4>
-__device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const TokenPart<kV4>& r) {
-  const uint32_t row = kt + uint32_t(tok) * 128u;
-#pragma unroll
-  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
-    store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
-  }
-}
-
-// ---- The lean producer and softmax (kLean: launcher variant 3) ----
-// Static SASS of variant 1 against FlashMLA's kernel (v32, 64 heads, a 64-token tile, a warp): producer 1148 / 1074
-// instructions (warps 0-1 / 2-3) against FlashMLA's 1080, QK warpgroup 1083 against 836; ptxas put the producer's
-// 22 loads of a tile on one scoreboard waited for by the tile's first conversion, 31 cycles after the second
-// half-tile's loads were issued (one whole memory latency a tile, whatever the two register sets); each tile a
-// producer-wide named barrier behind offsets that warps 0-1 published through shared memory (a signed division
-// by the page size there); 36 register zeroings and a branch region a half-tile for invalid tokens.
-// What kLean changes:
+// ---- The producer and softmax ----
+// Static SASS of the first form (variant 1, removed) against FlashMLA's kernel (v32, 64 heads, a 64-token tile,
+// a warp): producer 1148 / 1074 instructions (warps 0-1 / 2-3) against FlashMLA's 1080, QK warpgroup 1083
+// against 836; ptxas put the producer's 22 loads of a tile on one scoreboard waited for by the tile's first
+// conversion, 31 cycles after the second half-tile's loads were issued (one whole memory latency a tile,
+// whatever the two register sets); each tile a producer-wide named barrier behind offsets that warps 0-1
+// published through shared memory (a signed division by the page size there); 36 register zeroings and a
+// branch region a half-tile for invalid tokens.
+// What the lean form changed:
 // - each thread turns its own token's slot (read a tile ahead) into a row pointer, the page by fast_div
 //   (smxx_fast_div.cuh); invalid tokens read kZeroRow (zero bytes): no branch, no zeroing, no barrier;
 // - each piece's register is reloaded with the next tile's piece as soon as its dequant is stored;
@@ -271,13 +236,15 @@ __device__ __forceinline__ void store_part(uint32_t kt, int tok, int q, const To
 //   an odd count gets an all-invalid last tile, which the math warpgroups count too (math_work): a whole tile
 //   of zeros, so an odd-count CTA does one tile more;
 // - the mask goes to the QK warpgroup as a byte a warp (8 tokens, redux.or);
-// - the softmax tests each mask bit once, takes exp2 as one MUFU.EX2 and rescales lazily (softmax_lean): O's
-//   rescale (128 FMULs a thread in each math warpgroup) only when a row's max grows by more than kLazyGrowth.
+// - the softmax tests each mask bit once, takes exp2 as one MUFU.EX2 and rescales lazily (qk_role's softmax):
+//   O's rescale (128 FMULs a thread in each math warpgroup) only when a row's max grows by more than kLazyGrowth.
 // Static result (nvcc 13.0, v32, per tile a warp): producer 997 instructions, two waits a pair of tiles with
 // 149 and 59 cycles of issue between their newest load and the wait (the second: a scoreboard shared with an
 // older batch; the other eight waits 250-460 cycles), QK warpgroup 735 with the rescale, ~600 without.
-// H200 (tools/smoke_sparse_mla_decode.py --time, same run): 2-4.5% faster than variant 1 at every batch 32-128
-// cell (b128 h64 s_q1 v32 135.2 -> 130.9 us, b128 h128 s_q2 485.3 -> 463.8), level at batch 1-4; predicted 5-12%.
+// H200 (tools/smoke_sparse_mla_decode.py --time, same run): 2-4.5% faster than the first form at every batch
+// 32-128 cell (b128 h64 s_q1 v32 135.2 -> 130.9 us, b128 h128 s_q2 485.3 -> 463.8), level at batch 1-4; predicted
+// 5-12%. Removing the first form left this kernel's SASS unchanged apart from its two unused mbarriers and the
+// shared-memory offsets past its offset ring (nvcc 13.0, cuobjdump).
 
 // Where a producer thread's token reads (q: its quarter of each 64-byte run): row + 16 q, and the scales.
 struct TokenRows {
@@ -307,7 +274,7 @@ __device__ __forceinline__ TokenRows token_rows(const KernelArgs& a, int32_t slo
 }
 
 // bar.sync for a warp known to be converged (the producer's straight-line tile: a __syncwarp there costs the
-// lean producer 8-32 bytes of spills).
+// producer 8-32 bytes of spills).
 __device__ __forceinline__ void bar_sync_converged(int id, int n) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
@@ -343,8 +310,8 @@ __device__ __forceinline__ void load_rows(const TokenRows& t, int q, TokenPart<k
   r.sc = load_scales<kV4>(t, q);
 }
 
-// store_part's stores, each piece's register reloaded from `next` once its dequant is stored (the scales
-// after the last e4m3 piece).
+// A token's pieces dequantised and stored into its stage row, each piece's register reloaded from `next` once
+// its dequant is stored (the scales after the last e4m3 piece).
 template <bool kV4>
 __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
   const uint32_t row = kt + uint32_t(tok) * 128u;
@@ -358,15 +325,15 @@ __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenP
   }
 }
 
-// Warpgroup 0, lean: tile n's two half-tiles (tokens 32 h + tid / 4) from registers into stage n % 2, each
+// Warpgroup 0: tile n's two half-tiles (tokens 32 h + tid / 4) from registers into stage n % 2, each
 // register refilled with tile n + 1's piece; the slots read a tile ahead of their rows; tile n's mask bytes.
 // Tiles go in pairs, one basic block a pair (the stage-free wait a named barrier, no polling loop), so that
 // ptxas sees the second tile's uses of the loads the first issues and keeps them early: a load whose only use
 // is in the next iteration it sinks to the loop's end. An odd count gets an all-invalid last tile (the math
 // warpgroups count the same, math_work).
 template <bool kV4>
-__device__ __forceinline__ void lean_producer(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
-                                              int tid) {
+__device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
+                                         int tid) {
   using C = Cfg<kV4>;
   const CtaWork w = cta_work(a);
   const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
@@ -414,26 +381,20 @@ __device__ __forceinline__ void lean_producer(const KernelArgs& a, uint32_t k_sm
   }
 }
 
-// Both math roles: the CTA's work and its tile count (Q is staged before the role split); the lean producer
-// rounds the count up to a pair of tiles.
-template <bool kLean>
+// Both math roles: the CTA's work and its tile count (Q is staged before the role split), rounded up to a pair of
+// tiles as the producer runs them.
 __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
   w = cta_work(a);
   const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
   const int count = max(sp.t1 - sp.t0, 0);
-  return kLean ? (count + 1) & ~1 : count;
+  return (count + 1) & ~1;
 }
 
-// The math warpgroups' release of tile n's stage: the lean producer's named barrier (every thread; none for the
-// last two tiles, which the producer does not wait for), else one mbarrier arrival a warp.
-template <bool kLean>
-__device__ __forceinline__ void release_stage(uint32_t empty, int n, int count, int lane) {
-  if constexpr (kLean) {
-    if (n + 2 < count) {
-      bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
-    }
-  } else if (lane == 0) {
-    mbar_arrive(empty + 8 * (n & 1));
+// The math warpgroups' release of tile n's stage: the producer's named barrier (every thread; none for the last
+// two tiles, which the producer does not wait for).
+__device__ __forceinline__ void release_stage(int n, int count) {
+  if (n + 2 < count) {
+    bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
   }
 }
 
@@ -461,13 +422,13 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[32], uint64_t valid, i
 }
 
 // Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
-template <bool kV4, bool kSplit, bool kLean>
+template <bool kV4, bool kSplit>
 __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
-                                        const uint32_t* masks, float* row_f, uint32_t full, uint32_t empty, int mt,
-                                        int lane, int c, int row0, int row1) {
+                                        const uint32_t* masks, float* row_f, uint32_t full, int mt, int c, int row0,
+                                        int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
-  const int count = math_work<kLean>(a, w);
+  const int count = math_work(a, w);
   float o[128];
 #pragma unroll
   for (int k = 0; k < 128; ++k) {
@@ -478,41 +439,14 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   const uint64_t q_desc = sw128_desc(q_smem);
   float s[32];
   float al0 = 1.f, al1 = 1.f;
-  // Softmax of tile n (S(n) in s): mask, scale, row max, probabilities (kept in s), row sums.
-  auto softmax = [&](int n) {
-    const int sl = n % kOffSlots;
-    const uint64_t valid = uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32);
-    float mx0, mx1;
-    mask_scale_max(s, valid, 2 * c, a.qk_scale, mx0, mx1);
-    const float mn0 = fmaxf(m0, mx0);
-    const float mn1 = fmaxf(m1, mx1);
-    al0 = exp2f(m0 - mn0);
-    al1 = exp2f(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool v = (valid >> (8 * j + 2 * c + e)) & 1u;
-        s[4 * j + e] = v ? exp2f(s[4 * j + e] - mn0) : 0.f;
-        s[4 * j + 2 + e] = v ? exp2f(s[4 * j + 2 + e] - mn1) : 0.f;
-        sum0 += s[4 * j + e];
-        sum1 += s[4 * j + 2 + e];
-      }
-    }
-    l0 = l0 * al0 + sum0;
-    l1 = l1 * al1 + sum1;
-  };
-  // The lean softmax (kLean): masked scores are kNeg after the scaling, so exp2(kNeg - max) is exactly 0 in a
+  // Softmax of tile n (S(n) in s): masked scores are kNeg after the scaling, so exp2(kNeg - max) is exactly 0 in a
   // row with a valid score so far and needs no second mask test; a row without one (max kNeg) subtracts 0
   // instead. exp2 in one MUFU.EX2 (ex2_ftz). 4 mask tests, 2 selects and ~4 range fix-ups fewer an element.
   // Lazy rescale (as FlashAttention 4 on Blackwell): a warp keeps its rows' running maxima until one grows by
   // more than kLazyGrowth, so P stays within 2^kLazyGrowth (bf16's relative precision at any magnitude) and O's
   // 128-register rescale is skipped in both warpgroups (PV sees alpha 1 in all the warp's rows).
   bool rescale = true;
-  auto softmax_lean = [&](int n) {
+  auto softmax = [&](int n) {
     const int sl = n % kOffSlots;
     const uint64_t valid = (uint64_t(masks[2 * sl]) | (uint64_t(masks[2 * sl + 1]) << 32)) >> (2 * c);
     float mx0, mx1;
@@ -543,13 +477,6 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     l0 = l0 * al0 + sum0;
     l1 = l1 * al1 + sum1;
   };
-  auto run_softmax = [&](int n) {
-    if constexpr (kLean) {
-      softmax_lean(n);
-    } else {
-      softmax(n);
-    }
-  };
   // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV.
   auto publish_p = [&]() {
 #pragma unroll
@@ -573,7 +500,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem);
     wgmma_wait_all();
     fence_acc(s);
-    run_softmax(0);
+    softmax(0);
     publish_p();
   }
   // Tile n: QK^T(n + 1) and PV(n) back to back; the softmax of n + 1 under PV(n); nothing in flight across
@@ -586,13 +513,13 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
     wgmma_wait_1();  // S(n + 1); PV(n) keeps running
     fence_acc(s);
-    run_softmax(n + 1);
+    softmax(n + 1);
     wgmma_wait_all();  // PV(n)
     fence_acc(o);
-    release_stage<kLean>(empty, n, count, lane);
+    release_stage(n, count);
     handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
     publish_p();
-    if (!kLean || rescale) {
+    if (rescale) {
       scale_rows(o, al0, al1);
     }
   }
@@ -600,7 +527,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
     wgmma_wait_all();
     fence_acc(o);
-    release_stage<kLean>(empty, count - 1, count, lane);
+    release_stage(count - 1, count);
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -643,13 +570,12 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
 }
 
 // Warpgroup 2: O[:, 256:512] *= alpha(n); O += P(n) V(n).
-template <bool kV4, bool kSplit, bool kLean>
+template <bool kV4, bool kSplit>
 __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
-                                        const float* row_f, uint32_t full, uint32_t empty, int mt, int lane, int c,
-                                        int row0, int row1) {
+                                        const float* row_f, uint32_t full, int mt, int c, int row0, int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
-  const int count = math_work<kLean>(a, w);
+  const int count = math_work(a, w);
   float o[128];
 #pragma unroll
   for (int k = 0; k < 128; ++k) {
@@ -661,13 +587,13 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
     handover(kBarPReady);  // P(n), alpha(n)
     const float al0 = row_f[row0], al1 = row_f[row1];
-    if (!kLean || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {  // the QK warp's lazy rescale
+    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {  // the QK warp's lazy rescale
       scale_rows(o, al0, al1);
     }
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 1);
     wgmma_wait_all();
     fence_acc(o);
-    release_stage<kLean>(empty, n, count, lane);
+    release_stage(n, count);
     handover(kBarPFree);
   }
   handover(kBarPReady);  // the output scales
@@ -683,7 +609,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-template <bool kV4, bool kSplit, bool kLean>
+template <bool kV4, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   using C = Cfg<kV4>;
@@ -693,17 +619,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   const uint32_t q_smem = base + C::kQOff;
   const uint32_t k_smem = base + C::kKOff;
   const uint32_t p_smem = base + C::kPOff;
-  int64_t* const offs = reinterpret_cast<int64_t*>(base_ptr + C::kOffsOff);   // [kOffSlots][kOffSlot]
   uint32_t* const masks = reinterpret_cast<uint32_t*>(base_ptr + C::kMaskOff);  // [kOffSlots][2]
   float* const row_f = reinterpret_cast<float*>(base_ptr + C::kRowOff);         // [64]
   const uint32_t full = base + C::kBarOff;
-  const uint32_t empty = full + 2 * 8;
 
   const int tid = int(threadIdx.x);
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
       mbar_init(full + 8 * s, kProducer);
-      mbar_init(empty + 8 * s, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -714,58 +637,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   if (tid < kProducer) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
-    if constexpr (kLean) {
-      lean_producer<kV4>(a, k_smem, reinterpret_cast<uint8_t*>(masks), full, tid);
-    } else {
-      const CtaWork w = cta_work(a);
-      const CtaSpan sp = cta_span(a, w.b, w.i, w.split);  // named, not bound: a lambda below captures it (C++17)
-      const int count = max(sp.t1 - sp.t0, 0);
-      if (count == 0) {
-        return;
-      }
-      // Tile n's offsets and valid-token mask into slot n % 3 (threads < 64), then the slot of tile n + 1.
-      int32_t slot = tid < kTile ? load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, tid) : -1;
-      auto publish = [&](int n, int sl) {
-        if (tid < kTile) {
-          store_offsets<kV4>(a, slot, tid, offs + sl * C::kOffSlot);
-          const uint32_t m = __ballot_sync(0xffffffffu, offs[sl * C::kOffSlot + tid] >= 0);
-          if ((tid & 31) == 0) {
-            masks[2 * sl + (tid >> 5)] = m;
-          }
-          slot = load_slot(a, sp.idx_row, sp.t0 + n + 1, sp.t1, sp.n_end, tid);
-        }
-        bar_sync(kBarProducer, kProducer);  // the slot's offsets, for every producer thread
-      };
-      // Half-tiles of 32 tokens, 4 threads a token, two register sets: the loads of a half-tile are issued one
-      // half-tile store ahead of the store that needs them.
-      TokenPart<kV4> r0, r1;
-      const int q = tid_opaque() & 3;
-      publish(0, 0);
-      load_part<kV4>(a, offs, tid >> 2, q, r0);
-      load_part<kV4>(a, offs, 32 + (tid >> 2), q, r1);
-      int sl = 0;
-      for (int n = 0; n < count; ++n) {
-        const int st = n & 1;
-        const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
-        if (n >= 2) {
-          mbar_wait(empty + 8 * st, uint32_t((n >> 1) - 1) & 1u);  // the math is done with tile n - 2
-          __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
-        }
-        store_part<kV4>(kt, tid_opaque() >> 2, q, r0);
-        const bool more = n + 1 < count;
-        if (more) {  // tile n + 1: offsets, then the loads of its first half
-          sl = sl == kOffSlots - 1 ? 0 : sl + 1;
-          publish(n + 1, sl);
-          load_part<kV4>(a, offs + sl * C::kOffSlot, tid >> 2, q, r0);
-        }
-        store_part<kV4>(kt, 32 + (tid_opaque() >> 2), q, r1);
-        fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
-        mbar_arrive(full + 8 * st);
-        if (more) {
-          load_part<kV4>(a, offs + sl * C::kOffSlot, 32 + (tid >> 2), q, r1);
-        }
-      }
-    }
+    producer<kV4>(a, k_smem, reinterpret_cast<uint8_t*>(masks), full, tid);
     return;
   }
 
@@ -781,11 +653,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   const int row1 = row0 + 8;
   {  // Q by both math warpgroups, before their register budgets part
     CtaWork w;
-    if constexpr (kLean) {  // both stages start free (the count is even: 0 or at least 2)
-      if (math_work<true>(a, w) > 0) {
-        bar_arrive(kBarEmpty, kEmptyThreads);
-        bar_arrive(kBarEmpty + 1, kEmptyThreads);
-      }
+    if (math_work(a, w) > 0) {  // both stages start free (the count is even: 0 or at least 2)
+      bar_arrive(kBarEmpty, kEmptyThreads);
+      bar_arrive(kBarEmpty + 1, kEmptyThreads);
     }
     w = cta_work(a);
     stage_q<kV4, 256>(a, q_smem, w.b, w.i, w.hb, mt);
@@ -795,10 +665,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   }
   if (mt < 128) {
     setmaxnreg_inc<kQkRegs>();
-    qk_role<kV4, kSplit, kLean>(a, q_smem, k_smem, p_smem, masks, row_f, full, empty, mt, lane, c, row0, row1);
+    qk_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, masks, row_f, full, mt, c, row0, row1);
   } else {
     static_assert(kPvRegs == kLaunchRegs, "PV keeps the launch allocation");
-    pv_role<kV4, kSplit, kLean>(a, q_smem, k_smem, p_smem, row_f, full, empty, mt, lane, c, row0, row1);
+    pv_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, row_f, full, mt, c, row0, row1);
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
 }

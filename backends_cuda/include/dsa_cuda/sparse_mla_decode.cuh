@@ -50,9 +50,9 @@ struct SparseMlaDecodeParams {
   // Splits of each query token's top-k axis (split-KV): 1 is the single pass; more write fp32 partials
   // into the workspace and a combine kernel writes out and lse.
   int64_t splits;
-  // Kernel variant on SM90: 0 sm90_sparse_mla_decode.cuh (every warp loads and computes), 1
-  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups), 3 the same with the lean producer and
-  // softmax (the provider's choice on SM90; 0 and 1 forced only). Only 0 on the SM100 family.
+  // Kernel variant on SM90: 0 sm90_sparse_mla_decode.cuh (every warp loads and computes; forced only), 3
+  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups; the provider's choice on SM90). (1, the first
+  // form of 3, is removed.) Only 0 on the SM100 family.
   int64_t variant = 0;
 };
 
