@@ -100,6 +100,13 @@ def capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@functools.lru_cache(maxsize=None)
+def sm_count(index: Optional[int]) -> int:
+    """SMs of CUDA device `index` (None: the current one; 132 on the H200), cached."""
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count
+
+
 def sm90_or_forced_sm100(cap: tuple[int, int], forced: Optional[str], kernel: str) -> Optional[str]:
     """Why `kernel` (a wgmma kernel for SM90, run on the H200, and a tcgen05 one for the SM100 family, compiled,
     not run) does not serve a device of compute capability `cap` (None when it does), with the backend `forced`

@@ -17,12 +17,11 @@ on a GPU, so `supports` declines there unless the cuda backend is forced.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
 
-from . import aligned16, capability
+from . import aligned16, capability, sm_count
 
 OP = "sparse_attention"
 _KERNEL = "sparse_attention_out"
@@ -60,13 +59,6 @@ def split_count(rows: int, kv_heads: int, topk: int) -> int:
     return -(-steps // per)
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: Optional[int]) -> int:
-    """SMs of CUDA device `index` (132 on the H200)."""
-    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
-                                            ).multi_processor_count
-
-
 def split_plan(rows: int, kv_heads: int, topk: int, sms: int) -> tuple[int, int]:
     """(splits, whole): splits of each (row, KV head)'s top-k axis and, with a split tail, the leading items
     that run unsplit (0: every item split alike). Shapes and the SM count only."""
@@ -97,7 +89,7 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     t = q.shape[0]
     hkv = k_cache.shape[2]
     if splits is None:
-        splits, whole = split_plan(t, hkv, indices.shape[1], _sm_count(q.device.index))
+        splits, whole = split_plan(t, hkv, indices.shape[1], sm_count(q.device.index))
     splits, whole = int(splits), int(whole)
     if splits < 1 or whole < 0:
         raise ValueError(f"`splits` must be >= 1 and `whole` >= 0, got {splits} and {whole}")

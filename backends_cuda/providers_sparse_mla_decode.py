@@ -18,12 +18,11 @@ run unverified code unasked.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
 
-from . import aligned16, capability, sm90_or_forced_sm100
+from . import aligned16, capability, sm90_or_forced_sm100, sm_count
 
 OP = "sparse_mla_decode"
 _KERNEL = "sparse_mla_decode_out"
@@ -43,13 +42,6 @@ MIN_SPLIT_TOKENS = 128
 FEW_TILES = 4
 MAX_SPLITS = 64
 _fn = None  # the loaded OpOverload, resolved on the first call
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: Optional[int]) -> int:
-    """SMs of CUDA device `index` (132 on the H200)."""
-    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
-                                            ).multi_processor_count
 
 
 def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132) -> int:
@@ -114,7 +106,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     if lse is None:
         lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
     if splits is None:
-        splits = split_count(b, s_q, h, topk, _sm_count(q.device.index))
+        splits = split_count(b, s_q, h, topk, sm_count(q.device.index))
         if split is False:
             splits = 1
         elif split is True and splits == 1:

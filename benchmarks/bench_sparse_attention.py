@@ -195,7 +195,8 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     kc, vc = _pool("fp8")
     q, idx, bt, t2r = _inputs(rows)
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
-    slots = cu.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    slots = cu.CTAS_PER_SM * sms
     fns = {f"tail{s}": (lambda s=s: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=slots))
            for s in (3, 4, 6)}
     fns["persistent"] = lambda: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=1)
@@ -203,7 +204,7 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
     res = {name: round(bench.timer.median_us(capture_graph(fn).replay, iters=50), 1) for name, fn in fns.items()}
-    print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, slots // 4)}: {res}")
+    print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, sms)}: {res}")
 
 
 # Sweep variants: CONFIG_OVERRIDE dicts of backends_triton/sparse_attention.py.

@@ -140,10 +140,10 @@ def _ours() -> dict:
     dev = torch.device("cuda")
     why = cuda.available(dev) or cuda.sm90_only(torch.zeros(1, device=dev), "CUDA sparse MLA decode")
     if why is None:
-        found["cuda"] = (mc.launch, lambda b, s, h, k: mc.split_count(b, s, h, k, mc._sm_count(None)))
+        found["cuda"] = (mc.launch, lambda b, s, h, k: mc.split_count(b, s, h, k, cuda.sm_count(None)))
         # variant 0 forced at every shape: its own row, and a baseline column of the others
         found["cuda_v0"] = (functools.partial(mc.launch, variant=0),
-                            lambda b, s, h, k: mc.split_count(b, s, h, k, mc._sm_count(None)))
+                            lambda b, s, h, k: mc.split_count(b, s, h, k, cuda.sm_count(None)))
     else:
         print(f"\n  cuda provider not timed: {why}")
     return found

@@ -45,10 +45,7 @@ def main(which: str, rows: int, dtype: str = "fp8") -> None:
         peer = b._peer()
         if peer is None:
             raise SystemExit("no .peer/qsa_peer.py")
-        packed = torch.cat([idx, torch.full((rows, 1), b.TOPK, dtype=torch.int32, device="cuda")], dim=1)
-        gate = torch.full((rows, b.HQ, b.D), 30.0, dtype=torch.bfloat16, device="cuda")
-        fn = lambda: peer.qsa_sparse_paged_attention(  # noqa: E731
-            q, kc, vc, packed, bt, t2r, True, out, 1.0, 1.0, output_gate=gate)
+        fn = b._vllm_fn(peer, q, kc, vc, idx, bt, t2r, out)
     for _ in range(4):
         fn()
     torch.cuda.synchronize()
