@@ -182,6 +182,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], uint32_t p_smem, uint3
 // A producer thread's share of a token, 4 threads a token (q = 0..3): its 16-byte pieces 4 k + q (e4m3 first,
 // then rope: the 4 threads of a token take the same path at every k, and the e4m3 pieces' scale group and
 // column block are compile-time), with the token's scales in one load (v32: 4 fp32; v4: 7 ue8m0 bytes).
+// v4: an odd token takes its two rope pieces in the other order (rope_flip): a 16-byte store serves 8 threads a
+// wavefront, tokens 2 t and 2 t + 1 of a warp, and in the same order their pieces land in the same 4 of a row's 8
+// swizzled chunks (ncu, H100, v32: 2 wavefronts a rope store where 1 is ideal, 10% of the producer's store
+// wavefronts). H100, same run: v4 b128 h128 s_q2 449.5 -> 429.8 us (FlashMLA 395.1); on v32 the same change
+// was 3.5-4.6% slower at batch 64-128 (462.3 -> 483.6 us there), so v32 keeps the plain order.
 template <bool kV4>
 struct TokenPart {
   static constexpr int kN = Layout<kV4>::kPieces / 4;
@@ -193,8 +198,9 @@ struct TokenPart {
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-// Piece k of a token's row (tok: row `row` of the stage, swizzle sw) dequantised and stored: e4m3 piece 4 k + q,
-// scale group k (v4, 64 values) or k / 2 (v32, 128), column block k; or a bf16 rope piece.
+// Piece k of a token's row (tok: row `row` of the stage, swizzle sw = tok % 8) dequantised and stored: e4m3 piece
+// 4 k + q, scale group k (v4, 64 values) or k / 2 (v32, 128), column block k; or bf16 rope piece
+// 4 (k - kFp8) + q (v4: 4 ((k - kFp8) ^ (tok % 2)) + q).
 template <bool kV4>
 __device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, int q, const TokenPart<kV4>& r) {
   using C = Layout<kV4>;
@@ -212,7 +218,7 @@ __device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, in
     sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
     sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
   } else {
-    const uint32_t c0 = uint32_t(4 * (k - H::kFp8) + q);
+    const uint32_t c0 = ((uint32_t(k - H::kFp8) ^ (kV4 ? sw & 1u : 0u)) << 2) + uint32_t(q);
     sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
   }
 }
@@ -284,11 +290,15 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
 }
 
 template <bool kV4>
-__device__ __forceinline__ uint4 load_piece(const TokenRows& t, int k) {
+__device__ __forceinline__ uint32_t rope_order(int tok) { return kV4 ? uint32_t(tok & 1) << 6 : 0u; }
+
+// rope_flip: 64 for an odd token of v4 (its rope pieces in the other order, TokenPart), else 0.
+template <bool kV4>
+__device__ __forceinline__ uint4 load_piece(const TokenRows& t, int k, uint32_t rope_flip) {
   using C = Layout<kV4>;
   using H = TokenPart<kV4>;
   return k < H::kFp8 ? ldg128<Ldg::kKeep>(t.row + 64 * k)
-                      : ldg128<Ldg::kKeepNear>(t.row + C::kRopeByte + 64 * (k - H::kFp8));
+                      : ldg128<Ldg::kKeepNear>(t.row + C::kRopeByte + ((64u * uint32_t(k - H::kFp8)) ^ rope_flip));
 }
 
 template <bool kV4>
@@ -302,10 +312,10 @@ __device__ __forceinline__ uint4 load_scales(const TokenRows& t, int q) {
 }
 
 template <bool kV4>
-__device__ __forceinline__ void load_rows(const TokenRows& t, int q, TokenPart<kV4>& r) {
+__device__ __forceinline__ void load_rows(const TokenRows& t, int q, uint32_t rope_flip, TokenPart<kV4>& r) {
 #pragma unroll
   for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
-    r.v[k] = load_piece<kV4>(t, k);
+    r.v[k] = load_piece<kV4>(t, k, rope_flip);
   }
   r.sc = load_scales<kV4>(t, q);
 }
@@ -315,10 +325,11 @@ __device__ __forceinline__ void load_rows(const TokenRows& t, int q, TokenPart<k
 template <bool kV4>
 __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
   const uint32_t row = kt + uint32_t(tok) * 128u;
+  const uint32_t rope_flip = rope_order<kV4>(tok);
 #pragma unroll
   for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
     store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
-    r.v[k] = load_piece<kV4>(next, k);
+    r.v[k] = load_piece<kV4>(next, k, rope_flip);
     if (k == TokenPart<kV4>::kFp8 - 1) {
       r.sc = load_scales<kV4>(next, q);
     }
@@ -349,8 +360,8 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
   int32_t slot0 = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, tok);  // -1 past the split: zero rows
   int32_t slot1 = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, 32 + tok);
   TokenPart<kV4> r0, r1;
-  load_rows<kV4>(first0, q, r0);
-  load_rows<kV4>(first1, q, r1);
+  load_rows<kV4>(first0, q, rope_order<kV4>(tok), r0);
+  load_rows<kV4>(first1, q, rope_order<kV4>(tok), r1);
   auto tile = [&](int n) {
     const int st = n & 1;
     const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
