@@ -27,8 +27,10 @@
 // shared memory, removed) 640.0 -> 580.9 us v32, 612.0 -> 500.9 v4 against variant 0 (FlashMLA 415 / 391); the
 // lean producer and softmax below 2-4.5% faster again. Tried and refuted: whole-tile register prefetch with 2
 // threads a token (775 us: the next tile's loads stalled the very next store); an L2 bulk prefetch of the next
-// tile's rows (577.8 -> 648.5 us). ncu: QK waits on `full` and the producer's first conversions on DRAM, so the
-// producer bounds it.
+// tile's rows (577.8 -> 648.5 us); on this form (H100, b128 h128 s_q2): prefetch.global.L2 of the rows a tile
+// ahead 461.9 -> 469.4 us, L1::no_allocate gathers 518.1, four tiles a basic block 485.8. ncu: QK waits on `full`
+// and the producer's first conversions on their loads, so the producer bounds it (docs/design_attention.md:
+// with every load an L1 hit the kernel is ~20% faster, with no producer work ~40%).
 //
 // Shared memory (v32; v4 has 8 column blocks, not 9): 1 KiB alignment slack + Q 72 KiB + 2 K stages
 // x 72 KiB + P 8 KiB + masks 3 x 8 B + row_f 64 x 4 B + 2 mbarriers = 230712 B of the 232448 B a CTA may have
