@@ -291,10 +291,11 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
+// A token's rope order as a flip of the piece's byte offset: 64 for an odd token of v4 (TokenPart), else 0.
 template <bool kV4>
 __device__ __forceinline__ uint32_t rope_order(int tok) { return kV4 ? uint32_t(tok & 1) << 6 : 0u; }
 
-// rope_flip: 64 for an odd token of v4 (its rope pieces in the other order, TokenPart), else 0.
+// Piece k of a token's row (rope_flip: rope_order of the token).
 template <bool kV4>
 __device__ __forceinline__ uint4 load_piece(const TokenRows& t, int k, uint32_t rope_flip) {
   using C = Layout<kV4>;
