@@ -93,7 +93,8 @@ def _byte_span(t):
     if type(t) is not _Tensor or t.is_meta or t.numel() == 0:
         return None
     # data_ptr() is the first element's address (storage + offset); is_meta and a plain loop, not device.type,
-    # untyped_storage() and sum(generator): 7.4 -> 3.9 us a tensor on a slow host, 7 tensors an out= call.
+    # untyped_storage() and sum(generator): check_out_alone over sparse_attention's 7 tensors 28.1 -> 15.8 us
+    # on the 2-core dev host (the two forms interleaved in one process).
     reach = 1
     for s, st in zip(t.shape, t.stride()):
         reach += (s - 1) * st
