@@ -133,6 +133,7 @@ CUDA_ROWS = (1, 16, 64, 300, 400, 1600, 4096)
 def test_sparse_attention_cuda(bench, rows):
     """The CUDA provider (fp8 caches; the op's default there) beside our Triton kernel, split-K and vLLM's."""
     from dsa_ops.backends.cuda import providers_sparse_attention as cu
+    from dsa_ops.backends.cuda import sm_count
     from dsa_ops.backends.triton import sparse_attention as sa
     from dsa_ops.ops.sparse_attention import reference
 
@@ -156,7 +157,7 @@ def test_sparse_attention_cuda(bench, rows):
 
     nbytes = rows * HKV * TOPK * 2 * D
     us = times.pop("cuda")
-    splits, whole = cu.split_plan(rows, HKV, TOPK, torch.cuda.get_device_properties(0).multi_processor_count)
+    splits, whole = cu.split_plan(rows, HKV, TOPK, sm_count(None))
     extra = {"timing": "cuda-graph replay, cold L2", "achieved_gbps": round(nbytes / (us * 1e-6) / 1e9, 1),
              "splits": splits, **({"split_tail_whole": whole} if whole else {}),
              "max_rel_err": {k: float(f"{v:.3g}") for k, v in errors.items()}}
@@ -191,11 +192,12 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     """The CUDA kernel past one wave of slots: the persistent grid against split tails (the first wave's items
     unsplit, the rest in SPLITS units), vLLM's kernel beside; graph replay, cold L2 (split_plan's inputs)."""
     from dsa_ops.backends.cuda import providers_sparse_attention as cu
+    from dsa_ops.backends.cuda import sm_count
 
     kc, vc = _pool("fp8")
     q, idx, bt, t2r = _inputs(rows)
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = sm_count(None)
     slots = cu.CTAS_PER_SM * sms
     fns = {f"tail{s}": (lambda s=s: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=slots))
            for s in (3, 4, 6)}

@@ -26,6 +26,7 @@ if torch.cuda.get_device_capability()[0] != 9:
                 allow_module_level=True)
 
 cu = pytest.importorskip("dsa_ops.backends.cuda.providers_sparse_attention")
+from dsa_ops.backends.cuda import sm_count  # noqa: E402
 
 SCALES = (128**-0.5, 0.7, 1.9)
 SHAPES = {**CASE_SHAPES, "topk-odd": (9, 24, 2, 128, 128, 64, 300, 4, 40, 37)}  # + top-k off the 16-token step
@@ -65,7 +66,7 @@ def test_several_units_a_cta(shape):
     units, with the next unit's lookups and first copies issued under the current one's last steps. Hostile
     rows (padding rows, invalid indices, NaN-filled unused pages) land in later units too."""
     rows, _, hkv = shape[:3]
-    assert rows * hkv > 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    assert rows * hkv > 4 * sm_count(None)
     _check(_case(shape, seed=rows))
 
 
@@ -79,7 +80,7 @@ def test_split_tail(splits, whole):
 def test_split_tail_plan():
     """A shape 74 items past one wave of slots: the automatic plan (split_plan's split tail), the split tail
     forced, and the persistent grid."""
-    slots = cu.CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    slots = cu.CTAS_PER_SM * sm_count(None)
     case = _case((slots // 2 + 37, 24, 2, 128, 128, 64, 1500, 11, 64, 2048), seed=5)
     for splits, whole in ((None, 0), (1, 0), (2, slots), (4, slots)):
         _check(case, splits=splits, whole=whole)
