@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import unit_last_stride
+from ._launch import cdiv, unit_last_stride
 
 LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, output width
 # (TOKENS, num_warps) per layout, from the H200 sweep (benchmarks/results/h200.json, dequant_k_cache_paged rows:
@@ -184,7 +184,7 @@ def launch(kv_cache, slots, layout, *, out: Optional[torch.Tensor] = None, wrap=
     aligned = kv_cache.data_ptr() % 16 == 0 and page_stride % 16 == 0
     tokens, warps, stream = config(layout)
     kernel = dequant_k_cache_paged_kernel if wrap is None else wrap(dequant_k_cache_paged_kernel)
-    kernel[(triton.cdiv(n, tokens),)](
+    kernel[(cdiv(n, tokens),)](
         kv_cache, slots, out, n, nb * p, page_stride,
         P=p, V4=layout == "v4", TOKENS=tokens, ALIGNED=aligned, NAN_BITS=nan_bits(kv_cache.device),
         EVICT="evict_first" if stream else "", STORE_CM=".cs" if stream else "",

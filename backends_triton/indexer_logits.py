@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import cdiv, next_pow2
+
 # Config per head count: (BLOCK_T, BLOCK_N, num_warps, num_stages), BLOCK_T * H = the MMA N width.
 # fp8 operands in memory (widened in the loop, or fp8 MMA): 2 rows x 64 heads = N 128, 64 keys = M for one
 # warpgroup, 64 accumulator registers a thread. (N 256 here needs a 255-register stack frame.)
@@ -218,7 +220,7 @@ def widen_kv(kv, kv_scale, wrap=None):
     out = torch.empty((n, d), dtype=torch.float16, device=kv.device)
     block = 64
     kernel = widen_kv_kernel if wrap is None else wrap(widen_kv_kernel)
-    kernel[(triton.cdiv(n, block),)](kv, kv_scale, out, n, kv.stride(0), kv_scale.stride(0), D=d, BLOCK=block)
+    kernel[(cdiv(n, block),)](kv, kv_scale, out, n, kv.stride(0), kv_scale.stride(0), D=d, BLOCK=block)
     return out
 
 
@@ -249,7 +251,7 @@ def config(h: int, sixteen_bit: bool = False, sm90: bool = False) -> tuple[int, 
     table = _CONFIGS_16BIT if sixteen_bit else _CONFIGS
     if h in table:
         return table[h]
-    bt = max(1, 128 // triton.next_power_of_2(h))
+    bt = max(1, 128 // next_pow2(h))
     return bt, 128, 8, 3
 
 
@@ -258,7 +260,7 @@ def split_count(row_tiles: int, key_tiles: int, sms: int) -> int:
     want = 2 * sms
     if row_tiles >= want:
         return 1
-    return max(1, min(key_tiles, triton.cdiv(want, max(row_tiles, 1)), 65535))
+    return max(1, min(key_tiles, cdiv(want, max(row_tiles, 1)), 65535))
 
 
 def launch(q, kv, kv_scale, weights, ks, ke, clean, precise, *, out=None, wrap=None):
@@ -276,11 +278,11 @@ def launch(q, kv, kv_scale, weights, ks, ke, clean, precise, *, out=None, wrap=N
         kv = widen_kv(kv, kv_scale, wrap)
     sms, major = _device_info(q.device.index) if q.device.type == "cuda" else (132, 0)
     bt, bn, nw, ns = config(h, sixteen_bit=widened or q.dtype == torch.bfloat16, sm90=major == 9)
-    row_tiles = triton.cdiv(t, bt)
-    key_tiles = triton.cdiv(n, bn)
+    row_tiles = cdiv(t, bt)
+    key_tiles = cdiv(n, bn)
     splits = split_count(row_tiles, key_tiles, sms)
-    per_split = triton.cdiv(key_tiles, splits)
-    splits = triton.cdiv(key_tiles, per_split)
+    per_split = cdiv(key_tiles, splits)
+    splits = cdiv(key_tiles, per_split)
     kernel = indexer_logits_kernel if wrap is None else wrap(indexer_logits_kernel)
     kernel[(row_tiles, splits)](
         q, kv, kv_scale if has_scale else weights, weights, ks, ke, out,

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import unit_last_stride
+from ._launch import cdiv, unit_last_stride
 
 BLOCK = 1024  # 4 warps x 32 lanes x 8 int32: two 16-byte vectors per lane
 INT32_MAX = 2**31 - 1
@@ -83,7 +83,7 @@ def launch(indices, page_table, row_to_batch, page_table_row_starts, page_size, 
     k = indices.shape[1]
     nb, max_pages = page_table.shape
     kernel = page_table_transform_kernel if wrap is None else wrap(page_table_transform_kernel)
-    grid = (triton.cdiv(numel, BLOCK),)
+    grid = (cdiv(numel, BLOCK),)
     kernel[grid](
         indices,
         page_table,

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import cdiv, next_pow2
 from .indexer_logits import _sm_count, config, split_count
 
 BLOCK = 64  # positions per cache block (fixed by the layout)
@@ -133,13 +134,13 @@ def launch(q, kv_cache, weights, context_lens, block_table, max_context_len, cle
         out.fill_(float("-inf"))
         return out
     bt_cfg, _, nw, ns = config(h)
-    bt = max(1, min(bt_cfg, triton.next_power_of_2(next_n)))
-    groups = triton.cdiv(next_n, bt)
+    bt = max(1, min(bt_cfg, next_pow2(next_n)))
+    groups = cdiv(next_n, bt)
     row_tiles = bsz * groups
-    key_tiles = triton.cdiv(L, BLOCK)
+    key_tiles = cdiv(L, BLOCK)
     splits = split_count(row_tiles, key_tiles, _sm_count(q.device.index) if q.device.type == "cuda" else 132)
-    per_split = triton.cdiv(key_tiles, splits)
-    splits = triton.cdiv(key_tiles, per_split)
+    per_split = cdiv(key_tiles, splits)
+    splits = cdiv(key_tiles, per_split)
     kernel = paged_indexer_logits_kernel if wrap is None else wrap(paged_indexer_logits_kernel)
     kernel[(row_tiles, splits)](
         q, kv_cache, weights, context_lens, block_table, out,

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import FirstLaunchLog, unit_last_stride
+from ._launch import FirstLaunchLog, cdiv, unit_last_stride
 
 NEG = tl.constexpr(-1.0e30)  # masked-score sentinel (log2 domain); finite, far below any real score
 LOG2E = 1.4426950408889634
@@ -325,15 +325,15 @@ def split_count(batch: int, s_q: int, heads: int, topk: int, sms: int = 132, lay
     As many splits as leave the programs within one wave of PROGRAMS_PER_SM x `sms`, each split holding at
     least MIN_SPLIT_TOKENS positions, at most MAX_SPLITS."""
     o = CONFIG_OVERRIDE or {}
-    programs = 2 * batch * s_q * triton.cdiv(heads, _block_h())  # two V halves a head block
-    tiles = max(1, triton.cdiv(topk, _config(layout)[0]))
+    programs = 2 * batch * s_q * cdiv(heads, _block_h())  # two V halves a head block
+    tiles = max(1, cdiv(topk, _config(layout)[0]))
     if o.get("splits") is not None:
         want = int(o["splits"])
     else:
         want = min(PROGRAMS_PER_SM * sms // max(1, programs), topk // MIN_SPLIT_TOKENS)
     want = max(1, min(want, tiles, MAX_SPLITS))
-    per = triton.cdiv(tiles, want)
-    return triton.cdiv(tiles, per)  # no empty split
+    per = cdiv(tiles, want)
+    return cdiv(tiles, per)  # no empty split
 
 
 def workspace_bytes(batch: int, s_q: int, heads: int, topk: int, sms: int = 132, layout: str = "v32") -> int:
@@ -342,7 +342,7 @@ def workspace_bytes(batch: int, s_q: int, heads: int, topk: int, sms: int = 132,
     if s == 1:
         return 0
     bh = _block_h()
-    return batch * s_q * triton.cdiv(heads, bh) * s * bh * (DV + 2) * 4
+    return batch * s_q * cdiv(heads, bh) * s * bh * (DV + 2) * 4
 
 
 _LAUNCHES = FirstLaunchLog("sparse_mla_decode")
@@ -373,7 +373,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     if b * s_q * h == 0:
         return out, lse
     bh = _block_h()
-    programs = b * s_q * triton.cdiv(h, bh)
+    programs = b * s_q * cdiv(h, bh)
     sms = _sm_count(q.device.index) if q.device.type == "cuda" else 132
     bn, nw, ns = _config(layout)
     splits = split_count(b, s_q, h, topk, sms, layout)
@@ -381,11 +381,11 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
         if not split:
             splits = 1
         elif splits == 1:
-            splits = min(2, max(1, triton.cdiv(topk, bn)))
+            splits = min(2, max(1, cdiv(topk, bn)))
     use_split = split if split is not None else splits > 1
-    tiles = max(1, triton.cdiv(topk, bn))
-    per = triton.cdiv(tiles, splits)
-    splits = triton.cdiv(tiles, per)
+    tiles = max(1, cdiv(topk, bn))
+    per = cdiv(tiles, splits)
+    splits = cdiv(tiles, per)
     if use_split:
         part = torch.empty((programs * splits, bh, DV), dtype=torch.float32, device=q.device)
         ml = torch.empty((programs * splits, 2, bh), dtype=torch.float32, device=q.device)
@@ -409,7 +409,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
          dict(H=h, PAGE=page, V4=v4, BLOCK_H=bh, BLOCK_N=bn, SPLIT=use_split, HAS_LENS=topk_lens is not None,
               HAS_SINK=attn_sink is not None, num_warps=nw, num_stages=ns))
     if use_split:
-        _run(wrap(mla_combine_kernel), (b * s_q * triton.cdiv(h, COMBINE_HEADS),), ("combine", h, bh,
+        _run(wrap(mla_combine_kernel), (b * s_q * cdiv(h, COMBINE_HEADS),), ("combine", h, bh,
                                                                                    attn_sink is not None),
              (part, ml, sink, out, lse, s_q, splits, out.stride(0), out.stride(1), out.stride(2)),
              dict(H=h, BLOCK_H=bh, CH=COMBINE_HEADS, HAS_SINK=attn_sink is not None, num_warps=4, num_stages=1))
@@ -434,8 +434,8 @@ def supports(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, 
         return (f"kv_cache at byte offset {kv_cache.data_ptr() % 16} mod 16 with page stride {kv_cache.stride(0)}: "
                 "the Triton kernel needs both multiples of 4 (fp32 scales and bf16 rope values are loaded typed)")
     b, s_q, h, _ = q.shape
-    if 2 * b * s_q * triton.cdiv(h, BLOCK_H) >= 2**31:
-        return f"{b} x {s_q} tokens x {triton.cdiv(h, BLOCK_H)} head blocks x 2 V halves: 2**31 programs or more"
+    if 2 * b * s_q * cdiv(h, BLOCK_H) >= 2**31:
+        return f"{b} x {s_q} tokens x {cdiv(h, BLOCK_H)} head blocks x 2 V halves: 2**31 programs or more"
     if indices.shape[2] >= 2**31 - 1024:
         return f"top-k {indices.shape[2]}: 2**31 - 1024 or more positions"
     if kv_cache.shape[1] * kv_cache.shape[3] >= 2**31:

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, record
 
 pytestmark = pytest.mark.gpu
 
@@ -168,6 +168,33 @@ def test_sparse_attention_cuda(bench, rows):
                       "dtype": "fp8", "page_size": PAGE},
                      us, floor_us=bench.floor_us(nbytes), floor_kind="memory (selected K+V bytes at copy rate)",
                      baselines=times, **extra))
+
+
+@pytest.mark.parametrize("rows", (1, 16, 64))
+def test_sparse_attention_eager_host(bench, rows):
+    """What an eager caller pays on the host a call (back-to-back calls, no sync; the GPU work of these rows is
+    shorter): the op (`torch.ops.dsa.sparse_attention.out`, automatic choice) beside vLLM's wrapper on the same
+    inputs and torch.add(out=) as the host's pace, the three timed in turn (harness.host_overheads_us)."""
+    kc, vc = _pool("fp8")
+    q, idx, bt, t2r = _inputs(rows)
+    out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
+    a, b, c = (torch.ones(1024, device="cuda") for _ in range(3))
+    fns = {"op": lambda: torch.ops.dsa.sparse_attention.out(q, kc, vc, idx, bt, t2r, softmax_scale=SCALE, out=out),
+           "torch_add": lambda: torch.add(a, b, out=c)}
+    peer = _peer()
+    if peer is not None:
+        fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
+    for fn in fns.values():  # compile and warm every path first
+        fn()
+    torch.cuda.synchronize()
+    got = dict(zip(fns, host_overheads_us(list(fns.values()), calls=4000, batches=20)))
+    med, best = got.pop("op")
+    bench.add(record("sparse_attention", "op-eager-host",
+                     {"rows": rows, "tokens": REQ_LEN, "topk": TOPK, "heads": f"{HQ}/{HKV}", "head_dim": D,
+                      "dtype": "fp8", "page_size": PAGE},
+                     med, baselines={k: v[0] for k, v in got.items()},
+                     timing="host time a call of back-to-back eager calls (median of 20 batches; not GPU time)",
+                     host_min_us=round(best, 2)))
 
 
 @pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split sweep")
