@@ -175,6 +175,8 @@ def test_sparse_attention_eager_host(bench, rows):
     """What an eager caller pays on the host a call (back-to-back calls, no sync; the GPU work of these rows is
     shorter): the op (`torch.ops.dsa.sparse_attention.out`, automatic choice) beside vLLM's wrapper on the same
     inputs and torch.add(out=) as the host's pace, the three timed in turn (harness.host_overheads_us)."""
+    import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
+
     kc, vc = _pool("fp8")
     q, idx, bt, t2r = _inputs(rows)
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
