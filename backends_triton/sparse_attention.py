@@ -419,20 +419,11 @@ _COMPILED = _LAUNCHES.seen  # the specialisations launched so far
 _run = _LAUNCHES.run
 
 
-def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out,
-           *, wrap=None, split: Optional[bool] = None):
-    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `split` forces a path."""
-    q, indices, block_table, token_to_req = (unit_last_stride(x) for x in (q, indices, block_table, token_to_req))
-    t, hq, d = q.shape
-    nb, page_size, hkv, dv = v_cache.shape
-    topk = indices.shape[1]
-    nreq, max_pages = block_table.shape
-    if t == 0:
-        return
-    if split is None:
-        split = use_split(t, hkv)
-    g = hq // hkv
-    bh = block_h(hq, hkv)
+def _plan(q, k_cache, v_cache, t: int, split: bool) -> tuple:
+    """(key, kc, vc, k_pairs, v_pairs, v_perm, opaque, f16, bn, nw, ns, inline): what a launch of `t` rows on
+    this path specialises on, and the cache views it passes."""
+    hq, d = q.shape[1], q.shape[2]
+    page_size, hkv, dv = v_cache.shape[1], v_cache.shape[2], v_cache.shape[3]
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     bn, nw, ns = _config(split, fp8, t * hkv)
     o = CONFIG_OVERRIDE or {}
@@ -447,6 +438,35 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     kc = k_cache if kc is None else kc
     vc = v_cache if vc is None else vc
     inline = split and _slots_inline()
+    key = ("attention", split, inline, str(k_cache.dtype).removeprefix("torch."), k_pairs, v_pairs, v_perm, opaque, f16,
+           hq // hkv, hkv, d, dv, page_size, bn, nw, ns)
+    return key, kc, vc, k_pairs, v_pairs, v_perm, opaque, f16, bn, nw, ns, inline
+
+
+def split_compiled(q, k_cache, v_cache) -> bool:
+    """Whether this process has launched the split-K path's kernels for these arguments' specialisation (as
+    `warmup` does): a launch now compiles nothing (see warmup for what the keys leave out)."""
+    hkv, dv = v_cache.shape[2], v_cache.shape[3]
+    key = _plan(q, k_cache, v_cache, q.shape[0], True)[0]
+    return key in _COMPILED and ("merge", q.shape[1] // hkv, hkv, dv) in _COMPILED and (
+        key[2] or ("slots", v_cache.shape[1]) in _COMPILED)
+
+
+def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out,
+           *, wrap=None, split: Optional[bool] = None):
+    """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `split` forces a path."""
+    q, indices, block_table, token_to_req = (unit_last_stride(x) for x in (q, indices, block_table, token_to_req))
+    t, hq, d = q.shape
+    nb, page_size, hkv, dv = v_cache.shape
+    topk = indices.shape[1]
+    nreq, max_pages = block_table.shape
+    if t == 0:
+        return
+    if split is None:
+        split = use_split(t, hkv)
+    g = hq // hkv
+    bh = block_h(hq, hkv)
+    key, kc, vc, k_pairs, v_pairs, v_perm, opaque, f16, bn, nw, ns, inline = _plan(q, k_cache, v_cache, t, split)
     wrap = wrap or (lambda f: f)
     if topk > 0 and not inline:
         slots = torch.empty((t, topk), dtype=torch.int32, device=q.device)
@@ -468,8 +488,6 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
         s, per = 1, max(1, cdiv(topk, bn))
         part = ml = out  # never written
     out_strides = out.stride()[:2]  # one stride() call a tensor: ~0.5 us each on the dev CPU
-    key = ("attention", split, inline, str(k_cache.dtype).removeprefix("torch."), k_pairs, v_pairs, v_perm, opaque, f16,
-           g, hkv, d, dv, page_size, bn, nw, ns)
     _run(wrap(attention_kernel), (t * hkv, s), key,
          (q, kc, vc, slots, indices, block_table, token_to_req, out, part, ml,
           t, topk, nb, nreq, max_pages,

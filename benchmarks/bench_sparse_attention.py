@@ -171,32 +171,50 @@ def test_sparse_attention_cuda(bench, rows):
 
 
 @pytest.mark.parametrize("rows", (1, 16, 64))
-def test_sparse_attention_eager_host(bench, rows):
-    """What an eager caller pays on the host a call (back-to-back calls, no sync; the GPU work of these rows is
-    shorter): the op (`torch.ops.dsa.sparse_attention.out`, automatic choice) beside vLLM's wrapper on the same
-    inputs and torch.add(out=) as the host's pace, the three timed in turn (harness.host_overheads_us)."""
+def test_sparse_attention_op(bench, rows):
+    """The op as users call it (`torch.ops.dsa.sparse_attention.out`, automatic choice). Eager: the host time a
+    call of back-to-back calls (no sync; these rows' GPU work is shorter), beside vLLM's wrapper on the same inputs
+    and torch.add(out=) as the host's pace, the three timed in turn (harness.host_overheads_us). Captured: the graph
+    replay of one call after `warmup`, beside vLLM's; `backend` names who served each."""
     import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
+    from dsa_ops import registry
+    from dsa_ops.backends.triton import sparse_attention as sa
 
     kc, vc = _pool("fp8")
     q, idx, bt, t2r = _inputs(rows)
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
     a, b, c = (torch.ones(1024, device="cuda") for _ in range(3))
-    fns = {"op": lambda: torch.ops.dsa.sparse_attention.out(q, kc, vc, idx, bt, t2r, softmax_scale=SCALE, out=out),
-           "torch_add": lambda: torch.add(a, b, out=c)}
+    op = lambda: torch.ops.dsa.sparse_attention.out(q, kc, vc, idx, bt, t2r, softmax_scale=SCALE, out=out)  # noqa: E731
+    fns = {"op": op, "torch_add": lambda: torch.add(a, b, out=c)}
     peer = _peer()
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
+    sa.warmup(HQ, HKV, D, page_size=PAGE, topk=TOPK, kv_dtypes=(torch.float8_e4m3fn,))
     for fn in fns.values():  # compile and warm every path first
         fn()
     torch.cuda.synchronize()
+    args = (q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out)
+    eager_backend = registry.select("sparse_attention", args).backend
     got = dict(zip(fns, host_overheads_us(list(fns.values()), calls=4000, batches=20)))
     med, best = got.pop("op")
+    captured = {}
+
+    def op_noting_backend():  # capture_graph calls it eagerly first, then in the capture: the last one stays
+        captured["backend"] = registry.select("sparse_attention", args).backend
+        op()
+
+    graphs = {"op": capture_graph(op_noting_backend)}
+    if peer is not None:
+        graphs["vllm"] = capture_graph(fns["vllm"])
+    graph_us = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
     bench.add(record("sparse_attention", "op-eager-host",
                      {"rows": rows, "tokens": REQ_LEN, "topk": TOPK, "heads": f"{HQ}/{HKV}", "head_dim": D,
                       "dtype": "fp8", "page_size": PAGE},
                      med, baselines={k: v[0] for k, v in got.items()},
                      timing="host time a call of back-to-back eager calls (median of 20 batches; not GPU time)",
-                     host_min_us=round(best, 2)))
+                     host_min_us=round(best, 2), backend=eager_backend,
+                     graph_replay_us={k: round(v, 2) for k, v in graph_us.items()},
+                     graph_backend=captured.get("backend")))
 
 
 @pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split sweep")

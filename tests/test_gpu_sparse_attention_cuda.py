@@ -172,13 +172,12 @@ def test_heads_of_a_group_scaled_apart():
 
 @pytest.mark.parametrize("rows", [1, 8, 64, 200, 1600])
 def test_dispatch_through_the_op(rows):
-    """The automatic choice: Triton's split-K path for the fewest rows, the CUDA kernel above; the CUDA provider
-    forced serves every row count, out= and functional forms."""
+    """The automatic choice outside a capture: the CUDA kernel at every row count (fp8); the CUDA provider forced
+    serves every row count, out= and functional forms."""
     q, kc, vc, idx, bt, t2r = _case((rows, 24, 2, 128, 128, 64, 2000, 7, 256, 2048), seed=rows)
     kw = dict(softmax_scale=SCALES[0], k_scale=SCALES[1], v_scale=SCALES[2])
     ref = reference(q, kc, vc, idx, bt, t2r, *SCALES)
-    want = "triton" if rows * kc.shape[2] <= 64 else "cuda"
-    assert registry.select("sparse_attention", (q, kc, vc, idx, bt, t2r, *SCALES, None)).backend == want
+    assert registry.select("sparse_attention", (q, kc, vc, idx, bt, t2r, *SCALES, None)).backend == "cuda"
     with registry.use_backend("cuda"):
         out = torch.full_like(ref, float("nan"))
         got = dsa_ops.sparse_attention(q, kc, vc, idx, bt, t2r, out=out, **kw)
@@ -186,6 +185,37 @@ def test_dispatch_through_the_op(rows):
         assert compare(out, ref) is None, compare(out, ref)
         fresh = dsa_ops.sparse_attention(q, kc, vc, idx, bt, t2r, **kw)
         assert compare(fresh, ref) is None, compare(fresh, ref)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_capture_takes_triton_split_once_compiled(monkeypatch, compiled):
+    """In a CUDA-graph capture the fewest rows go to Triton's split-K path once its kernels are compiled, to the
+    CUDA kernel before (no JIT compile inside a capture); the replay matches the reference either way."""
+    from dsa_ops.backends.triton import sparse_attention as sa
+
+    case = _case((4, 24, 2, 128, 128, 64, 1500, 5, 256, 2048), seed=11)
+    args = (*case, *SCALES, None)
+    kw = dict(softmax_scale=SCALES[0], k_scale=SCALES[1], v_scale=SCALES[2])
+    if compiled:
+        sa.warmup(24, 2, 128, page_size=64, topk=2048, kv_dtypes=(FP8,))
+    else:
+        monkeypatch.setattr(sa, "split_compiled", lambda *a: False)
+    out = torch.empty((4, 24, 128), dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        dsa_ops.sparse_attention(*case, out=out, **kw)  # eager: the CUDA kernel
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        chosen = registry.select("sparse_attention", args).backend
+        dsa_ops.sparse_attention(*case, out=out, **kw)
+    assert chosen == ("triton" if compiled else "cuda")
+    assert registry.select("sparse_attention", args).backend == "cuda"
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert compare(out, reference(*case, *SCALES)) is None, compare(out, reference(*case, *SCALES))
 
 
 def test_bf16_cache_declined_with_reason():

@@ -77,6 +77,11 @@ SCRIPT = textwrap.dedent(
                          seed=7, cache_layout="vllm")
         check(f"vllm-layout-single-{dname}", case, split=False)
         check(f"vllm-layout-split-{dname}", case, split=True)
+        # split_compiled (the op's capture rule): True for the specialisation just launched, False for another page
+        other = make_case(5, 4, 2, 32, 16, page=16, num_blocks=30, num_reqs=2, max_pages=3, topk=20, dtype=dtype,
+                          seed=8, cache_layout="vllm")
+        seen = (m.split_compiled(*case[:3]), m.split_compiled(*other[:3]))
+        results[f"split-compiled-{dname}"] = "ok" if seen == (True, False) else f"split_compiled gave {seen}"
         check(f"default-config-{dname}", case)
         check(f"triton_op-{dname}", case, via_op=True)
     # fp8 values whose scales make the score scale fold matter; NaN-free benign case, k_scale negative
@@ -150,7 +155,7 @@ CASES = (
     + [f"{p}-{f}-{t}" for t in _TAGS if t.startswith("fp8") for f in _FORMS for p in ("single", "split")]
     + [f"{p}-{f}-{s}" for p in ("codes", "nan-codes") for f in ("default",) + _FORMS for s in (False, True)]
     + [f"{p}-{d}" for d in ("fp8", "bf16")
-       for p in ("vllm-layout-single", "vllm-layout-split", "default-config", "triton_op")]
+       for p in ("vllm-layout-single", "vllm-layout-split", "split-compiled", "default-config", "triton_op")]
     + ["benign-negative-kscale", "all-invalid", "all-invalid-split"]
     + [f"q-range{s}-{d}" for d in ("fp8", "bf16") for s in ("", "-split")]
     + [f"{p}{s}-{d}" for p in ("q-heads-apart", "q-head-inf") for d in ("fp8", "bf16") for s in ("", "-split")]

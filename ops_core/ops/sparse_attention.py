@@ -10,6 +10,8 @@ with no valid token gives 0. Duplicate indices count once each.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from .. import registry
@@ -21,6 +23,7 @@ _ARGS = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor bloc
          "*, float softmax_scale, float k_scale=1.0, float v_scale=1.0")
 CACHE_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
 _CHUNK = 32  # query rows per reference step
+_log = logging.getLogger("dsa_ops")
 _Tensor, _BF16, _FP8, _INT32 = torch.Tensor, torch.bfloat16, torch.float8_e4m3fn, torch.int32
 
 
@@ -137,19 +140,39 @@ OP = define_op(
     out=OutForm(_ARGS + ", Tensor(a!) out) -> ()", 1, _alloc, _reference_out, _check_outs),
 )
 
-# Which GPU provider serves a call, by shape (the automatic order puts CUDA first; it serves fp8 caches only).
-# H200, 24 q / 2 KV heads, top-k 2048 of 65536-token requests, fp8, cold-L2 graph replay
-# (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 18.2 / 11.6, 16 rows 23.4 / 21.2,
-# 64 rows 40.7 / 49.7, 400 rows 128.7 / 193.9, 1600 rows 437.5 / 675.4 (one run, the persistent CUDA grid);
-# 32 rows 30.2 / 31.0 before it (the sweep in docs/design_attention.md). Triton's split-K path wins while it
-# serves (rows x KV heads <= 64 programs; 32 rows is even), the CUDA kernel above.
+# Which GPU provider serves a call (the automatic order puts CUDA first; it serves fp8 caches only).
+# In a CUDA-graph capture, by GPU time: H200, 24 q / 2 KV heads, top-k 2048 of 65536-token requests, fp8,
+# cold-L2 graph replay (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 18.2 / 11.6, 16 rows
+# 23.4 / 21.2, 64 rows 40.7 / 49.7, 400 rows 128.7 / 193.9, 1600 rows 437.5 / 675.4; 32 rows 30.2 / 31.0 (the
+# sweep in docs/design_attention.md). Triton's split-K path wins while it serves (rows x KV heads <= 64).
+# Outside a capture, by host time, which is what an eager call of these rows waits on: H100, the op's host time
+# a call at 1 row, CUDA provider ~90 us, Triton ~227 us, vLLM's wrapper 174 us (Triton's two launches of 34 and
+# 7 arguments cost ~120 us; `test_sparse_attention_eager_host`). So CUDA there, and in a capture Triton only for
+# a specialisation already compiled (`warmup`), so that no JIT compile runs inside a capture.
 TRITON_MAX_PROGRAMS = 64
-PREFER_SUMMARY = f"triton while rows x KV heads <= {TRITON_MAX_PROGRAMS} (its split-K path), else the order"
+PREFER_SUMMARY = (f"in a CUDA-graph capture, triton while rows x KV heads <= {TRITON_MAX_PROGRAMS} (its split-K path) "
+                  "once warmed up; else the order")
+_capturing = torch.cuda.is_current_stream_capturing
+
+
+def _triton_split_compiled(q, k_cache, v_cache) -> bool:
+    try:
+        from ..backends.triton import sparse_attention as sa
+    except ImportError:  # no Triton: its provider is unavailable anyway
+        return False
+    return sa.split_compiled(q, k_cache, v_cache)
 
 
 def prefer(q, k_cache, v_cache, *_):
     """The backend measured fastest for these arguments (None: the automatic order)."""
-    return "triton" if q.shape[0] * k_cache.shape[2] <= TRITON_MAX_PROGRAMS else None
+    if q.shape[0] * k_cache.shape[2] > TRITON_MAX_PROGRAMS or not _capturing():
+        return None
+    if _triton_split_compiled(q, k_cache, v_cache):
+        return "triton"
+    _log.info("dsa_ops sparse_attention: a graph captures %d rows x %d KV heads before Triton's split-K kernel was "
+              "compiled for them; the CUDA kernel serves (backends.triton.sparse_attention.warmup compiles it)",
+              q.shape[0], k_cache.shape[2])
+    return None
 
 
 registry.set_preference(NAME, prefer, PREFER_SUMMARY)
