@@ -145,10 +145,10 @@ OP = define_op(
 # cold-L2 graph replay (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 18.2 / 11.6, 16 rows
 # 23.4 / 21.2, 64 rows 40.7 / 49.7, 400 rows 128.7 / 193.9, 1600 rows 437.5 / 675.4; 32 rows 30.2 / 31.0 (the
 # sweep in docs/design_attention.md). Triton's split-K path wins while it serves (rows x KV heads <= 64).
-# Outside a capture, by host time, which is what an eager call of these rows waits on: H100, the op's host time
-# a call at 1 row, CUDA provider ~90 us, Triton ~227 us, vLLM's wrapper 174 us (Triton's two launches of 34 and
-# 7 arguments cost ~120 us; `test_sparse_attention_eager_host`). So CUDA there, and in a capture Triton only for
-# a specialisation already compiled (`warmup`), so that no JIT compile runs inside a capture.
+# Outside a capture, by host time, which an eager call of these rows waits on (H100, the op's host time a call
+# of back-to-back calls, 1 / 16 / 64 rows; `test_sparse_attention_op`): CUDA 55.6 / 51.7 / 48.3 us against vLLM's
+# wrapper 86.6 / 84.9 / 92.6; our Triton launcher alone costs 82 us (two launches of 34 and 7 arguments). So CUDA
+# there, and in a capture Triton only for a specialisation already compiled (`warmup`): no JIT inside a capture.
 TRITON_MAX_PROGRAMS = 64
 PREFER_SUMMARY = (f"in a CUDA-graph capture, triton while rows x KV heads <= {TRITON_MAX_PROGRAMS} (its split-K path) "
                   "once warmed up; else the order")
