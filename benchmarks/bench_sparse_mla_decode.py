@@ -29,7 +29,7 @@ import tempfile
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, matmul_tflops, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, matmul_tflops, record
 
 pytestmark = pytest.mark.gpu
 
@@ -201,3 +201,39 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
                          floor_kind="memory (selected cache bytes at copy rate)",
                          baselines={k: v for k, v in times.items() if k != name}, **extra))
     assert not failures, failures
+
+
+@pytest.mark.parametrize("heads,batch", [(64, 1), (128, 1), (128, 4), (128, 32)])
+def test_sparse_mla_decode_op(bench, heads, batch):
+    """The op as users call it (`torch.ops.dsa.sparse_mla_decode`, functional, automatic choice), v32, s_q 1, called
+    eagerly: the host time a call of back-to-back calls (no sync), beside FlashMLA's sparse_decode_fwd on the same
+    inputs (its scheduling metadata made once, as an engine reuses it across layers) and torch.add(out=) as the
+    host's pace, timed in turn (harness.host_overheads_us); the GPU times of both from graph replays beside."""
+    import dsa_ops  # noqa: F401  (registers torch.ops.dsa)
+    from dsa_ops import registry
+
+    cache = _pool("v32")
+    q, idx = _inputs(batch, 1, heads, layout="v32")
+    scale = D_QK["v32"]**-0.5
+    a, b, c = (torch.ones(1024, device="cuda") for _ in range(3))
+    fns = {"op": lambda: torch.ops.dsa.sparse_mla_decode(q, cache, idx, softmax_scale=scale),
+           "torch_add": lambda: torch.add(a, b, out=c)}
+    fm = _flashmla()
+    if fm is not None:
+        _, _, meta, nsp = fm.sparse_decode_fwd(q, cache, idx, None, None, None, None, None, None, None, D_V, scale,
+                                               None, False)
+        fns["flashmla"] = lambda: fm.sparse_decode_fwd(q, cache, idx, None, None, meta, nsp, None, None, None, D_V,
+                                                       scale, None, False)
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    backend = registry.select("sparse_mla_decode", (q, cache, idx, scale, "v32", None, None)).backend
+    got = dict(zip(fns, host_overheads_us(list(fns.values()), calls=2000, batches=20)))
+    med, best = got.pop("op")
+    graph_us = {name: round(bench.timer.median_us(capture_graph(fns[name]).replay, iters=50), 2)
+                for name in fns if name != "torch_add"}
+    case = {"batch": batch, "s_q": 1, "heads": heads, "topk": TOPK, "tokens": REQ_LEN, "layout": "v32",
+            "page_size": PAGE, "head_dim": D_QK["v32"]}
+    bench.add(record("sparse_mla_decode", "op-eager-host", case, med, baselines={k: v[0] for k, v in got.items()},
+                     timing="host time a call of back-to-back eager calls (median of 20 batches; not GPU time)",
+                     host_min_us=round(best, 2), backend=backend, graph_replay_us=graph_us))
