@@ -40,23 +40,25 @@ log = logging.getLogger("dsa_ops")
 
 @contextlib.contextmanager
 def _take_over_cuda_key():
-    """Around the library's load: its C++ kernels (csrc/topk_route.cpp) become the CUDA-key kernels of
-    the top-k family's dsa ops in place of the Python routers (dsa_ops._route), and follow the registry."""
+    """Around the library's load: its C++ kernels (csrc/topk_route.cpp, csrc/sparse_mla_decode_route.cpp) become
+    the CUDA-key kernels of the top-k family's dsa ops and of dsa.sparse_mla_decode in place of the Python routers
+    (dsa_ops._route), and follow the registry."""
     from dsa_ops import _route, registry
 
-    from . import providers_topk
+    from . import providers_sparse_mla_decode, providers_topk
 
-    with _route.handed_over(providers_topk.ROUTED_OPS):
+    groups = ((providers_topk.ROUTED_OPS, providers_topk),
+              ((providers_sparse_mla_decode.OP,), providers_sparse_mla_decode))
+    with _route.handed_over([op for ops, _ in groups for op in ops]):
         yield
-    if any(_route.python_routed(o) for o in providers_topk.ROUTED_OPS):
-        log.info("dsa_ops: %s registers no CUDA kernel for dsa.topk: the Python router serves it", LIB.path)
-        return
     ns = torch.ops.dsa_cuda
-    _route.set_error_sink(ns.topk_route_error.default)
-    devices = providers_topk.route_devices(available, torch.cuda.device_count())
-    providers_topk.start_route(registry, ns.topk_route_set.default, devices)
-    log.info("dsa_ops: C++ kernels serve the CUDA key of %s (device mask %#x)", ", ".join(providers_topk.ROUTED_OPS),
-             devices)
+    for ops, module in groups:
+        if any(_route.python_routed(o) for o in ops):
+            log.info("dsa_ops: %s registers no CUDA kernel for dsa.%s: the Python router serves it", LIB.path, ops[0])
+            continue
+        _route.set_error_sink(ns.topk_route_error.default)  # every route's (csrc/route_common.h)
+        devices = module.take_route(registry, ns, available)
+        log.info("dsa_ops: C++ kernels serve the CUDA key of %s (device mask %#x)", ", ".join(ops), devices)
 
 
 LIB = Library("cuda", "dsa_cuda", HERE, env_var="DSA_OPS_CUDA_LIB", handover=_take_over_cuda_key)
@@ -82,7 +84,8 @@ def build_spec(arch: str) -> BuildSpec:
         name=lib_name(arch),
         what=f"CUDA kernels for {arch}",
         sources=sorted(HERE.glob("kernels/*.cu")) + sorted(HERE.glob("csrc/*.cpp")),
-        depends=sorted(p for p in (HERE / "include").rglob("*") if p.is_file()) + binding_headers()[1],
+        depends=(sorted(p for p in (HERE / "include").rglob("*") if p.is_file()) + sorted(HERE.glob("csrc/*.h"))
+                 + binding_headers()[1]),
         include_dirs=[HERE / "include", binding_headers()[0]],
         # USE_CUDA: declares torch's current-CUDA-stream shim in the bindings.
         cflags=["-O3", "-DUSE_CUDA", TORCH_TARGET_VERSION_FLAG],

@@ -119,6 +119,14 @@ def start_route(registry, set_devices: Callable[[int], None], devices: int) -> N
     registry.on_change(sync)
 
 
+def take_route(registry, ns, available: Callable[[torch.device], Optional[str]]) -> int:
+    """After the library's load: start_route on the devices `available` accepts (torch.ops.dsa_cuda `ns`); the
+    mask."""
+    devices = route_devices(available, torch.cuda.device_count())
+    start_route(registry, ns.topk_route_set.default, devices)
+    return devices
+
+
 def register() -> None:
     """The backend package's hook: backends_cuda/__init__.py lists this module in _OP_MODULES."""
     from dsa_ops import registry

@@ -6,14 +6,13 @@ Run on the H200: `pytest -m gpu tests/test_gpu_topk_route.py`.
 
 from __future__ import annotations
 
-import sys
-
 import dsa_ops
 import pytest
 import torch
 from dsa_ops import _route, registry
 from dsa_ops.ops._common import map_through_page_table, window_topk
 from dsa_ops.ops.topk_ragged_transform import reference as ragged_reference
+from route_helpers import python_calls
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -25,24 +24,6 @@ def loaded():
     dsa_ops.topk(torch.randn(1, 128, device=DEV), 4)  # loads (or builds) the CUDA library
     torch.cuda.synchronize()
     assert not any(_route.python_routed(op) for op in ("topk", "topk_page_table_transform", "topk_ragged_transform"))
-
-
-def python_calls(fn) -> list[str]:
-    """Names of the dsa router code objects (the generated `<dsa::op impl>` functions and registry.py)
-    that run during fn()."""
-    seen = []
-
-    def prof(frame, event, arg):
-        f = frame.f_code.co_filename
-        if event == "call" and (f.startswith("<dsa::") or f.endswith("registry.py")):
-            seen.append(f"{f}:{frame.f_code.co_name}")
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
 
 
 def inputs(seed=0):

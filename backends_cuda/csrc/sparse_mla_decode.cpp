@@ -10,7 +10,9 @@
 #include <optional>
 
 #include "dsa_binding.h"
+#include "dsa_cuda/smxx_sparse_mla_decode_heuristics.cuh"
 #include "dsa_cuda/sparse_mla_decode.cuh"
+#include "sparse_mla_decode_out.h"
 
 namespace {
 
@@ -21,9 +23,17 @@ constexpr const char* kOp = "dsa_cuda.sparse_mla_decode_out";
 
 bool on(const Tensor& t, int32_t device) { return t.is_cuda() && t.get_device_index() == device; }
 
-void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optional<Tensor> topk_lens,
-                           std::optional<Tensor> attn_sink, double softmax_scale, bool v4, int64_t splits, Tensor out,
-                           Tensor lse, Tensor workspace, int64_t variant) {
+// torch.ops.dsa_cuda.sparse_mla_decode_split_count: the route's split rule, for the test that it is Python's.
+int64_t sparse_mla_decode_split_count(int64_t batch, int64_t s_q, int64_t heads, int64_t topk, int64_t sms) {
+  return dsa_cuda::sparse_mla_decode_heuristics::split_count(batch, s_q, heads, topk, sms);
+}
+
+}  // namespace
+
+void dsa_cuda_binding::sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices,
+                                             std::optional<Tensor> topk_lens, std::optional<Tensor> attn_sink,
+                                             double softmax_scale, bool v4, int64_t splits, Tensor out, Tensor lse,
+                                             Tensor workspace, int64_t variant) {
   const int64_t d = v4 ? 512 : 576;
   const int64_t bpt = v4 ? 584 : 656;
   STD_TORCH_CHECK(q.dim() == 4 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(3) == d &&
@@ -110,15 +120,19 @@ void sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, std::optio
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
-}  // namespace
-
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_lens, Tensor? attn_sink, "
       "float softmax_scale, bool v4, int splits, Tensor(a!) out, Tensor(b!) lse, Tensor(c!) workspace, "
       "int variant=0) -> ()");
+  m.def("sparse_mla_decode_split_count(int batch, int s_q, int heads, int topk, int sms) -> int");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {
-  m.impl("sparse_mla_decode_out", TORCH_BOX(&sparse_mla_decode_out));
+  m.impl("sparse_mla_decode_out", TORCH_BOX(&dsa_cuda_binding::sparse_mla_decode_out));
+}
+
+// CompositeExplicitAutograd: no tensor argument, so no dispatch key to pick a kernel by.
+STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CompositeExplicitAutograd, m) {
+  m.impl("sparse_mla_decode_split_count", TORCH_BOX(&sparse_mla_decode_split_count));
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "dsa_cuda/sm90_topk_heuristics.cuh"
+#include "route_common.h"
 #include "topk_out.h"
 
 #ifndef DSA_TOPK_ROUTE_CPU_TEST
@@ -52,12 +53,11 @@ constexpr int64_t kMaxWidth = kInt32Max - 16;  // providers_topk.MAX_WIDTH
 // backend other than cuda is forced. Read on every call, written rarely: relaxed is enough.
 std::atomic<uint64_t> g_devices{0};
 
-// The Python router's message for the last call it failed in this thread (see topk_route_error).
-thread_local std::string t_router_error;
 
 void topk_route_set(int64_t devices) { g_devices.store(static_cast<uint64_t>(devices), std::memory_order_relaxed); }
 
-void topk_route_error(std::string message) { t_router_error = std::move(message); }
+// Every route's error sink (route_common.h): the router's message for the call it failed in this thread.
+void topk_route_error(std::string message) { dsa_route_common::router_error() = std::move(message); }
 
 // Re-read the launcher's test overrides, DSA_OPS_TOPK_CLUSTER and DSA_OPS_TOPK_SAMPLE (read at the first
 // launch otherwise): for tests that change them in-process.
@@ -132,18 +132,10 @@ Tensor new_out(const TensorInfo& scores, int64_t k, int64_t (&size)[2], int64_t 
 
 namespace sd = torch::stable::detail;  // from / to: StableIValue conversions
 
-// Run the Python router, dsa_route::<op>, on these arguments and return the stack (results first). The
-// stable dispatcher call turns the router's exception into an error code, so the message comes back
-// through topk_route_error.
+// Run the Python router, dsa_route::<op>, on these arguments and return the stack (results first).
 template <typename... Args>
 std::array<StableIValue, sizeof...(Args)> call_router(const char* op, const char* overload, const Args&... args) {
-  std::array<StableIValue, sizeof...(Args)> stack{sd::from(args)...};
-  t_router_error.clear();
-  const std::string name = std::string(DSA_STR(DSA_TOPK_ROUTE_FALLBACK_NS) "::") + op;
-  if (torch_call_dispatcher(name.c_str(), overload, stack.data(), TORCH_ABI_VERSION) != TORCH_SUCCESS) {
-    throw std::runtime_error(t_router_error.empty() ? name + " failed" : t_router_error);
-  }
-  return stack;
+  return dsa_route_common::call_router(std::string(DSA_STR(DSA_TOPK_ROUTE_FALLBACK_NS) "::") + op, overload, args...);
 }
 
 // A new `out` for `call` (whose `out` is ignored), the launch into it, and `out`.

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import _route
 from .._checks import check_shape, check_tensor, fail
-from .._define import define_op
+from .._define import define_op, given
 from .dequant_k_cache_paged import LAYOUTS, check_cache, dequant_slots
 
 NAME = "sparse_mla_decode"
@@ -79,7 +80,7 @@ def fake(q, kv_cache, indices, softmax_scale, layout, topk_lens, attn_sink):
     return q.new_empty((b, s_q, h, DV)), q.new_empty((b, h, s_q), dtype=torch.float32)
 
 
-OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake, compiled_cuda=True)
 
 
 def sparse_mla_decode(q, kv_cache, indices, *, softmax_scale: float, layout: str = "v32", topk_lens=None,
@@ -97,5 +98,8 @@ def sparse_mla_decode(q, kv_cache, indices, *, softmax_scale: float, layout: str
     Returns:
         (bfloat16 [B, s_q, H, 512] output, float32 [B, H, s_q] natural-log lse; +inf where no token).
     """
-    return torch.ops.dsa.sparse_mla_decode(q, kv_cache, indices, softmax_scale=softmax_scale, layout=layout,
-                                           topk_lens=topk_lens, attn_sink=attn_sink)
+    try:
+        return torch.ops.dsa.sparse_mla_decode(q, kv_cache, indices, softmax_scale=softmax_scale, layout=layout,
+                                               **given(topk_lens=topk_lens, attn_sink=attn_sink))
+    except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
+        raise _route.original(e) from None

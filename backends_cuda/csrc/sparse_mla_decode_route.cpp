@@ -1,0 +1,161 @@
+// The CUDA-key kernel of dsa::sparse_mla_decode: no Python on the per-call path of the common call.
+//
+// A call that passes the fast check (the conditions under which the Python router would validate it, pick the
+// cuda provider and the binding accept it) allocates out, lse and the split workspace and launches through
+// the binding entry (csrc/sparse_mla_decode.cpp) with the provider's split rule and variant. Any other call goes
+// to the Python router, dsa_route::sparse_mla_decode (ops_core/_route.py), which gives today's result or error.
+// Python says which devices the fast path may serve (sparse_mla_decode_route_set: where the cuda provider is
+// registered, available and serves the arch, none while another backend is forced;
+// providers_sparse_mla_decode.start_route).
+//
+// Host time: the Python router and launcher cost ~41 us a call on an H100 host where FlashMLA's
+// sparse_decode_fwd costs 31 (benchmarks/bench_sparse_mla_decode.py -k test_sparse_mla_decode_op).
+#include <cuda_runtime_api.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "dsa_cuda/smxx_sparse_mla_decode_heuristics.cuh"
+#include "dsa_cuda/sparse_mla_decode.cuh"
+#include "route_common.h"
+#include "sparse_mla_decode_out.h"
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+using OptTensor = std::optional<Tensor>;
+namespace heur = dsa_cuda::sparse_mla_decode_heuristics;
+
+constexpr int kMaxDevices = 64;
+
+// Bit d: the fast path may serve tensors on cuda:d (0 until Python sets it after the load).
+std::atomic<uint64_t> g_devices{0};
+// Per device, asked once: SM count and compute capability major (0: not asked yet).
+std::atomic<int> g_sms[kMaxDevices];
+std::atomic<int> g_major[kMaxDevices];
+
+void sparse_mla_decode_route_set(int64_t devices) {
+  g_devices.store(static_cast<uint64_t>(devices), std::memory_order_relaxed);
+}
+
+int device_attribute(std::atomic<int>* cache, cudaDeviceAttr attr, int32_t device) {
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess || v <= 0) {
+      throw std::runtime_error("dsa sparse_mla_decode: cudaDeviceGetAttribute failed");
+    }
+    cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+bool on(const Tensor& t, int32_t device) { return t.is_cuda() && t.get_device_index() == device; }
+
+// Python's validate (ops_core/ops/sparse_mla_decode.py), providers_sparse_mla_decode.unsupported_shape and the
+// binding's checks, for q on a served device; false sends the call to the router.
+bool fast_ok(const Tensor& q, const Tensor& kv, const Tensor& indices, bool v4, const OptTensor& topk_lens,
+             const OptTensor& attn_sink) {
+  if (!q.is_cuda()) {
+    return false;
+  }
+  const int32_t dev = q.get_device_index();
+  if (dev < 0 || dev >= kMaxDevices || !((g_devices.load(std::memory_order_relaxed) >> dev) & 1)) {
+    return false;
+  }
+  const int64_t d = v4 ? 512 : 576, bpt = v4 ? 584 : 656;
+  if (!(q.dim() == 4 && q.scalar_type() == ScalarType::BFloat16 && q.size(3) == d && q.stride(3) == 1 &&
+        aligned16(q) && q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 && q.stride(2) % 8 == 0)) {
+    return false;
+  }
+  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2);
+  if (h <= 0 || h % heur::kHeadsPerCta != 0) {
+    return false;
+  }
+  if (!(kv.dim() == 4 && kv.scalar_type() == ScalarType::Byte && on(kv, dev) && kv.size(2) == 1 &&
+        kv.size(3) == bpt && kv.stride(3) == 1 && kv.stride(1) == bpt && aligned16(kv))) {
+    return false;
+  }
+  const int64_t nb = kv.size(0), page = kv.size(1);
+  if (page < 1 || page > (int64_t{1} << 20) || (nb > 1 && (kv.stride(0) < page * bpt || kv.stride(0) % 16 != 0))) {
+    return false;
+  }
+  if (!(indices.dim() == 3 && indices.scalar_type() == ScalarType::Int && on(indices, dev) && indices.size(0) == b &&
+        indices.size(1) == s_q && indices.size(2) < (int64_t{1} << 31) - 1 - 2 * heur::kTile)) {
+    return false;
+  }
+  if (b * s_q * (h / heur::kHeadsPerCta) * heur::kMaxSplits >= (int64_t{1} << 31)) {
+    return false;
+  }
+  if (topk_lens.has_value() && !(topk_lens->dim() == 1 && topk_lens->scalar_type() == ScalarType::Int &&
+                                 on(*topk_lens, dev) && topk_lens->size(0) == b)) {
+    return false;
+  }
+  return !attn_sink.has_value() || (attn_sink->dim() == 1 && attn_sink->scalar_type() == ScalarType::Float &&
+                                    on(*attn_sink, dev) && attn_sink->size(0) == h && (h <= 1 || attn_sink->stride(0) == 1));
+}
+
+// A new contiguous tensor on cuda:`device` (aoti_torch_empty_strided reaches at::empty_strided directly).
+Tensor empty(std::initializer_list<int64_t> sizes, int32_t dtype, int32_t device) {
+  int64_t size[4];
+  int64_t stride[4];
+  const int64_t dim = static_cast<int64_t>(sizes.size());
+  int64_t i = 0;
+  for (int64_t s : sizes) {
+    size[i++] = s;
+  }
+  int64_t step = 1;
+  for (int64_t j = dim - 1; j >= 0; --j) {
+    stride[j] = step;
+    step *= size[j] > 0 ? size[j] : 1;
+  }
+  AtenTensorHandle h = nullptr;
+  if (aoti_torch_empty_strided(dim, size, stride, dtype, aoti_torch_device_type_cuda(), device, &h) !=
+      AOTI_TORCH_SUCCESS) {
+    throw std::runtime_error("dsa sparse_mla_decode: allocating an output failed");
+  }
+  return Tensor(h);
+}
+
+std::tuple<Tensor, Tensor> sparse_mla_decode(Tensor q, Tensor kv_cache, Tensor indices, double softmax_scale,
+                                             std::string layout, OptTensor topk_lens, OptTensor attn_sink) {
+  const bool v4 = layout == "v4";
+  if (!((v4 || layout == "v32") && fast_ok(q, kv_cache, indices, v4, topk_lens, attn_sink))) {
+    auto stack = dsa_route_common::call_router("dsa_route::sparse_mla_decode", "", q, kv_cache, indices,
+                                               softmax_scale, layout, topk_lens, attn_sink);
+    return {torch::stable::detail::to<Tensor>(stack[0]), torch::stable::detail::to<Tensor>(stack[1])};
+  }
+  const int32_t dev = q.get_device_index();
+  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), topk = indices.size(2);
+  const int64_t splits =
+      heur::split_count(b, s_q, h, topk, device_attribute(g_sms, cudaDevAttrMultiProcessorCount, dev));
+  // providers_sparse_mla_decode.variant_for: the three-role kernel on SM90, variant 0 elsewhere.
+  const int64_t variant = device_attribute(g_major, cudaDevAttrComputeCapabilityMajor, dev) == 9 ? 3 : 0;
+  Tensor out = empty({b, s_q, h, 512}, aoti_torch_dtype_bfloat16(), dev);
+  Tensor lse = empty({b, h, s_q}, aoti_torch_dtype_float32(), dev);
+  Tensor ws = empty({dsa_cuda::sparse_mla_decode_workspace_floats(b, s_q, h, splits)}, aoti_torch_dtype_float32(), dev);
+  dsa_cuda_binding::sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale, v4, splits, out,
+                                          lse, ws, variant);
+  return {out, lse};
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) { m.def("sparse_mla_decode_route_set(int devices) -> ()"); }
+
+// CompositeExplicitAutograd: no tensor argument, so no dispatch key to pick a kernel by.
+STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CompositeExplicitAutograd, m) {
+  m.impl("sparse_mla_decode_route_set", TORCH_BOX(&sparse_mla_decode_route_set));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(dsa, CUDA, m) { m.impl("sparse_mla_decode", TORCH_BOX(&sparse_mla_decode)); }
