@@ -42,6 +42,9 @@ def add(op: str, overloads: list[tuple[str, str, Callable]]) -> None:
     for overload, schema, router in overloads:
         ROUTE_LIB.define(f"{overload}{schema}")
         ROUTE_LIB.impl(overload, _keeping_errors(router), "CUDA")
+        # As the dsa op's (see _define): without it a compiled kernel's router call on inputs that require grad
+        # would come back with outputs carrying torch's autograd-not-implemented node.
+        ROUTE_LIB.impl(overload, torch.library.fallthrough_kernel, "Autograd")
     _routers[op] = [(overload, router) for overload, _, router in overloads]
     _register(op)
 

@@ -1,5 +1,5 @@
-"""The handover of the top-k family's CUDA key to compiled kernels (dsa_ops._route), without a GPU:
-registrations, the forced-backend flag the kernels follow, and the error keeping of dsa_route."""
+"""The handover of the top-k family's and sparse_mla_decode's CUDA key to compiled kernels (dsa_ops._route),
+without a GPU: registrations, the forced-backend flag the kernels follow, and the error keeping of dsa_route."""
 
 import warnings
 
@@ -9,7 +9,7 @@ import torch
 from dsa_ops import _route, registry
 from dsa_ops.backends.cuda import providers_topk
 
-OPS = providers_topk.ROUTED_OPS
+OPS = providers_topk.ROUTED_OPS + ("sparse_mla_decode",)
 
 
 def _has_cuda_kernel(name):
@@ -22,6 +22,14 @@ def test_routers_registered_for_both_namespaces():
         assert _has_cuda_kernel(f"dsa::{op}") and _has_cuda_kernel(f"dsa_route::{op}")
     assert _has_cuda_kernel("dsa::topk_page_table_transform.out")
     assert _has_cuda_kernel("dsa_route::topk_page_table_transform.out")
+
+
+def test_routers_fall_through_autograd():
+    """A compiled kernel's router call on inputs that require grad must not attach torch's autograd-not-implemented
+    node to the outputs: dsa_route's overloads fall through the Autograd key as the dsa ops do."""
+    for op in OPS:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"dsa_route::{op}", "Autograd")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("dsa_route::topk_page_table_transform.out", "Autograd")
 
 
 def test_failed_load_restores_the_routers():
