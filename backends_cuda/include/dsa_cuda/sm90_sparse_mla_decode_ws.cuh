@@ -28,7 +28,8 @@
 // lean producer and softmax below 2-4.5% faster again. Tried and refuted: whole-tile register prefetch with 2
 // threads a token (775 us: the next tile's loads stalled the very next store); an L2 bulk prefetch of the next
 // tile's rows (577.8 -> 648.5 us); on this form (H100, b128 h128 s_q2): prefetch.global.L2 of the rows a tile
-// ahead 461.9 -> 469.4 us, L1::no_allocate gathers 518.1, four tiles a basic block 485.8. ncu: QK waits on `full`
+// ahead 461.9 -> 469.4 us, L1::no_allocate gathers 518.1, four tiles a basic block 485.8, evict_first /
+// evict_normal / no L1 policy 465.0 -> 468.6-471.8, half a tile of loads in flight 469.2. ncu: QK waits on `full`
 // and the producer's first conversions on their loads, so the producer bounds it (docs/design_attention.md:
 // with every load an L1 hit the kernel is ~20% faster, with no producer work ~40%).
 //
