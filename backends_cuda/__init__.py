@@ -41,15 +41,16 @@ log = logging.getLogger("dsa_ops")
 @contextlib.contextmanager
 def _take_over_cuda_key():
     """Around the library's load: its C++ kernels (csrc/*_route.cpp) become the CUDA-key kernels of the top-k
-    family's dsa ops, dsa.sparse_mla_decode and dsa.sparse_attention in place of the Python routers
-    (dsa_ops._route), and follow the registry."""
+    family's dsa ops, dsa.sparse_mla_decode, dsa.sparse_attention and dsa.paged_indexer_logits in place of the
+    Python routers (dsa_ops._route), and follow the registry."""
     from dsa_ops import _route, registry
 
-    from . import providers_sparse_attention, providers_sparse_mla_decode, providers_topk
+    from . import providers_paged_indexer, providers_sparse_attention, providers_sparse_mla_decode, providers_topk
 
     groups = ((providers_topk.ROUTED_OPS, providers_topk),
               ((providers_sparse_mla_decode.OP,), providers_sparse_mla_decode),
-              ((providers_sparse_attention.OP,), providers_sparse_attention))
+              ((providers_sparse_attention.OP,), providers_sparse_attention),
+              ((providers_paged_indexer.OP,), providers_paged_indexer))
     with _route.handed_over([op for ops, _ in groups for op in ops]):
         yield
     ns = torch.ops.dsa_cuda
