@@ -1,52 +1,21 @@
 """The C++ fast check of dsa.sparse_mla_decode's CUDA-key kernel (backends_cuda/csrc/sparse_mla_decode_route.cpp),
-on the CPU, against the Python router's decision.
-
-The kernel may serve a call without Python only when the Python path would launch the CUDA provider: the op's
-validate passes and the provider's unsupported_shape accepts it. The route file is built for the CPU key of a copy
-of the op (DSA_MLA_ROUTE_CPU_TEST, namespaces of its own) with a stub binding entry that raises a marker, so each
-call shows whether the C++ check served it (the marker) or handed it to the router. Runs in a fresh interpreter.
+on the CPU, against the Python path's decision (tests/route_gate_helpers.py): the kernel may serve a call without
+Python only when the op's validate passes and the cuda provider's unsupported_shape accepts it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 
 import pytest
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+from route_gate_helpers import check_agreement, run_gate
 
 SCRIPT = textwrap.dedent(
     r"""
-    import importlib, json, os, tempfile
-    import torch
-    from torch.utils import cpp_extension
-    import dsa_ops
-    from dsa_ops._checks import DsaArgumentError
-    from dsa_ops._define import OPS
+    import importlib
     from dsa_ops.backends.cuda import providers_sparse_mla_decode as mc
     M = importlib.import_module("dsa_ops.ops.sparse_mla_decode")
-
-    schema = OPS["sparse_mla_decode"].schema
-    defs = torch.library.Library("dsa_mlagate", "DEF")
-    defs.define("sparse_mla_decode" + schema)
-    routes = torch.library.Library("dsa_mlagate_route", "DEF")
-    routes.define("sparse_mla_decode" + schema)
-
-    def router(q, kv_cache, indices, *, softmax_scale, layout="v32", topk_lens=None, attn_sink=None):
-        raise RuntimeError("ROUTER")
-
-    routes.impl("sparse_mla_decode", router, "CPU")
-    csrc = os.path.join(ROOT, "backends_cuda", "csrc")
-    build = tempfile.mkdtemp(prefix="mla_route_gate_")
-    stub = os.path.join(build, "stub.cpp")
-    with open(stub, "w") as f:
-        f.write('''
-    #include <torch/headeronly/util/Exception.h>
+    ns, route_set, libs = build_route("sparse_mla_decode", "sparse_mla_decode_route.cpp", "MLA", '''
     #include "sparse_mla_decode_out.h"
     void dsa_cuda_binding::sparse_mla_decode_out(torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor,
         std::optional<torch::stable::Tensor>, std::optional<torch::stable::Tensor>, double, bool, int64_t,
@@ -54,14 +23,7 @@ SCRIPT = textwrap.dedent(
       STD_TORCH_CHECK(false, "STUB_LAUNCH");
     }
     ''')
-    flags = ["-O1", "-DTORCH_TARGET_VERSION=0x020b000000000000", "-DDSA_MLA_ROUTE_CPU_TEST",
-             "-DDSA_MLA_ROUTE_NS=dsa_mlagate", "-DDSA_MLA_ROUTE_KEY=CPU",
-             "-DDSA_MLA_ROUTE_FALLBACK_NS=dsa_mlagate_route", "-DDSA_MLA_ROUTE_CONTROL_NS=dsa_mlagate_ctl"]
-    cpp_extension.load(name="dsa_mla_route_gate", sources=[os.path.join(csrc, "sparse_mla_decode_route.cpp"), stub],
-                       build_directory=build, is_python_module=False, extra_cflags=flags,
-                       extra_include_paths=[csrc, os.path.join(ROOT, "backends_cuda", "include")], verbose=False)
-    torch.ops.dsa_mlagate_ctl.sparse_mla_decode_route_set(1)
-    OP = torch.ops.dsa_mlagate.sparse_mla_decode
+    OP = ns.sparse_mla_decode
 
     BPT = {"v32": 656, "v4": 584}
     DIM = {"v32": 576, "v4": 512}
@@ -132,54 +94,22 @@ SCRIPT = textwrap.dedent(
     results = {}
     for name, c in cases.items():
         kw = {k: v for k, v in (("topk_lens", c["lens"]), ("attn_sink", c["sink"])) if v is not None}
-        try:
-            OP(c["q"], c["kv"], c["idx"], softmax_scale=1.0, layout=c["layout"], **kw)
-            route = "no error"
-        except Exception as e:  # noqa: BLE001
-            route = "served" if "STUB_LAUNCH" in str(e) else "router"
-        results[name] = [route, python_serves(c)]
-    torch.ops.dsa_mlagate_ctl.sparse_mla_decode_route_set(0)
-    try:
-        OP(b32["q"], b32["kv"], b32["idx"], softmax_scale=1.0)
-        results["mask-off"] = ["no error", True]
-    except Exception as e:  # noqa: BLE001
-        results["mask-off"] = ["served" if "STUB_LAUNCH" in str(e) else "router", True]
+        results[name] = [route(lambda: OP(c["q"], c["kv"], c["idx"], softmax_scale=1.0, layout=c["layout"], **kw)),
+                         python_serves(c)]
+    route_set(0)
+    results["mask-off"] = [route(lambda: OP(b32["q"], b32["kv"], b32["idx"], softmax_scale=1.0)), True]
     print("RESULTS " + json.dumps(results))
     """
-).replace("ROOT", repr(ROOT))
+)
 
-SERVED = ["plain", "v4", "extras", "heads128", "batch0", "topk0", "one-page", "pages-padded-16", "q-rows-16B",
-          "lens-strided", "idx-strided"]
-# Calls the Python path launches but the fast check leaves to the router (it may be stricter, never looser): none
-# of these cases.
-STRICTER: list = []
+SERVED = ["plain", "v4", "extras", "heads128", "batch0", "topk0", "one-page", "no-pages", "pages-padded-16",
+          "q-rows-16B", "lens-strided", "idx-strided"]
 
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory):
-    if shutil.which("c++") is None:
-        pytest.skip("needs a host C++ compiler (c++) to build sparse_mla_decode_route.cpp for the CPU key")
-    env = dict(os.environ, HOME=str(tmp_path_factory.mktemp("home")))
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert p.returncode == 0 and lines, f"route build or run failed (exit {p.returncode}):\n{p.stdout}{p.stderr}"
-    return json.loads(lines[-1][len("RESULTS "):])
+    return run_gate(SCRIPT, tmp_path_factory)
 
 
-def test_served_only_where_python_launches_the_cuda_provider(gate):
-    wrong = {name: r for name, r in gate.items() if r[0] == "served" and not r[1]}
-    assert not wrong, f"the C++ check serves calls the Python path declines: {wrong}"
-    assert all(r[0] in ("served", "router") for r in gate.values()), gate
-
-
-def test_common_calls_are_served(gate):
-    assert {name: gate[name] for name in SERVED} == {name: ["served", True] for name in SERVED}
-
-
-def test_only_the_known_stricter_cases_differ(gate):
-    differ = sorted(name for name, r in gate.items() if (r[0] == "served") != r[1] and name != "mask-off")
-    assert differ == sorted(STRICTER), gate
-
-
-def test_a_zero_mask_hands_every_call_to_the_router(gate):
-    assert gate["mask-off"][0] == "router"
+def test_the_cpp_check_agrees_with_the_python_path(gate):
+    check_agreement(gate, SERVED)

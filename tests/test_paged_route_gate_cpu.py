@@ -1,52 +1,21 @@
 """The C++ fast check of dsa.paged_indexer_logits' CUDA-key kernel (backends_cuda/csrc/paged_indexer_logits_route.cpp),
-on the CPU, against the Python path's decision.
-
-The kernel may serve a call without Python only when the Python path would launch the CUDA provider: the op's
-validate passes and the provider's unsupported_shape accepts it. The route file is built for the CPU key of a copy of
-the op (DSA_PAGED_ROUTE_CPU_TEST, namespaces of its own) with a stub binding entry that raises a marker, so each call
-shows whether the C++ check served it (the marker) or handed it to the router. Runs in a fresh interpreter.
+on the CPU, against the Python path's decision (tests/route_gate_helpers.py): the kernel may serve a call without
+Python only when the op's validate passes and the cuda provider's unsupported_shape accepts it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 
 import pytest
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+from route_gate_helpers import check_agreement, run_gate
 
 SCRIPT = textwrap.dedent(
     r"""
-    import importlib, json, os, tempfile
-    import torch
-    from torch.utils import cpp_extension
-    import dsa_ops
-    from dsa_ops._checks import DsaArgumentError
-    from dsa_ops._define import OPS
+    import importlib
     from dsa_ops.backends.cuda import providers_paged_indexer as cu
     P = importlib.import_module("dsa_ops.ops.paged_indexer_logits")
-
-    schema = OPS["paged_indexer_logits"].schema
-    defs = torch.library.Library("dsa_pagedgate", "DEF")
-    routes = torch.library.Library("dsa_pagedgate_route", "DEF")
-    for lib in (defs, routes):
-        lib.define("paged_indexer_logits" + schema)
-
-    def router(*args, **kwargs):
-        raise RuntimeError("ROUTER")
-
-    routes.impl("paged_indexer_logits", router, "CPU")
-    csrc = os.path.join(ROOT, "backends_cuda", "csrc")
-    build = tempfile.mkdtemp(prefix="paged_route_gate_")
-    stub = os.path.join(build, "stub.cpp")
-    with open(stub, "w") as f:
-        f.write('''
-    #include <torch/headeronly/util/Exception.h>
+    ns, route_set, libs = build_route("paged_indexer_logits", "paged_indexer_logits_route.cpp", "PAGED", '''
     #include "paged_indexer_logits_out.h"
     using torch::stable::Tensor;
     void dsa_cuda_binding::paged_indexer_logits_out(Tensor, Tensor, Tensor, Tensor, Tensor, int64_t, bool, bool,
@@ -54,15 +23,7 @@ SCRIPT = textwrap.dedent(
       STD_TORCH_CHECK(false, "STUB_LAUNCH");
     }
     ''')
-    flags = ["-O1", "-DTORCH_TARGET_VERSION=0x020b000000000000", "-DDSA_PAGED_ROUTE_CPU_TEST",
-             "-DDSA_PAGED_ROUTE_NS=dsa_pagedgate", "-DDSA_PAGED_ROUTE_KEY=CPU",
-             "-DDSA_PAGED_ROUTE_FALLBACK_NS=dsa_pagedgate_route", "-DDSA_PAGED_ROUTE_CONTROL_NS=dsa_pagedgate_ctl"]
-    cpp_extension.load(name="dsa_paged_route_gate",
-                       sources=[os.path.join(csrc, "paged_indexer_logits_route.cpp"), stub],
-                       build_directory=build, is_python_module=False, extra_cflags=flags,
-                       extra_include_paths=[csrc, os.path.join(ROOT, "backends_cuda", "include")], verbose=False)
-    torch.ops.dsa_pagedgate_ctl.paged_indexer_logits_route_set(1)
-    OP = torch.ops.dsa_pagedgate.paged_indexer_logits
+    OP = ns.paged_indexer_logits
     FP8, I32 = torch.float8_e4m3fn, torch.int32
 
     def base(b=4, next_n=1, h=64, d=128, nb=16, max_blocks=8, max_len=512):
@@ -123,52 +84,25 @@ SCRIPT = textwrap.dedent(
             return False
         return cu.unsupported_shape(c["q"], c["kv"], c["max_len"]) is None
 
-    def route(c):
-        try:
-            OP(c["q"], c["kv"], c["w"], c["lens"], c["bt"], max_context_len=c["max_len"], precise=c["precise"])
-            return "no error"
-        except Exception as e:  # noqa: BLE001
-            return "served" if "STUB_LAUNCH" in str(e) else "router"
+    def call(c):
+        return lambda: OP(c["q"], c["kv"], c["w"], c["lens"], c["bt"], max_context_len=c["max_len"],
+                          precise=c["precise"])
 
-    results = {name: [route(c), python_serves(c)] for name, c in cases.items()}
-    torch.ops.dsa_pagedgate_ctl.paged_indexer_logits_route_set(0)
-    results["mask-off"] = [route(b), True]
+    results = {name: [route(call(c)), python_serves(c)] for name, c in cases.items()}
+    route_set(0)
+    results["mask-off"] = [route(call(b)), True]
     print("RESULTS " + json.dumps(results))
     """
-).replace("ROOT", repr(ROOT))
+)
 
 SERVED = ["plain", "next_n-2", "h32", "h32-next_n-4", "precise", "batch-0", "max_len-0", "no-blocks", "one-block",
           "w-transposed", "lens-strided", "bt-strided", "q-offset-16", "kv-block-stride-16"]
-# Calls the Python path launches but the fast check leaves to the router (it may be stricter, never looser): none
-# of these cases.
-STRICTER: list = []
 
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory):
-    if shutil.which("c++") is None:
-        pytest.skip("needs a host C++ compiler (c++) to build paged_indexer_logits_route.cpp for the CPU key")
-    env = dict(os.environ, HOME=str(tmp_path_factory.mktemp("home")))
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert p.returncode == 0 and lines, f"route build or run failed (exit {p.returncode}):\n{p.stdout}{p.stderr}"
-    return json.loads(lines[-1][len("RESULTS "):])
+    return run_gate(SCRIPT, tmp_path_factory)
 
 
-def test_served_only_where_python_launches_the_cuda_provider(gate):
-    wrong = {name: r for name, r in gate.items() if r[0] == "served" and not r[1]}
-    assert not wrong, f"the C++ check serves calls the Python path declines: {wrong}"
-    assert all(r[0] in ("served", "router") for r in gate.values()), gate
-
-
-def test_common_calls_are_served(gate):
-    assert {name: gate[name] for name in SERVED} == {name: ["served", True] for name in SERVED}
-
-
-def test_only_the_known_stricter_cases_differ(gate):
-    differ = sorted(name for name, r in gate.items() if (r[0] == "served") != r[1] and name != "mask-off")
-    assert differ == sorted(STRICTER), gate
-
-
-def test_a_zero_mask_hands_every_call_to_the_router(gate):
-    assert gate["mask-off"][0] == "router"
+def test_the_cpp_check_agrees_with_the_python_path(gate):
+    check_agreement(gate, SERVED)

@@ -1,55 +1,22 @@
 """The C++ fast check of dsa.sparse_attention's CUDA-key kernels (backends_cuda/csrc/sparse_attention_route.cpp), on
-the CPU, against the Python path's decision.
-
-The kernels may serve a call without Python only when the Python path would launch the CUDA provider: the op's
-validate (and, for .out, its out checks) pass and the provider's unsupported_shape accepts it (fp8 caches, outside
-a capture). The route file is built for the CPU key of copies of the op (DSA_SA_ROUTE_CPU_TEST, namespaces of its
-own) with a stub binding entry that raises a marker, so each call shows whether the C++ check served it (the
-marker) or handed it to the router. Runs in a fresh interpreter.
+the CPU, against the Python path's decision (tests/route_gate_helpers.py): the kernels may serve a call without Python
+only when the op's validate (and, for .out, its out checks) pass and the cuda provider's unsupported_shape accepts it
+(fp8 caches; a capture is the router's, which a CPU build never sees).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 
 import pytest
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+from route_gate_helpers import check_agreement, run_gate
 
 SCRIPT = textwrap.dedent(
     r"""
-    import importlib, json, os, tempfile
-    import torch
-    from torch.utils import cpp_extension
-    import dsa_ops
-    from dsa_ops._checks import DsaArgumentError
-    from dsa_ops._define import OPS
+    import importlib
     from dsa_ops.backends.cuda import providers_sparse_attention as cu
     S = importlib.import_module("dsa_ops.ops.sparse_attention")
-
-    d = OPS["sparse_attention"]
-    defs = torch.library.Library("dsa_sagate", "DEF")
-    routes = torch.library.Library("dsa_sagate_route", "DEF")
-    for lib in (defs, routes):
-        lib.define("sparse_attention" + d.schema)
-        lib.define("sparse_attention.out" + d.out.schema)
-
-    def router(*args, **kwargs):
-        raise RuntimeError("ROUTER")
-
-    routes.impl("sparse_attention", router, "CPU")
-    routes.impl("sparse_attention.out", router, "CPU")
-    csrc = os.path.join(ROOT, "backends_cuda", "csrc")
-    build = tempfile.mkdtemp(prefix="sa_route_gate_")
-    stub = os.path.join(build, "stub.cpp")
-    with open(stub, "w") as f:
-        f.write('''
-    #include <torch/headeronly/util/Exception.h>
+    ns, route_set, libs = build_route("sparse_attention", "sparse_attention_route.cpp", "SA", '''
     #include "sparse_attention_out.h"
     using torch::stable::Tensor;
     void dsa_cuda_binding::sparse_attention_out(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, double, double,
@@ -57,14 +24,7 @@ SCRIPT = textwrap.dedent(
       STD_TORCH_CHECK(false, "STUB_LAUNCH");
     }
     ''')
-    flags = ["-O1", "-DTORCH_TARGET_VERSION=0x020b000000000000", "-DDSA_SA_ROUTE_CPU_TEST",
-             "-DDSA_SA_ROUTE_NS=dsa_sagate", "-DDSA_SA_ROUTE_KEY=CPU",
-             "-DDSA_SA_ROUTE_FALLBACK_NS=dsa_sagate_route", "-DDSA_SA_ROUTE_CONTROL_NS=dsa_sagate_ctl"]
-    cpp_extension.load(name="dsa_sa_route_gate", sources=[os.path.join(csrc, "sparse_attention_route.cpp"), stub],
-                       build_directory=build, is_python_module=False, extra_cflags=flags,
-                       extra_include_paths=[csrc, os.path.join(ROOT, "backends_cuda", "include")], verbose=False)
-    torch.ops.dsa_sagate_ctl.sparse_attention_route_set(1)
-    FN, OUT = torch.ops.dsa_sagate.sparse_attention, torch.ops.dsa_sagate.sparse_attention.out
+    FN, OUT = ns.sparse_attention, ns.sparse_attention.out
     FP8, BF16, I32 = torch.float8_e4m3fn, torch.bfloat16, torch.int32
 
     def base(t=4, hq=24, hkv=2, d=128, nb=8, page=64, topk=256, dtype=FP8):
@@ -127,13 +87,6 @@ SCRIPT = textwrap.dedent(
             return False
         return cu.unsupported_shape(c["q"], c["k"], c["v"], c["idx"], c["bt"]) is None
 
-    def route(fn):
-        try:
-            fn()
-            return "no error"
-        except Exception as e:  # noqa: BLE001
-            return "served" if "STUB_LAUNCH" in str(e) else "router"
-
     results = {}
     for name, c in cases.items():
         a = (c["q"], c["k"], c["v"], c["idx"], c["bt"], c["t2r"])
@@ -157,11 +110,11 @@ SCRIPT = textwrap.dedent(
     o, t2r_in_out = raw.view(BF16).view(4, 24, 128), raw[-16:].view(I32)  # t2r on out's last 16 bytes
     results["out-over-t2r"] = [route(lambda: OUT(q, k, v, idx, bt, t2r_in_out, softmax_scale=1.0, out=o)),
                                python_serves(with_(b, t2r=t2r_in_out), o)]
-    torch.ops.dsa_sagate_ctl.sparse_attention_route_set(0)
+    route_set(0)
     results["mask-off"] = [route(lambda: FN(q, k, v, idx, bt, t2r, softmax_scale=1.0)), True]
     print("RESULTS " + json.dumps(results))
     """
-).replace("ROOT", repr(ROOT))
+)
 
 SERVED = ["plain", "vllm-views", "rows-1", "rows-0", "rows-100", "topk-0", "group-16", "mqa", "idx-strided",
           "t2r-strided", "q-heads-strided-16B", "k-offset-16"]
@@ -170,24 +123,8 @@ SERVED += [n + ".out" for n in SERVED] + ["out-rows-strided"]
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory):
-    if shutil.which("c++") is None:
-        pytest.skip("needs a host C++ compiler (c++) to build sparse_attention_route.cpp for the CPU key")
-    env = dict(os.environ, HOME=str(tmp_path_factory.mktemp("home")))
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert p.returncode == 0 and lines, f"route build or run failed (exit {p.returncode}):\n{p.stdout}{p.stderr}"
-    return json.loads(lines[-1][len("RESULTS "):])
+    return run_gate(SCRIPT, tmp_path_factory)
 
 
-def test_served_exactly_where_python_launches_the_cuda_provider(gate):
-    differ = {name: r for name, r in gate.items() if (r[0] == "served") != r[1] and name != "mask-off"}
-    assert not differ, f"the C++ check and the Python path disagree: {differ}"
-    assert all(r[0] in ("served", "router") for r in gate.values()), gate
-
-
-def test_common_calls_are_served(gate):
-    assert {name: gate[name] for name in SERVED} == {name: ["served", True] for name in SERVED}
-
-
-def test_a_zero_mask_hands_every_call_to_the_router(gate):
-    assert gate["mask-off"][0] == "router"
+def test_the_cpp_check_agrees_with_the_python_path(gate):
+    check_agreement(gate, SERVED)

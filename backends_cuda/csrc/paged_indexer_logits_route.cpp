@@ -35,54 +35,28 @@ namespace {
 
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
+using dsa_route_common::aligned16;
+using dsa_route_common::empty_contiguous;
+using dsa_route_common::same_device;
 
-constexpr int kMaxDevices = 64;
 constexpr int64_t kBlock = 64;  // positions a cache block
 constexpr int64_t kTile = 128;  // output positions a tile (providers_paged_indexer._TILE)
 
-// Bit d: the fast path may serve tensors on cuda:d (0 until Python sets it after the load).
-std::atomic<uint64_t> g_devices{0};
+#ifdef DSA_PAGED_ROUTE_CPU_TEST
+dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cpu()};
+#else
+dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cuda()};
+#endif
 
 void paged_indexer_logits_route_set(int64_t devices) {
-  g_devices.store(static_cast<uint64_t>(devices), std::memory_order_relaxed);
+  g_served.mask.store(static_cast<uint64_t>(devices), std::memory_order_relaxed);
 }
-
-#ifdef DSA_PAGED_ROUTE_CPU_TEST
-const int32_t kServedType = aoti_torch_device_type_cpu();
-#else
-const int32_t kServedType = aoti_torch_device_type_cuda();
-#endif
-
-int32_t device_type(const Tensor& t) {
-  int32_t type = -1;
-  aoti_torch_get_device_type(t.get(), &type);
-  return type;
-}
-
-bool served(const Tensor& q) {
-  if (device_type(q) != kServedType) {
-    return false;
-  }
-  const uint64_t mask = g_devices.load(std::memory_order_relaxed);
-#ifdef DSA_PAGED_ROUTE_CPU_TEST
-  return mask != 0;
-#else
-  const int32_t dev = q.get_device_index();
-  return dev >= 0 && dev < kMaxDevices && ((mask >> dev) & 1);
-#endif
-}
-
-bool on(const Tensor& t, const Tensor& q) {
-  return device_type(t) == device_type(q) && t.get_device_index() == q.get_device_index();
-}
-
-bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 // Python's validate (ops_core/ops/paged_indexer_logits.py), providers_paged_indexer.unsupported_shape and the
 // binding's checks, for q on a served device; false sends the call to the router.
 bool fast_ok(const Tensor& q, const Tensor& kv, const Tensor& w, const Tensor& lens, const Tensor& bt,
              int64_t max_context_len) {
-  if (!served(q)) {
+  if (!g_served.serves(q)) {
     return false;
   }
   if (!(q.dim() == 4 && q.scalar_type() == ScalarType::Float8_e4m3fn && q.size(3) == 128 && q.stride(3) == 1 &&
@@ -93,7 +67,7 @@ bool fast_ok(const Tensor& q, const Tensor& kv, const Tensor& w, const Tensor& l
   if (!(h == 32 || h == 64) || next_n > 1024 || b * next_n >= (int64_t{1} << 28)) {
     return false;
   }
-  if (!(kv.dim() == 4 && kv.scalar_type() == ScalarType::Byte && on(kv, q) && kv.size(1) == kBlock &&
+  if (!(kv.dim() == 4 && kv.scalar_type() == ScalarType::Byte && same_device(kv, q) && kv.size(1) == kBlock &&
         kv.size(2) == 1 && kv.size(3) == d + 4 && kv.stride(3) == 1 && kv.stride(1) == d + 4)) {
     return false;
   }
@@ -101,14 +75,14 @@ bool fast_ok(const Tensor& q, const Tensor& kv, const Tensor& w, const Tensor& l
   if (nb >= (int64_t{1} << 31) - 1 || (nb > 0 && !(aligned16(kv) && kv.stride(0) % 16 == 0))) {
     return false;
   }
-  if (!(w.dim() == 2 && w.scalar_type() == ScalarType::Float && on(w, q) && w.size(0) == b * next_n &&
+  if (!(w.dim() == 2 && w.scalar_type() == ScalarType::Float && same_device(w, q) && w.size(0) == b * next_n &&
         w.size(1) == h)) {
     return false;
   }
-  if (!(lens.dim() == 1 && lens.scalar_type() == ScalarType::Int && on(lens, q) && lens.size(0) == b)) {
+  if (!(lens.dim() == 1 && lens.scalar_type() == ScalarType::Int && same_device(lens, q) && lens.size(0) == b)) {
     return false;
   }
-  if (!(bt.dim() == 2 && bt.scalar_type() == ScalarType::Int && on(bt, q) && bt.size(0) == b)) {
+  if (!(bt.dim() == 2 && bt.scalar_type() == ScalarType::Int && same_device(bt, q) && bt.size(0) == b)) {
     return false;
   }
   return max_context_len >= 0 && max_context_len <= (int64_t{1} << 31) - 1 - 8 * kTile &&
@@ -122,14 +96,8 @@ Tensor paged_indexer_logits(Tensor q, Tensor kv_cache, Tensor weights, Tensor co
         DSA_PAGED_STR(DSA_PAGED_ROUTE_FALLBACK_NS) "::paged_indexer_logits", "", q, kv_cache, weights, context_lens,
         block_table, max_context_len, clean, precise)[0]);
   }
-  int64_t size[2] = {q.size(0) * q.size(1), max_context_len};
-  int64_t stride[2] = {max_context_len, 1};
-  AtenTensorHandle h = nullptr;
-  if (aoti_torch_empty_strided(2, size, stride, aoti_torch_dtype_float32(), kServedType, q.get_device_index(), &h) !=
-      AOTI_TORCH_SUCCESS) {
-    throw std::runtime_error("dsa paged_indexer_logits: allocating the scores failed");
-  }
-  Tensor out(h);
+  Tensor out = empty_contiguous({q.size(0) * q.size(1), max_context_len}, aoti_torch_dtype_float32(), g_served.type,
+                                q.get_device_index());
   dsa_cuda_binding::paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table, max_context_len, clean,
                                              !precise, 0, out);
   return out;

@@ -44,25 +44,22 @@ namespace {
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 namespace heur = dsa_cuda::sparse_attention_heuristics;
+using dsa_route_common::aligned16;
+using dsa_route_common::empty_contiguous;
+using dsa_route_common::same_device;
 
 constexpr int kMaxDevices = 64;
 constexpr int64_t kInt31 = int64_t{1} << 31;
 constexpr int64_t kTritonMaxPrograms = 64;  // ops_core/ops/sparse_attention.py TRITON_MAX_PROGRAMS
 
-// Bit d: the fast path may serve tensors on cuda:d (0 until Python sets it after the load).
-std::atomic<uint64_t> g_devices{0};
 std::atomic<int> g_sms[kMaxDevices];  // per device, asked once (0: not yet)
 
-void sparse_attention_route_set(int64_t devices) {
-  g_devices.store(static_cast<uint64_t>(devices), std::memory_order_relaxed);
-}
-
 #ifdef DSA_SA_ROUTE_CPU_TEST
-const int32_t kServedType = aoti_torch_device_type_cpu();
+dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cpu()};
 int sm_count(int32_t) { return 132; }
 bool capturing(const Tensor&) { return false; }
 #else
-const int32_t kServedType = aoti_torch_device_type_cuda();
+dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cuda()};
 
 int sm_count(int32_t device) {
   int v = g_sms[device].load(std::memory_order_relaxed);
@@ -87,47 +84,26 @@ bool capturing(const Tensor& q) {
 }
 #endif
 
-int32_t device_type(const Tensor& t) {
-  int32_t type = -1;
-  aoti_torch_get_device_type(t.get(), &type);
-  return type;
+void sparse_attention_route_set(int64_t devices) {
+  g_served.mask.store(static_cast<uint64_t>(devices), std::memory_order_relaxed);
 }
-
-bool served(const Tensor& q) {
-  if (device_type(q) != kServedType) {
-    return false;
-  }
-  const uint64_t mask = g_devices.load(std::memory_order_relaxed);
-#ifdef DSA_SA_ROUTE_CPU_TEST
-  return mask != 0;
-#else
-  const int32_t dev = q.get_device_index();
-  return dev >= 0 && dev < kMaxDevices && ((mask >> dev) & 1);
-#endif
-}
-
-bool on(const Tensor& t, const Tensor& q) {
-  return device_type(t) == device_type(q) && t.get_device_index() == q.get_device_index();
-}
-
-bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 // An fp8 e4m3 [num_blocks, P, Hkv, 128] cache on q's device with unit last stride, 16-byte aligned data and
 // block / token / head strides (providers_sparse_attention.unsupported_shape).
 bool cache_ok(const Tensor& c, const Tensor& q) {
-  return c.dim() == 4 && c.scalar_type() == ScalarType::Float8_e4m3fn && on(c, q) && c.size(3) == heur::kHeadDim &&
+  return c.dim() == 4 && c.scalar_type() == ScalarType::Float8_e4m3fn && same_device(c, q) && c.size(3) == heur::kHeadDim &&
          c.stride(3) == 1 && aligned16(c) && c.stride(0) % 16 == 0 && c.stride(1) % 16 == 0 && c.stride(2) % 16 == 0;
 }
 
 bool int32_on(const Tensor& t, const Tensor& q, int64_t dim) {
-  return t.dim() == dim && t.scalar_type() == ScalarType::Int && on(t, q);
+  return t.dim() == dim && t.scalar_type() == ScalarType::Int && same_device(t, q);
 }
 
 // Python's validate (ops_core/ops/sparse_attention.py), the cuda provider's unsupported_shape and the binding's
 // checks, for q on a served device, and the op's rule outside a capture; false sends the call to the router.
 bool inputs_ok(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& idx, const Tensor& bt,
                const Tensor& t2r) {
-  if (!served(q)) {
+  if (!g_served.serves(q)) {
     return false;
   }
   if (!(q.dim() == 3 && q.scalar_type() == ScalarType::BFloat16 && q.size(2) == heur::kHeadDim && q.stride(2) == 1 &&
@@ -183,7 +159,7 @@ std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
 // whose elements do not overlap each other nor any input.
 bool out_ok(const Tensor& out, const std::array<const Tensor*, 6>& inputs) {
   const Tensor& q = *inputs[0];
-  if (!(out.dim() == 3 && out.scalar_type() == ScalarType::BFloat16 && on(out, q) && out.size(0) == q.size(0) &&
+  if (!(out.dim() == 3 && out.scalar_type() == ScalarType::BFloat16 && same_device(out, q) && out.size(0) == q.size(0) &&
         out.size(1) == q.size(1) && out.size(2) == heur::kHeadDim && out.stride(2) == 1)) {
     return false;
   }
@@ -215,34 +191,14 @@ bool out_ok(const Tensor& out, const std::array<const Tensor*, 6>& inputs) {
   return true;
 }
 
-// A new contiguous tensor on the served device type, index `device`.
-Tensor empty(std::initializer_list<int64_t> sizes, int32_t dtype, int32_t device) {
-  int64_t size[3];
-  int64_t stride[3];
-  const int64_t dim = static_cast<int64_t>(sizes.size());
-  int64_t i = 0;
-  for (int64_t s : sizes) {
-    size[i++] = s;
-  }
-  int64_t step = 1;
-  for (int64_t j = dim - 1; j >= 0; --j) {
-    stride[j] = step;
-    step *= size[j] > 0 ? size[j] : 1;
-  }
-  AtenTensorHandle h = nullptr;
-  if (aoti_torch_empty_strided(dim, size, stride, dtype, kServedType, device, &h) != AOTI_TORCH_SUCCESS) {
-    throw std::runtime_error("dsa sparse_attention: allocating a buffer failed");
-  }
-  return Tensor(h);
-}
-
 // The launch into `out` with the provider's split plan and a workspace of its size.
 void launch(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& idx, const Tensor& bt,
             const Tensor& t2r, double softmax_scale, double k_scale, double v_scale, const Tensor& out) {
   const int32_t dev = q.get_device_index();
   const int64_t hkv = kc.size(2);
   const auto plan = heur::split_plan(q.size(0), hkv, idx.size(1), sm_count(dev));
-  Tensor ws = empty({heur::workspace_floats(q.size(0), hkv, plan.splits, plan.whole)}, aoti_torch_dtype_float32(), dev);
+  Tensor ws = empty_contiguous({heur::workspace_floats(q.size(0), hkv, plan.splits, plan.whole)},
+                               aoti_torch_dtype_float32(), g_served.type, dev);
   dsa_cuda_binding::sparse_attention_out(q, kc, vc, idx, bt, t2r, softmax_scale, k_scale, v_scale, plan.splits,
                                          plan.whole, out, ws);
 }
@@ -255,7 +211,8 @@ Tensor sparse_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices
     return torch::stable::detail::to<Tensor>(dsa_route_common::call_router(
         kRouter, "", q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale)[0]);
   }
-  Tensor out = empty({q.size(0), q.size(1), heur::kHeadDim}, aoti_torch_dtype_bfloat16(), q.get_device_index());
+  Tensor out = empty_contiguous({q.size(0), q.size(1), heur::kHeadDim}, aoti_torch_dtype_bfloat16(), g_served.type,
+                                q.get_device_index());
   launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out);
   return out;
 }
