@@ -6,7 +6,7 @@
 // to the Python router, dsa_route::sparse_mla_decode (ops_core/_route.py), which gives today's result or error.
 // Python says which devices the fast path may serve (sparse_mla_decode_route_set: where the cuda provider is
 // registered, available and serves the arch, none while another backend is forced;
-// providers_sparse_mla_decode.start_route).
+// providers_sparse_mla_decode.take_route).
 //
 // Host time of an eager call, H100 host (benchmarks/bench_sparse_mla_decode.py -k test_sparse_mla_decode_op):
 // 46.7-61.3 us through the Python router and launcher, 16.5-18.4 here; FlashMLA's sparse_decode_fwd 31.7-39.4.

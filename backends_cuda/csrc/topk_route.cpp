@@ -53,7 +53,6 @@ constexpr int64_t kMaxWidth = kInt32Max - 16;  // providers_topk.MAX_WIDTH
 // backend other than cuda is forced. Read on every call, written rarely: relaxed is enough.
 std::atomic<uint64_t> g_devices{0};
 
-
 void topk_route_set(int64_t devices) { g_devices.store(static_cast<uint64_t>(devices), std::memory_order_relaxed); }
 
 // Every route's error sink (route_common.h): the router's message for the call it failed in this thread.
