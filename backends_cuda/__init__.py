@@ -40,15 +40,17 @@ log = logging.getLogger("dsa_ops")
 
 @contextlib.contextmanager
 def _take_over_cuda_key():
-    """Around the library's load: its C++ kernels (csrc/topk_route.cpp, csrc/sparse_mla_decode_route.cpp) become
-    the CUDA-key kernels of the top-k family's dsa ops and of dsa.sparse_mla_decode in place of the Python routers
-    (dsa_ops._route), and follow the registry."""
+    """Around the library's load: its C++ kernels (csrc/*_route.cpp) become the CUDA-key kernels of the top-k
+    family's dsa ops, dsa.sparse_mla_decode, dsa.sparse_attention and dsa.paged_indexer_logits in place of the
+    Python routers (dsa_ops._route), and follow the registry."""
     from dsa_ops import _route, registry
 
-    from . import providers_sparse_mla_decode, providers_topk
+    from . import providers_paged_indexer, providers_sparse_attention, providers_sparse_mla_decode, providers_topk
 
     groups = ((providers_topk.ROUTED_OPS, providers_topk),
-              ((providers_sparse_mla_decode.OP,), providers_sparse_mla_decode))
+              ((providers_sparse_mla_decode.OP,), providers_sparse_mla_decode),
+              ((providers_sparse_attention.OP,), providers_sparse_attention),
+              ((providers_paged_indexer.OP,), providers_paged_indexer))
     with _route.handed_over([op for ops, _ in groups for op in ops]):
         yield
     ns = torch.ops.dsa_cuda
@@ -108,6 +110,25 @@ def sm_count(index: Optional[int]) -> int:
     """SMs of CUDA device `index` (None: the current one; 132 on the H200), cached."""
     return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
                                             ).multi_processor_count
+
+
+def route_following_registry(registry, available, op: str, provider, unsupported_arch, set_devices) -> int:
+    """Keep a C++ CUDA-key kernel of `op` (csrc/*_route.cpp) serving the devices `provider` would, whenever the
+    registry would pick it: this very provider registered and no other backend forced. Device d is served when
+    `available` accepts it and `unsupported_arch(capability, forced)` is None; otherwise no device, so every call
+    goes to the Python router. `set_devices(mask)` is the kernel's control op. Returns the mask now."""
+
+    def served() -> int:
+        forced = registry.forced_backend()
+        return sum(1 << d for d in range(min(torch.cuda.device_count(), 64))
+                   if available(torch.device("cuda", d)) is None and unsupported_arch(capability(d), forced) is None)
+
+    def sync():
+        ok = registry.providers(op).get("cuda") is provider and registry.forced_backend() in (None, "cuda")
+        set_devices(served() if ok else 0)
+
+    registry.on_change(sync)
+    return served()
 
 
 def sm90_or_forced_sm100(cap: tuple[int, int], forced: Optional[str], kernel: str) -> Optional[str]:

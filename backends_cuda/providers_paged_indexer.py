@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, sm90_only
+from . import aligned16, route_following_registry, sm90_only
 
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
@@ -121,9 +121,25 @@ def supports(q, kv_cache, weights, context_lens, block_table, max_context_len, c
     return sm90_only(q, "CUDA paged indexer") or unsupported_shape(q, kv_cache, max_context_len)
 
 
+def unsupported_arch(cap: tuple[int, int], forced: Optional[str]) -> Optional[str]:
+    """Why the kernels do not serve compute capability `cap` (None on SM90; wgmma, no SM100 variant yet)."""
+    return None if cap[0] == 9 else f"compute capability {cap[0]}.{cap[1]}: the CUDA paged indexer kernel is SM90-only"
+
+
+def take_route(registry, ns, available) -> int:
+    """After the library's load: the C++ CUDA-key kernel of the op (csrc/paged_indexer_logits_route.cpp) serves the
+    devices this provider would, whenever the registry would pick it (route_following_registry); the mask now."""
+    return route_following_registry(registry, available, OP, _registered.get(OP), unsupported_arch,
+                                    ns.paged_indexer_logits_route_set.default)
+
+
+_registered: dict = {}  # OP -> the provider register() added: what the C++ kernel stands in for
+
+
 def register() -> None:
     from dsa_ops import registry
 
     from . import available
 
-    registry.register_provider(registry.Provider(OP, "cuda", run, supports, available))
+    _registered[OP] = registry.Provider(OP, "cuda", run, supports, available)
+    registry.register_provider(_registered[OP])

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, capability, sm_count
+from . import aligned16, capability, route_following_registry, sm_count
 
 OP = "sparse_attention"
 _KERNEL = "sparse_attention_out"
@@ -143,9 +143,20 @@ def supports(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_sc
             or unsupported_shape(q, k_cache, v_cache, indices, block_table))
 
 
+def take_route(registry, ns, available) -> int:
+    """After the library's load: the C++ CUDA-key kernel of the op (csrc/sparse_attention_route.cpp) serves the
+    devices this provider would, whenever the registry would pick it (route_following_registry); the mask now."""
+    return route_following_registry(registry, available, OP, _registered.get(OP), unsupported_arch,
+                                    ns.sparse_attention_route_set.default)
+
+
+_registered: dict = {}  # OP -> the provider register() added: what the C++ kernels stand in for
+
+
 def register() -> None:
     from dsa_ops import registry
 
     from . import available
 
-    registry.register_provider(registry.Provider(OP, "cuda", launch, supports, available))
+    _registered[OP] = registry.Provider(OP, "cuda", launch, supports, available)
+    registry.register_provider(_registered[OP])

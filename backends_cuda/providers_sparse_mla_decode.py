@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from . import aligned16, capability, sm90_or_forced_sm100, sm_count
+from . import aligned16, capability, route_following_registry, sm90_or_forced_sm100, sm_count
 
 OP = "sparse_mla_decode"
 _KERNEL = "sparse_mla_decode_out"
@@ -163,27 +163,11 @@ def supports(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, 
             or unsupported_shape(q, kv_cache, indices, layout, attn_sink))
 
 
-def served_devices(registry, available, device_count: int) -> int:
-    """Bit mask of the CUDA devices this provider serves with the backend forced now (bit d: cuda:d): available,
-    and the arch served (unsupported_arch)."""
-    forced = registry.forced_backend()
-    return sum(1 << d for d in range(min(device_count, 64))
-               if available(torch.device("cuda", d)) is None and unsupported_arch(capability(d), forced) is None)
-
-
 def take_route(registry, ns, available) -> int:
-    """After the library's load: let its C++ kernel for the op's CUDA key (csrc/sparse_mla_decode_route.cpp) serve
-    the devices this provider would, whenever the registry would pick it (this very provider registered, no other
-    backend forced); otherwise no device, so each call goes to the Python router. Returns the mask now."""
-    set_devices = ns.sparse_mla_decode_route_set.default
-
-    def sync():
-        mine = registry.providers(OP).get("cuda") is _registered.get(OP)
-        ok = mine and registry.forced_backend() in (None, "cuda")
-        set_devices(served_devices(registry, available, torch.cuda.device_count()) if ok else 0)
-
-    registry.on_change(sync)
-    return served_devices(registry, available, torch.cuda.device_count())
+    """After the library's load: the C++ CUDA-key kernel of the op (csrc/sparse_mla_decode_route.cpp) serves the
+    devices this provider would, whenever the registry would pick it (route_following_registry); the mask now."""
+    return route_following_registry(registry, available, OP, _registered.get(OP), unsupported_arch,
+                                    ns.sparse_mla_decode_route_set.default)
 
 
 _registered: dict = {}  # OP -> the provider register() added: what the C++ kernel stands in for

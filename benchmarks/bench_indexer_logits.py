@@ -25,7 +25,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops import registry
-from harness import matmul_tflops, record
+from harness import capture_graph, host_overheads_us, matmul_tflops, record
 
 pytestmark = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
@@ -321,6 +321,45 @@ def deepgemm_paged_us(bench, label, args, L):
         meta_us = deepgemm_us(bench, label + " metadata",
                               lambda dg: lambda: dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None))
     return us, meta_us
+
+
+@pytest.mark.parametrize("b,next_n", [(1, 1), (8, 1), (64, 1), (64, 2)])
+def test_paged_indexer_logits_op(bench, b, next_n):
+    """The op as users call it (`dsa_ops.paged_indexer_logits`, automatic choice, fp8 mode), 65536 positions, H 64,
+    called eagerly: the host time a call of back-to-back calls (no sync), beside DeepGEMM's fp8_fp4_paged_mqa_logits
+    on the same inputs (its schedule metadata made once, as an engine shares it across layers; `deepgemm+meta`: the
+    metadata call too) and torch.add(out=) as the host's pace, timed in turn (harness.host_overheads_us); the GPU
+    times of ours and DeepGEMM's from graph replays beside."""
+    L, h = 65536, 64
+    args = _paged_inputs(b, next_n, h, L)
+    q, cache, w, ctx, table = args
+    a, b_, c = (torch.ones(1024, device="cuda") for _ in range(3))
+    fns = {"op": lambda: dsa_ops.paged_indexer_logits(*args, max_context_len=L),
+           "torch_add": lambda: torch.add(a, b_, out=c)}
+    dg, why = deep_gemm()
+    if dg is not None:
+        ctx_dg = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).clamp_min(0)
+        ctx_dg = ctx_dg.to(torch.int32).contiguous()
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
+        fns["deepgemm"] = lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
+        fns["deepgemm+meta"] = lambda: dg.fp8_fp4_paged_mqa_logits(
+            q, None, cache, w, ctx_dg, table, dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None), L, None)
+    else:
+        print(f"\n  deepgemm not timed: {why}")
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    backend = registry.select("paged_indexer_logits", (*args, L, True, False)).backend
+    got = dict(zip(fns, host_overheads_us(list(fns.values()), calls=1000, batches=20)))
+    med, best = got.pop("op")
+    graph_us = {name: round(bench.timer.median_us(capture_graph(fns[name]).replay, iters=30), 2)
+                for name in ("op", "deepgemm") if name in fns}
+    bench.add(record("paged_indexer_logits", "op-eager-host",
+                     {"batch": b, "next_n": next_n, "keys": L, "heads": h, "head_dim": D, "precise": False},
+                     med, baselines={k: v[0] for k, v in got.items()},
+                     timing="host time a call of back-to-back eager calls (median of 20 batches; not GPU time)",
+                     host_min_us=round(best, 2), backend=backend, graph_replay_us=graph_us))
 
 
 # (B, next_n, H, L): the issue's decode sizes (next_n 1 and 2), batch 1, 8, 256 at 65536 positions, and

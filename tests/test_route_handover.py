@@ -1,5 +1,6 @@
-"""The handover of the top-k family's and sparse_mla_decode's CUDA key to compiled kernels (dsa_ops._route),
-without a GPU: registrations, the forced-backend flag the kernels follow, and the error keeping of dsa_route."""
+"""The handover of the CUDA key of the top-k family, sparse_mla_decode, sparse_attention and paged_indexer_logits to
+compiled kernels (dsa_ops._route), without a GPU: registrations, the forced-backend flag the kernels follow, and the
+error keeping of dsa_route."""
 
 import warnings
 
@@ -9,7 +10,7 @@ import torch
 from dsa_ops import _route, registry
 from dsa_ops.backends.cuda import providers_topk
 
-OPS = providers_topk.ROUTED_OPS + ("sparse_mla_decode",)
+OPS = providers_topk.ROUTED_OPS + ("sparse_mla_decode", "sparse_attention", "paged_indexer_logits")
 
 
 def _has_cuda_kernel(name):

@@ -10,6 +10,7 @@
 
 #include "dsa_binding.h"
 #include "dsa_cuda/paged_indexer_logits.cuh"
+#include "paged_indexer_logits_out.h"
 
 namespace {
 
@@ -20,8 +21,11 @@ constexpr const char* kOp = "dsa_cuda.paged_indexer_logits_out";
 
 bool on(const Tensor& t, int32_t device) { return t.is_cuda() && t.get_device_index() == device; }
 
-void paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens, Tensor block_table,
-                              int64_t max_context_len, bool clean, bool fp8_mma, int64_t config, Tensor out) {
+}  // namespace
+
+void dsa_cuda_binding::paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens,
+                                                Tensor block_table, int64_t max_context_len, bool clean,
+                                                bool fp8_mma, int64_t config, Tensor out) {
   STD_TORCH_CHECK(q.dim() == 4 && q.is_cuda() && q.scalar_type() == ScalarType::Float8_e4m3fn && unit_last_stride(q),
                   kOp, ": `q` must be a float8_e4m3fn [B, next_n, H, D] CUDA tensor with unit last stride");
   const int32_t device = q.get_device_index();
@@ -89,8 +93,6 @@ void paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor 
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
-}  // namespace
-
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens, "
@@ -98,5 +100,5 @@ STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {
-  m.impl("paged_indexer_logits_out", TORCH_BOX(&paged_indexer_logits_out));
+  m.impl("paged_indexer_logits_out", TORCH_BOX(&dsa_cuda_binding::paged_indexer_logits_out));
 }

@@ -7,9 +7,12 @@
 #include <torch/headeronly/util/Exception.h>
 
 #include <cstdint>
+#include <tuple>
 
 #include "dsa_binding.h"
+#include "dsa_cuda/smxx_sparse_attention_heuristics.cuh"
 #include "dsa_cuda/sparse_attention.cuh"
+#include "sparse_attention_out.h"
 
 namespace {
 
@@ -25,9 +28,18 @@ bool fp8_cache(const Tensor& c, int32_t device, int64_t d) {
          c.stride(3) == 1;
 }
 
-void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table,
-                          Tensor token_to_req, double softmax_scale, double k_scale, double v_scale, int64_t splits,
-                          int64_t whole, Tensor out, Tensor workspace) {
+// torch.ops.dsa_cuda.sparse_attention_split_plan: the route's split plan, for the test that it is Python's.
+std::tuple<int64_t, int64_t> sparse_attention_split_plan(int64_t rows, int64_t kv_heads, int64_t topk, int64_t sms) {
+  const auto plan = dsa_cuda::sparse_attention_heuristics::split_plan(rows, kv_heads, topk, sms);
+  return {plan.splits, plan.whole};
+}
+
+}  // namespace
+
+void dsa_cuda_binding::sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices,
+                                            Tensor block_table, Tensor token_to_req, double softmax_scale,
+                                            double k_scale, double v_scale, int64_t splits, int64_t whole, Tensor out,
+                                            Tensor workspace) {
   STD_TORCH_CHECK(q.dim() == 3 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(2) == 128 &&
                       q.stride(2) == 1,
                   kOp, ": `q` must be a bfloat16 [T, Hq, 128] CUDA tensor with unit last stride");
@@ -108,15 +120,19 @@ void sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indic
   STD_TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
-}  // namespace
-
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table, "
       "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, int whole, "
       "Tensor(a!) out, Tensor(b!) workspace) -> ()");
+  m.def("sparse_attention_split_plan(int rows, int kv_heads, int topk, int sms) -> (int, int)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CUDA, m) {
-  m.impl("sparse_attention_out", TORCH_BOX(&sparse_attention_out));
+  m.impl("sparse_attention_out", TORCH_BOX(&dsa_cuda_binding::sparse_attention_out));
+}
+
+// CompositeExplicitAutograd: no tensor argument, so no dispatch key to pick a kernel by.
+STABLE_TORCH_LIBRARY_IMPL(dsa_cuda, CompositeExplicitAutograd, m) {
+  m.impl("sparse_attention_split_plan", TORCH_BOX(&sparse_attention_split_plan));
 }

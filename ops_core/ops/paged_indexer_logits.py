@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import registry
+from .. import _route, registry
 from .._checks import check_flag, check_given_int, check_int, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import define_op
 from . import _indexer_choice
@@ -79,7 +79,7 @@ def fake(q, kv_cache, weights, context_lens, block_table, max_context_len, clean
     return q.new_empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32)
 
 
-OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake)
+OP = define_op(NAME, SCHEMA, validate=validate, reference=reference, fake=fake, compiled_cuda=True)
 registry.set_preference(NAME, _indexer_choice.paged, _indexer_choice.PAGED_SUMMARY)
 
 
@@ -105,5 +105,8 @@ def paged_indexer_logits(q, kv_cache, weights, context_lens, block_table, *, max
     check_flag(NAME, "precise", precise)  # torch's argument parser would read None or 0.0 as False
     check_flag(NAME, "clean", clean)
     check_given_int(NAME, "max_context_len", max_context_len)
-    return torch.ops.dsa.paged_indexer_logits(q, kv_cache, weights, context_lens, block_table,
-                                              max_context_len=max_context_len, clean=clean, precise=precise)
+    try:
+        return torch.ops.dsa.paged_indexer_logits(q, kv_cache, weights, context_lens, block_table,
+                                                  max_context_len=max_context_len, clean=clean, precise=precise)
+    except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
+        raise _route.original(e) from None

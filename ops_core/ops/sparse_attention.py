@@ -14,7 +14,7 @@ import logging
 
 import torch
 
-from .. import registry
+from .. import _route, registry
 from .._checks import check_out, check_out_alone, check_shape, check_tensor, check_unit_last_stride, fail
 from .._define import OutForm, define_op
 
@@ -138,6 +138,7 @@ OP = define_op(
     reference=reference,
     fake=fake,
     out=OutForm(_ARGS + ", Tensor(a!) out) -> ()", 1, _alloc, _reference_out, _check_outs),
+    compiled_cuda=True,
 )
 
 # Which GPU provider serves a call (the automatic order puts CUDA first; it serves fp8 caches only).
@@ -194,7 +195,10 @@ def sparse_attention(q, k_cache, v_cache, indices, block_table, token_to_req, *,
     """
     args = (q, k_cache, v_cache, indices, block_table, token_to_req)
     kw = dict(softmax_scale=softmax_scale, k_scale=k_scale, v_scale=v_scale)
-    if out is None:
-        return torch.ops.dsa.sparse_attention(*args, **kw)
-    torch.ops.dsa.sparse_attention.out(*args, **kw, out=out)
+    try:
+        if out is None:
+            return torch.ops.dsa.sparse_attention(*args, **kw)
+        torch.ops.dsa.sparse_attention.out(*args, **kw, out=out)
+    except RuntimeError as e:  # the router's own error behind the CUDA kernel's copy (see _route)
+        raise _route.original(e) from None
     return out

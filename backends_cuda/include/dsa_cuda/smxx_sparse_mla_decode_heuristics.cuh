@@ -1,4 +1,4 @@
-// The split rule of dsa.sparse_mla_decode's CUDA kernels, for the C++ route of the op (csrc/
+// The split rule and workspace size of dsa.sparse_mla_decode's CUDA kernels, for the C++ route of the op (csrc/
 // sparse_mla_decode_route.cpp). The same rule as providers_sparse_mla_decode.split_count, which states the
 // measurements behind it; tests/test_gpu_sparse_mla_decode_route.py checks the two agree. Torch-free, host only.
 #pragma once
@@ -31,6 +31,12 @@ inline int64_t split_count(int64_t batch, int64_t s_q, int64_t heads, int64_t to
     splits = within(sms);
   }
   return splits;
+}
+
+// fp32 elements of the split workspace (partial outputs, row maxima and sums); 0 for one split. The binding
+// checks the workspace it gets against the launcher's sparse_mla_decode_workspace_floats.
+inline int64_t workspace_floats(int64_t batch, int64_t s_q, int64_t heads, int64_t splits) {
+  return splits <= 1 ? 0 : batch * s_q * ceil_div(heads, kHeadsPerCta) * splits * kHeadsPerCta * (512 + 2);
 }
 
 }  // namespace dsa_cuda::sparse_mla_decode_heuristics
