@@ -44,6 +44,8 @@
 // Torch-free. Included by sparse_mla_decode.cuh under __CUDACC__.
 #pragma once
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -315,29 +317,46 @@ __device__ __forceinline__ uint4 load_scales(const TokenRows& t, int q) {
   }
 }
 
-template <bool kV4>
-__device__ __forceinline__ void load_rows(const TokenRows& t, int q, uint32_t rope_flip, TokenPart<kV4>& r) {
-#pragma unroll
-  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
-    r.v[k] = load_piece<kV4>(t, k, rope_flip);
-  }
-  r.sc = load_scales<kV4>(t, q);
-}
-
-// A token's pieces dequantised and stored into its stage row, each piece's register reloaded from `next` once
-// its dequant is stored (the scales after the last e4m3 piece).
-template <bool kV4>
+// A token's pieces dequantised and stored into its stage row, each piece below kReload reloaded from `next` once
+// its dequant is stored, and the scales (which every e4m3 piece's dequant needs) after the last e4m3 piece.
+template <bool kV4, int kReload>
 __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
   const uint32_t row = kt + uint32_t(tok) * 128u;
   const uint32_t rope_flip = rope_order<kV4>(tok);
 #pragma unroll
   for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
     store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
-    r.v[k] = load_piece<kV4>(next, k, rope_flip);
+    if (k < kReload) {
+      r.v[k] = load_piece<kV4>(next, k, rope_flip);
+    }
     if (k == TokenPart<kV4>::kFp8 - 1) {
       r.sc = load_scales<kV4>(next, q);
     }
   }
+}
+
+// Pieces k0 and up of a token's row.
+template <bool kV4>
+__device__ __forceinline__ void load_pieces(const TokenRows& t, int k0, uint32_t rope_flip, TokenPart<kV4>& r) {
+#pragma unroll
+  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
+    if (k >= k0) {
+      r.v[k] = load_piece<kV4>(t, k, rope_flip);
+    }
+  }
+}
+
+// The pieces of a token that the second tile of a pair reloads for the next pair's first tile (the head form,
+// `producer`).
+constexpr int kHeadPieces = 2;
+
+template <bool kV4>
+__device__ __forceinline__ void load_head(const TokenRows& t, int q, uint32_t rope_flip, TokenPart<kV4>& r) {
+#pragma unroll
+  for (int k = 0; k < kHeadPieces; ++k) {
+    r.v[k] = load_piece<kV4>(t, k, rope_flip);
+  }
+  r.sc = load_scales<kV4>(t, q);
 }
 
 // Warpgroup 0: tile n's two half-tiles (tokens 32 h + tid / 4) from registers into stage n % 2, each
@@ -346,6 +365,12 @@ __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenP
 // ptxas sees the second tile's uses of the loads the first issues and keeps them early: a load whose only use
 // is in the next iteration it sinks to the loop's end. An odd count gets an all-invalid last tile (the math
 // warpgroups count the same, math_work).
+// The head form: the loads crossing the back edge all wait on one scoreboard at the next pair's first use, so
+// the second tile of a pair reloads only kHeadPieces pieces and the scales of a token, and the next pair's first
+// tile loads the rest at its top (load_pieces). SASS (nvcc 13.0, v32): the first wait 24 loads with 149 cycles of
+// cover -> 8 with 434, every wait <= 8 loads. H100, graph replay, one split, same outputs bitwise: 135.5 ->
+// 133.0 us b128 h64 s_q1, 128.8 -> 125.1 b64 h128 s_q1, 466.1 -> 452.8 b128 h128 s_q2, 254.0 -> 251.4 b128 h64
+// s_q2 (v32); v4 137.2 -> 124.6 b128 h64 s_q1, 427.9 -> 422.8 b128 h128 s_q2.
 template <bool kV4>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
                                          int tid) {
@@ -363,10 +388,17 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
   uint32_t valid0 = first0.valid, valid1 = first1.valid;  // tile n's tokens
   int32_t slot0 = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, tok);  // -1 past the split: zero rows
   int32_t slot1 = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, 32 + tok);
-  TokenPart<kV4> r0, r1;
-  load_rows<kV4>(first0, q, rope_order<kV4>(tok), r0);
-  load_rows<kV4>(first1, q, rope_order<kV4>(tok), r1);
-  auto tile = [&](int n) {
+  const uint32_t rope_flip = rope_order<kV4>(tok);
+  TokenPart<kV4> r0, r1;  // before each pair: its first tile's head pieces and scales
+  load_head<kV4>(first0, q, rope_flip, r0);
+  load_head<kV4>(first1, q, rope_flip, r1);
+  TokenRows tail0 = first0, tail1 = first1;  // the rows whose other pieces a first tile loads at its top
+  auto tile = [&](int n, auto second) {
+    constexpr bool kSecond = decltype(second)::value;
+    if (!kSecond) {
+      load_pieces<kV4>(tail0, kHeadPieces, rope_flip, r0);
+      load_pieces<kV4>(tail1, kHeadPieces, rope_flip, r1);
+    }
     const int st = n & 1;
     const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
     const TokenRows nx0 = token_rows<kV4>(a, slot0, q);
@@ -383,16 +415,21 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
       masks[8 * (n % kOffSlots) + 4 + (tok >> 3)] = uint8_t(m1);
     }
     bar_sync_converged(kBarEmpty + st, kEmptyThreads);  // the math is done with tile n - 2
-    store_reload<kV4>(kt, tok, q, r0, nx0);
-    store_reload<kV4>(kt, 32 + tok, q, r1, nx1);
+    constexpr int kReload = kSecond ? kHeadPieces : TokenPart<kV4>::kN;
+    store_reload<kV4, kReload>(kt, tok, q, r0, nx0);
+    store_reload<kV4, kReload>(kt, 32 + tok, q, r1, nx1);
     fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
     mbar_arrive(full + 8 * st);
     valid0 = nx0.valid;
     valid1 = nx1.valid;
+    if (kSecond) {
+      tail0 = nx0;
+      tail1 = nx1;
+    }
   };
   for (int n = 0; n < count; n += 2) {
-    tile(n);
-    tile(n + 1);
+    tile(n, std::false_type{});
+    tile(n + 1, std::true_type{});
   }
 }
 
