@@ -28,9 +28,6 @@
 #define DSA_PAGED_ROUTE_CONTROL_NS dsa_cuda
 #endif
 
-#define DSA_PAGED_STR_(x) #x
-#define DSA_PAGED_STR(x) DSA_PAGED_STR_(x)
-
 namespace {
 
 using torch::headeronly::ScalarType;
@@ -93,7 +90,7 @@ Tensor paged_indexer_logits(Tensor q, Tensor kv_cache, Tensor weights, Tensor co
                             int64_t max_context_len, bool clean, bool precise) {
   if (!fast_ok(q, kv_cache, weights, context_lens, block_table, max_context_len)) {
     return torch::stable::detail::to<Tensor>(dsa_route_common::call_router(
-        DSA_PAGED_STR(DSA_PAGED_ROUTE_FALLBACK_NS) "::paged_indexer_logits", "", q, kv_cache, weights, context_lens,
+        DSA_ROUTE_STR(DSA_PAGED_ROUTE_FALLBACK_NS) "::paged_indexer_logits", "", q, kv_cache, weights, context_lens,
         block_table, max_context_len, clean, precise)[0]);
   }
   Tensor out = empty_contiguous({q.size(0) * q.size(1), max_context_len}, aoti_torch_dtype_float32(), g_served.type,

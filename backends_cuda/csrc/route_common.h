@@ -15,6 +15,10 @@
 #include <stdexcept>
 #include <string>
 
+// A macro argument as a string literal (the route files name their router's namespace by macro).
+#define DSA_ROUTE_STR_(x) #x
+#define DSA_ROUTE_STR(x) DSA_ROUTE_STR_(x)
+
 namespace dsa_route_common {
 
 // The Python router's message for the last call it failed in this thread; one string for every route file

@@ -29,15 +29,12 @@
 #include "sparse_attention_out.h"
 
 #ifndef DSA_SA_ROUTE_CPU_TEST
-#include <cuda_runtime_api.h>
+#include "route_device.h"
 #define DSA_SA_ROUTE_NS dsa
 #define DSA_SA_ROUTE_KEY CUDA
 #define DSA_SA_ROUTE_FALLBACK_NS dsa_route
 #define DSA_SA_ROUTE_CONTROL_NS dsa_cuda
 #endif
-
-#define DSA_SA_STR_(x) #x
-#define DSA_SA_STR(x) DSA_SA_STR_(x)
 
 namespace {
 
@@ -48,11 +45,8 @@ using dsa_route_common::aligned16;
 using dsa_route_common::empty_contiguous;
 using dsa_route_common::same_device;
 
-constexpr int kMaxDevices = 64;
 constexpr int64_t kInt31 = int64_t{1} << 31;
 constexpr int64_t kTritonMaxPrograms = 64;  // ops_core/ops/sparse_attention.py TRITON_MAX_PROGRAMS
-
-std::atomic<int> g_sms[kMaxDevices];  // per device, asked once (0: not yet)
 
 #ifdef DSA_SA_ROUTE_CPU_TEST
 dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cpu()};
@@ -60,17 +54,7 @@ int sm_count(int32_t) { return 132; }
 bool capturing(const Tensor&) { return false; }
 #else
 dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cuda()};
-
-int sm_count(int32_t device) {
-  int v = g_sms[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v <= 0) {
-      throw std::runtime_error("dsa sparse_attention: cudaDeviceGetAttribute failed");
-    }
-    g_sms[device].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
+using dsa_route_common::sm_count;
 
 // Whether torch's current stream on q's device is capturing a CUDA graph.
 bool capturing(const Tensor& q) {
@@ -203,7 +187,7 @@ void launch(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& i
                                          plan.whole, out, ws);
 }
 
-const std::string kRouter = DSA_SA_STR(DSA_SA_ROUTE_FALLBACK_NS) "::sparse_attention";
+const std::string kRouter = DSA_ROUTE_STR(DSA_SA_ROUTE_FALLBACK_NS) "::sparse_attention";
 
 Tensor sparse_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table,
                         Tensor token_to_req, double softmax_scale, double k_scale, double v_scale) {

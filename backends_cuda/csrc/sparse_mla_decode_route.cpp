@@ -29,15 +29,12 @@
 // tests/test_mla_route_gate_cpu.py builds this file for the CPU key of its own namespaces (DSA_MLA_ROUTE_CPU_TEST,
 // a stub binding entry) to check the fast check against the Python router's decision without a GPU.
 #ifndef DSA_MLA_ROUTE_CPU_TEST
-#include <cuda_runtime_api.h>
+#include "route_device.h"
 #define DSA_MLA_ROUTE_NS dsa
 #define DSA_MLA_ROUTE_KEY CUDA
 #define DSA_MLA_ROUTE_FALLBACK_NS dsa_route
 #define DSA_MLA_ROUTE_CONTROL_NS dsa_cuda
 #endif
-
-#define DSA_MLA_STR_(x) #x
-#define DSA_MLA_STR(x) DSA_MLA_STR_(x)
 
 namespace {
 
@@ -49,33 +46,14 @@ using dsa_route_common::aligned16;
 using dsa_route_common::empty_contiguous;
 using dsa_route_common::same_device;
 
-constexpr int kMaxDevices = 64;
-
-// Per device, asked once: SM count and compute capability major (0: not asked yet).
-std::atomic<int> g_sms[kMaxDevices];
-std::atomic<int> g_major[kMaxDevices];
-
-
 #ifdef DSA_MLA_ROUTE_CPU_TEST
 dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cpu()};
 int sm_count(int32_t) { return 132; }
 int cc_major(int32_t) { return 9; }
 #else
 dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cuda()};
-
-int device_attribute(std::atomic<int>* cache, cudaDeviceAttr attr, int32_t device) {
-  int v = cache[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess || v <= 0) {
-      throw std::runtime_error("dsa sparse_mla_decode: cudaDeviceGetAttribute failed");
-    }
-    cache[device].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
-int sm_count(int32_t device) { return device_attribute(g_sms, cudaDevAttrMultiProcessorCount, device); }
-int cc_major(int32_t device) { return device_attribute(g_major, cudaDevAttrComputeCapabilityMajor, device); }
+using dsa_route_common::cc_major;
+using dsa_route_common::sm_count;
 #endif
 
 void sparse_mla_decode_route_set(int64_t devices) {
@@ -125,7 +103,7 @@ std::tuple<Tensor, Tensor> sparse_mla_decode(Tensor q, Tensor kv_cache, Tensor i
                                              std::string layout, OptTensor topk_lens, OptTensor attn_sink) {
   const bool v4 = layout == "v4";
   if (!((v4 || layout == "v32") && fast_ok(q, kv_cache, indices, v4, topk_lens, attn_sink))) {
-    auto stack = dsa_route_common::call_router(DSA_MLA_STR(DSA_MLA_ROUTE_FALLBACK_NS) "::sparse_mla_decode", "", q,
+    auto stack = dsa_route_common::call_router(DSA_ROUTE_STR(DSA_MLA_ROUTE_FALLBACK_NS) "::sparse_mla_decode", "", q,
                                                kv_cache, indices, softmax_scale, layout, topk_lens, attn_sink);
     return {torch::stable::detail::to<Tensor>(stack[0]), torch::stable::detail::to<Tensor>(stack[1])};
   }

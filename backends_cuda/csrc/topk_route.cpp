@@ -38,9 +38,6 @@
 #define DSA_TOPK_ROUTE_CONTROL_NS dsa_cuda
 #endif
 
-#define DSA_STR_(x) #x
-#define DSA_STR(x) DSA_STR_(x)
-
 namespace {
 
 using torch::stable::Tensor;
@@ -134,7 +131,8 @@ namespace sd = torch::stable::detail;  // from / to: StableIValue conversions
 // Run the Python router, dsa_route::<op>, on these arguments and return the stack (results first).
 template <typename... Args>
 std::array<StableIValue, sizeof...(Args)> call_router(const char* op, const char* overload, const Args&... args) {
-  return dsa_route_common::call_router(std::string(DSA_STR(DSA_TOPK_ROUTE_FALLBACK_NS) "::") + op, overload, args...);
+  return dsa_route_common::call_router(std::string(DSA_ROUTE_STR(DSA_TOPK_ROUTE_FALLBACK_NS) "::") + op, overload,
+                                       args...);
 }
 
 // A new `out` for `call` (whose `out` is ignored), the launch into it, and `out`.
