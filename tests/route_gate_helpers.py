@@ -18,7 +18,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 # The script's start: build_route(op, route_file, macro, stub) -> (the op's copy in the CPU key's namespace, its
-# route_set); route(fn) -> "served" | "router" | "no error".
+# route_set); route(fn) -> "served" | "router" | "no error"; with_(case, **kw): a copy of a case dict, kw replaced.
 PRELUDE = textwrap.dedent(
     r"""
     import json, os, tempfile
@@ -55,6 +55,11 @@ PRELUDE = textwrap.dedent(
         route_set = getattr(getattr(torch.ops, ns + "_ctl"), op + "_route_set")
         route_set(1)
         return getattr(torch.ops, ns), route_set, libs
+
+    def with_(case, **kw):
+        case = dict(case)
+        case.update(kw)
+        return case
 
     def route(fn):
         try:

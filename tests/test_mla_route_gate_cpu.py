@@ -38,11 +38,6 @@ SCRIPT = textwrap.dedent(
         buf = torch.zeros((nb, page * BPT[layout] + pad), dtype=torch.uint8)
         return buf[:, :page * BPT[layout]].view(nb, page, 1, BPT[layout])
 
-    def with_(d, **kw):
-        d = dict(d)
-        d.update(kw)
-        return d
-
     b32, b4 = base(), base("v4")
     qbuf = torch.zeros(2 * 64 * 580 + 8, dtype=torch.bfloat16)
     cases = {

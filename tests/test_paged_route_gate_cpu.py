@@ -31,11 +31,6 @@ SCRIPT = textwrap.dedent(
                     w=torch.zeros((b * next_n, h)), lens=torch.zeros(b, dtype=I32),
                     bt=torch.zeros((b, max_blocks), dtype=I32), max_len=max_len, precise=False)
 
-    def with_(c, **kw):
-        c = dict(c)
-        c.update(kw)
-        return c
-
     b = base()
     qbuf = torch.zeros(4 * 64 * 128 + 16, dtype=FP8)
     cases = {

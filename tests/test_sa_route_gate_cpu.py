@@ -32,11 +32,6 @@ SCRIPT = textwrap.dedent(
                     v=torch.empty((nb, page, hkv, d), dtype=dtype), idx=torch.zeros((t, topk), dtype=I32),
                     bt=torch.zeros((3, 16), dtype=I32), t2r=torch.zeros(t, dtype=I32))
 
-    def with_(c, **kw):
-        c = dict(c)
-        c.update(kw)
-        return c
-
     b = base()
     kv = torch.empty((8, 2, 64, 256), dtype=FP8)  # vLLM's [pages, Hkv, P, 2 D] buffer: K and V views
     kv_k, kv_v = kv.transpose(1, 2)[..., :128], kv.transpose(1, 2)[..., 128:]
