@@ -299,17 +299,22 @@ def q_bytes(q):
     return q.numel() * q.element_size()
 
 
+def deepgemm_paged_ctx(args):
+    """DeepGEMM's context lengths for the paged inputs and the SM count its metadata wants. Its lengths are per
+    token, [B, next_n]: token i of a request of length c sees positions < c - next_n + i + 1, as the op's (the
+    last column is c). A [B, 1] tensor would tell it next_n = 1."""
+    q, ctx = args[0], args[3]
+    next_n = q.shape[1]
+    ctx_dg = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device=ctx.device, dtype=torch.int32)).clamp_min(0)
+    return ctx_dg.to(torch.int32).contiguous(), torch.cuda.get_device_properties(q.device).multi_processor_count
+
+
 def deepgemm_paged_us(bench, label, args, L):
     """DeepGEMM's fp8_fp4_paged_mqa_logits time on the paged inputs, and apart from it the time of the
     schedule-metadata kernel it needs (computed once per batch, outside the timed call, as vLLM does);
-    (None, None) when DeepGEMM is not available or fails. Its context lengths are per token, [B, next_n]:
-    token i of a request of length c sees positions < c - next_n + i + 1, as the op's (the last column
-    is c). A [B, 1] tensor would tell it next_n = 1."""
-    q, cache, w, ctx, table = args
-    next_n = q.shape[1]
-    ctx_dg = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device=ctx.device, dtype=torch.int32)).clamp_min(0)
-    ctx_dg = ctx_dg.to(torch.int32).contiguous()
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    (None, None) when DeepGEMM is not available or fails."""
+    q, cache, w, _, table = args
+    ctx_dg, sms = deepgemm_paged_ctx(args)
 
     def logits(dg):
         meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
@@ -332,15 +337,13 @@ def test_paged_indexer_logits_op(bench, b, next_n):
     times of ours and DeepGEMM's from graph replays beside."""
     L, h = 65536, 64
     args = _paged_inputs(b, next_n, h, L)
-    q, cache, w, ctx, table = args
+    q, cache, w, _, table = args
     a, b_, c = (torch.ones(1024, device="cuda") for _ in range(3))
     fns = {"op": lambda: dsa_ops.paged_indexer_logits(*args, max_context_len=L),
            "torch_add": lambda: torch.add(a, b_, out=c)}
     dg, why = deep_gemm()
     if dg is not None:
-        ctx_dg = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).clamp_min(0)
-        ctx_dg = ctx_dg.to(torch.int32).contiguous()
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        ctx_dg, sms = deepgemm_paged_ctx(args)
         meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
         fns["deepgemm"] = lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
         fns["deepgemm+meta"] = lambda: dg.fp8_fp4_paged_mqa_logits(

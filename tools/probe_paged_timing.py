@@ -49,10 +49,8 @@ def forms(case) -> dict:
            "op": lambda: dsa_ops.paged_indexer_logits(*args, max_context_len=L)}
     dg, why = b.deep_gemm()
     if dg is not None:
-        q, cache, w, ctx, table = args
-        ctx_dg = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).clamp_min(0)
-        ctx_dg = ctx_dg.to(torch.int32).contiguous()
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        q, cache, w, _, table = args
+        ctx_dg, sms = b.deepgemm_paged_ctx(args)
         meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
         fns["deepgemm"] = lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
     else:
