@@ -131,6 +131,19 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 // memcheck are clean, docs/design_attention.md).
 __device__ __noinline__ void handover(int id) { bar_sync(id, 256); }
 
+// Probe (-DDSA_MLA_CONSUMER_FENCE=1): the K stage's generic -> async proxy fence in each math thread after its
+// `full` wait instead of in the producer before its arrive. The producer's fence (MEMBAR.ALL.CTA +
+// FENCE.VIEW.ASYNC.S in SASS) is issued with the next tile's ~20 gathers in flight; if the MEMBAR waits for
+// them, the stage's hand-over waits a whole gather latency. Off: SASS unchanged.
+#ifndef DSA_MLA_CONSUMER_FENCE
+#define DSA_MLA_CONSUMER_FENCE 0
+#endif
+__device__ __forceinline__ void consumer_fence() {
+#if DSA_MLA_CONSUMER_FENCE
+  fence_async_smem();
+#endif
+}
+
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 // The thread index as an opaque value: from a loop-invariant one ptxas hoists every piece's token, column
@@ -418,7 +431,9 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
     constexpr int kReload = kSecond ? kHeadPieces : TokenPart<kV4>::kN;
     store_reload<kV4, kReload>(kt, tok, q, r0, nx0);
     store_reload<kV4, kReload>(kt, 32 + tok, q, r1, nx1);
+#if !DSA_MLA_CONSUMER_FENCE
     fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
+#endif
     mbar_arrive(full + 8 * st);
     valid0 = nx0.valid;
     valid1 = nx1.valid;
@@ -549,6 +564,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   if (count > 0) {
     mbar_wait(full, 0u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+    consumer_fence();
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem);
     wgmma_wait_all();
     fence_acc(s);
@@ -561,6 +577,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     const int st = n & 1;
     mbar_wait(full + 8 * (st ^ 1), uint32_t((n + 1) >> 1) & 1u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+    consumer_fence();
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
     wgmma_wait_1();  // S(n + 1); PV(n) keeps running
@@ -637,6 +654,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     const int st = n & 1;
     mbar_wait(full + 8 * st, uint32_t(n >> 1) & 1u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
+    consumer_fence();
     handover(kBarPReady);  // P(n), alpha(n)
     const float al0 = row_f[row0], al1 = row_f[row1];
     if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {  // the QK warp's lazy rescale
