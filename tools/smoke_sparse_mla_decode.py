@@ -5,8 +5,8 @@ exact reference, one line each with the max errors, so a failure is easy to plac
     python tools/smoke_sparse_mla_decode.py --time     # also times the kernel beside FlashMLA
 
 Each case runs kernel variants 0 (sm90_sparse_mla_decode.cuh), 3 (three warpgroup roles,
-sm90_sparse_mla_decode_ws.cuh) and, at 128 heads, 4 (variant 3 in CTA pairs); --time times each ("v0", "v3", "v4")
-and the provider's choice ("op", variant_for: 3 on SM90).
+sm90_sparse_mla_decode_ws.cuh) and, at 128 heads, 4 (variant 3 in CTA pairs); --time times variants 3 and 4 ("v3",
+"v4") and the provider's choice ("op", variant_for: 3 on SM90).
 
 --time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
 FlashMLA from .peer): us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its
@@ -89,7 +89,7 @@ def time_variants() -> int:
         scale = bm.D_QK[layout] ** -0.5
         out = torch.empty((batch, s_q, heads, 512), dtype=torch.bfloat16, device="cuda")
         lse = torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")
-        variants = {"v0": {"variant": 0}, "v3": {"variant": 3}, "op": {}}
+        variants = {"v3": {"variant": 3}, "op": {}}  # variant 0 (forced only) is not timed
         if heads % 128 == 0:
             variants["v4"] = {"variant": 4}
         times = {}
