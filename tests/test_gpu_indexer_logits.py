@@ -284,7 +284,6 @@ def test_indexer_logits_negative_scales(backend, h, precise):
 # precise=True the launcher must refuse it by name. CP_ASYNC (3) takes every mode. Always into a poisoned
 # output with clean=True: every element written.
 TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
-TMA_F16_CONFIGS = [4, 5]  # providers_indexer.TMA_F16, TMA_F16_OVERLAP (the exact mode)
 TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
 
 
@@ -325,26 +324,25 @@ def test_indexer_logits_cp_async_config(case, precise):
     _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
 
 
-@pytest.mark.parametrize("config", TMA_F16_CONFIGS, ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
 @pytest.mark.parametrize("case", DENSE_CASES + TMA_SMALL_CASES, ids=_ids)
-def test_indexer_logits_tma_f16_config(case, precise, config):
-    """TMA in the exact mode (config 4: 3 math warpgroups; 5: 2 with two accumulators each): fp8 operands with
-    precise=True only (refused by name otherwise); the same key rows, Q permutation, MMAs and epilogue as the
-    cp.async kernel (config 3), so the scores are bitwise config 3's, and within the exact mode's bound."""
+def test_indexer_logits_tma_f16_config(case, precise):
+    """TMA in the exact mode (config 4): fp8 operands with precise=True only (refused by name otherwise);
+    the same key rows, Q permutation, MMAs and epilogue as the cp.async kernel (config 3), so its scores are
+    bitwise config 3's, and within the exact mode's bound."""
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     t, n, h, dtype, windows = case
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
     if dtype != FP8 or not precise:
-        with pytest.raises(RuntimeError, match="configs 4 and 5"):
-            _run_config(args, precise, out, config)
+        with pytest.raises(RuntimeError, match="config 4"):
+            _run_config(args, precise, out, pi.TMA_F16)
         return
-    _run_config(args, True, out, config)
+    _run_config(args, True, out, pi.TMA_F16)
     want = _run_config(args, True, torch.full((t, n), POISON, device="cuda"), pi.CP_ASYNC)
     torch.cuda.synchronize()
-    assert torch.equal(out, want), f"config {config} scores differ from config 3's in the exact mode"
+    assert torch.equal(out, want), "config 4 scores differ from config 3's in the exact mode"
     _check_mode(out, _ref_dense_cached(case, args), True, fp8=True, args=args)
 
 
@@ -363,21 +361,20 @@ def test_indexer_logits_overlapping_kv_rows(h):
     for config in TMA_CONFIGS:
         with pytest.raises(RuntimeError, match="do not overlap"):
             _run_config(args, False, out, config)
-    for config in TMA_F16_CONFIGS:
-        with pytest.raises(RuntimeError, match="do not overlap"):
-            _run_config(args, True, out, config)
+    with pytest.raises(RuntimeError, match="do not overlap"):
+        _run_config(args, True, out, pi.TMA_F16)
     pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
     torch.cuda.synchronize()
     _check_default(out, ref_dense(*args, True), args=args)
 
 
-@pytest.mark.parametrize("config", TMA_CONFIGS + TMA_F16_CONFIGS, ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
-    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Configs 4
-    and 5 (providers_indexer.TMA_F16, TMA_F16_OVERLAP) in the exact mode, bitwise config 3's there."""
-    precise = config in TMA_F16_CONFIGS
+    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Config 4
+    (providers_indexer.TMA_F16) in the exact mode, bitwise config 3's there."""
+    precise = config == 4
     t, n = 333, 2999
     q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=11)
     q, kv = _row_strided(q, kv)

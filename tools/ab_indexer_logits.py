@@ -4,13 +4,11 @@ One sweep times each config once after the other, and the H200 moves the same ke
 such back-to-back timings (clocks under sustained fp8 load). Here every round times each config and
 DeepGEMM once in turn (a median of a few calls each), and the rounds' medians are reported with their
 range, so configs are compared under the same conditions. Inputs as benchmarks/bench_indexer_logits.py
-builds them (fp8; precise=False, or precise=True with --precise).
+builds them (fp8, precise=False).
 
-    python3 tools/ab_indexer_logits.py 1,2 [rounds]            # configs (IndexerLogitsParams::config), 5 rounds
-    python3 tools/ab_indexer_logits.py 4,5 [rounds] --precise  # the exact mode's configs, against the first
+    python3 tools/ab_indexer_logits.py 1,2 [rounds]     # configs (IndexerLogitsParams::config), default 5 rounds
 
-DeepGEMM (fp8 MMAs only, so not with --precise) is timed when .peer/deep_gemm is there (unpacked from
-../shared/peers), else left out; without it each config is given as a multiple of the first config's time.
+DeepGEMM is timed when .peer/deep_gemm is there (unpacked from ../shared/peers), else left out.
 """
 
 from __future__ import annotations
@@ -29,15 +27,14 @@ CASES = [(4096, 32768, 64, "full"), (4096, 32768, 64, "causal"), (4096, 131072, 
          (4096, 32768, 32, "full")]
 
 
-def time_case(case, configs: list[int], rounds: int, dg, timer: Timer, precise: bool = False) -> str:
-    """One line: each config's and DeepGEMM's median over the rounds, its range, x DeepGEMM (without
-    DeepGEMM: x the first config)."""
+def time_case(case, configs: list[int], rounds: int, dg, timer: Timer) -> str:
+    """One line: each config's and DeepGEMM's median over the rounds, its range, x DeepGEMM."""
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     t, n, h, windows = case
     q, kv, s, w, ks, ke = b._inputs(t, n, h, b.FP8, windows)
     out = torch.empty(t, n, device="cuda")
-    fns = {f"config {c}": (lambda c=c: pi.run(q, kv, s, w, ks, ke, True, precise, config=c, out=out))
+    fns = {f"config {c}": (lambda c=c: pi.run(q, kv, s, w, ks, ke, True, False, config=c, out=out))
            for c in configs}
     if dg is not None:
         fns["deepgemm"] = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None)
@@ -50,25 +47,21 @@ def time_case(case, configs: list[int], rounds: int, dg, timer: Timer, precise: 
         for k, fn in fns.items():
             got[k].append(timer.median_us(fn, warmup=1, iters=iters))
     med = {k: statistics.median(v) for k, v in got.items()}
-    ref = med.get("deepgemm", med[f"config {configs[0]}"])
-    cols = [f"{k} {v:.1f} us [{min(got[k]):.0f}-{max(got[k]):.0f}] {v / ref:.3f}x" for k, v in med.items()]
+    ref = med.get("deepgemm")
+    cols = [f"{k} {v:.1f} us [{min(got[k]):.0f}-{max(got[k]):.0f}]" + (f" {v / ref:.3f}x" if ref else "")
+            for k, v in med.items()]
     return f"{t} x {n}, H {h}, {windows}: " + "  ".join(cols)
 
 
-def main(configs: list[int], rounds: int, precise: bool = False) -> None:
-    dg, why = (None, "precise=True (DeepGEMM runs fp8 MMAs)") if precise else b.deep_gemm()
+def main(configs: list[int], rounds: int) -> None:
+    dg, why = b.deep_gemm()
     if dg is None:
         print(f"deepgemm left out: {why}")
-    print(f"precise={precise}; ratios against {'deepgemm' if dg is not None else f'config {configs[0]}'}")
     timer = Timer()
     for case in CASES:
-        print(time_case(case, configs, rounds, dg, timer, precise), flush=True)
+        print(time_case(case, configs, rounds, dg, timer), flush=True)
         torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    flags = {a for a in sys.argv[1:] if a.startswith("--")}
-    if flags - {"--precise"}:
-        sys.exit(f"unknown flags {sorted(flags - {'--precise'})} (usage: see the module docstring)")
-    pos = [a for a in sys.argv[1:] if not a.startswith("--")]
-    main([int(x) for x in pos[0].split(",")], int(pos[1]) if len(pos) > 1 else 5, "--precise" in flags)
+    main([int(x) for x in sys.argv[1].split(",")], int(sys.argv[2]) if len(sys.argv) > 2 else 5)

@@ -107,10 +107,8 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // stride is at least its 128-byte row). fp8 operands in the exact mode take config 4 (TMA, 3 math warpgroups, fp16
 // MMAs from e4m3 widened in registers; bitwise config 3): H200, H 64, 4096 x 32768 full / causal, 131072 causal,
 // H 32 32768 full: 3776 / 3534 / 14361 / 2017 us against cp.async 4396 / 4155 / 16929 / 2381 (Triton 3912 /
-// 3742 / 15458 / 2125). Config 5 is config 4 with 2 math warpgroups of two accumulators each (a tile's epilogue
-// under the warpgroup's next MMAs; bitwise config 4), taken by explicit config only: not measured yet. Everything
-// else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16, kTma2F16 };
+// 3742 / 15458 / 2125). Everything else runs the cp.async kernel.
+enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -130,8 +128,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kCpAsync;
     case 4:
       return Kernel::kTma3F16;
-    case 5:
-      return Kernel::kTma2F16;
     default:
       return tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
@@ -163,16 +159,16 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 5) {
+  if (p.config < 0 || p.config > 4) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
-           "(cp.async key tiles), 4 or 5 (TMA key tiles, exact mode, 3 or 2 math warpgroups)";
+           "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
   if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
            "and kv rows that do not overlap (row stride >= 128)";
   }
-  if ((p.config == 4 || p.config == 5) && !tma_f16_takes(p)) {
-    return "configs 4 and 5 (TMA key tiles, A widened to fp16 in registers) take fp8 operands in the exact mode "
+  if (p.config == 4 && !tma_f16_takes(p)) {
+    return "config 4 (TMA key tiles, A widened to fp16 in registers) takes fp8 operands in the exact mode "
            "(precise=True) and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
@@ -199,13 +195,12 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
   const int64_t rows_per_item = k::kN / p.heads;
   const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
-  // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3, 128
-  // with 2. SM100: 128 keys a tile (the MMA's M).
+  // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3.
+  // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
                             : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
                             : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 ? k::TmaCfg<3>::kTileKeys
-                            : kernel == Kernel::kTma2F16 ? k::TmaCfg<2, k::kFp8AsF16>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
@@ -256,8 +251,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
       return launch_tma<3>(a, p.heads, grid, stream);
     case Kernel::kTma3F16:
       return launch_tma<3, k::kFp8AsF16>(a, p.heads, grid, stream);
-    case Kernel::kTma2F16:
-      return launch_tma<2, k::kFp8AsF16>(a, p.heads, grid, stream);
     default:
       break;
   }

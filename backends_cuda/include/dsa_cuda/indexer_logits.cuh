@@ -46,8 +46,7 @@ struct IndexerLogitsParams {
   bool clean;  // write -inf outside the windows
   // Kernel: 0 the launcher's choice (TMA with 4 math warpgroups where it takes the call, else cp.async); 1 TMA key tiles, wgmma with A from shared memory, 4 math warpgroups; 2 the same with 3
   // (sm90_indexer_logits_tma.cuh; fp8 operands with fp8_mma, kv row stride >= 128); 3 cp.async key tiles,
-  // A from registers, every mode (sm90_indexer_logits.cuh); 4 TMA key tiles in the exact mode (fp8 operands,
-  // !fp8_mma), 3 math warpgroups; 5 the same with 2 math warpgroups of two accumulators each.
+  // A from registers, every mode (sm90_indexer_logits.cuh).
   int32_t config = 0;
 };
 

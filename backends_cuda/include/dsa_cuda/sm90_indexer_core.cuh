@@ -9,8 +9,7 @@
 //   K-major, D permuted to match the A fragments; e4m3 widened to fp16 in kFp8AsF16).
 // - load_a_fragments: the thread's two key rows of a 64-key tile (rows stored 128-byte swizzled), as
 //   the MMA's A fragments in registers (e4m3 widened to fp16 in kFp8AsF16).
-// - mma_tile: D[64 x kN] = A[64 x D] * B[D x kN] with fp32 accumulation (wgmma, A from registers);
-//   mma_steps issues a range of its k-steps as one commit group without waiting (wgmma_wait<n> retires).
+// - mma_tile: D[64 x kN] = A[64 x D] * B[D x kN] with fp32 accumulation (wgmma, A from registers).
 // - head_sums + quad_reduce_scatter: relu, head weights, sum over heads (in the thread, then across
 //   the quad with xor shuffles), times the key scale: one score per (key, row).
 //
@@ -116,11 +115,6 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-// Returns once at most kPending of this warpgroup's committed MMA groups are still running.
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
 
 // Keep the compiler from moving accumulator reads or writes across the async MMA boundary.
 template <int kRegs>
@@ -302,63 +296,22 @@ __device__ __forceinline__ void load_a_fragments(uint32_t tile_smem, int kr0, in
   fragments_from_words<kMode>(r0, r1, fa);
 }
 
-// Half v (0 or 1) of load_a_fragments in kFp8AsF16: the A fragments of k-steps [4 v, 4 v + 4), from
-// chunk 2 c + v of each of the two key rows (the same loads and widening, split in two).
-__device__ __forceinline__ void load_a_fragments_half(uint32_t tile_smem, int kr0, int kr1, int c, int v,
-                                                      uint32_t (&fa)[4][4]) {
-  using T = ModeTraits<kFp8AsF16>;
-  static_assert(T::kRowWords == 8 && T::kSteps == 8, "two 16-byte chunks a row, 4 k-steps each");
-  const int ch = 2 * c + v;
-  const uint4 x = lds128(tile_smem + kr0 * T::kKvRowBytes + ((ch ^ (kr0 & 7)) << 4));
-  const uint4 y = lds128(tile_smem + kr1 * T::kKvRowBytes + ((ch ^ (kr1 & 7)) << 4));
-  const uint32_t r0[4] = {x.x, x.y, x.z, x.w}, r1[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
-    fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
-    fa[s][2] = e4m3x2_to_f16x2(r0[s] >> 16);
-    fa[s][3] = e4m3x2_to_f16x2(r1[s] >> 16);
-  }
-}
-
-// The MMAs of k-steps [kFirst, kFirst + kCount) of a tile (fa: those steps' A fragments) into acc, against
-// the Q tile (B, descriptor q_desc of a [kN x D] K-major 128-byte swizzled tile), fp32 accumulation, as
-// one commit group; returns without waiting. Until a wait retires the group, neither acc nor fa may be
-// touched (fence_frags after that wait keeps fa live up to it).
-template <int kMode, int kN, int kFirst, int kCount>
-__device__ __forceinline__ void mma_steps(float (&acc)[kN / 2], const uint32_t (&fa)[kCount][4], uint64_t q_desc) {
-  wgmma_fence();
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) {
-    const int s = kFirst + i;
-    const int b = 32 * s;  // K byte offset of the step inside Q's 128-byte K blocks
-    const uint32_t off = uint32_t((b >> 7) * kN * 128 + (b & 127));
-    wgmma_rs<kMode, kN>(acc, fa[i][0], fa[i][1], fa[i][2], fa[i][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-}
-
-// acc = the tile's A fragments times the Q tile, every k-step; returns once the MMAs have completed.
+// acc = the tile's A fragments times the Q tile (B, descriptor q_desc of a [kN x D] K-major 128-byte
+// swizzled tile), fp32 accumulation; returns once the MMAs have completed.
 template <int kMode, int kN>
 __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&fa)[ModeTraits<kMode>::kSteps][4],
                                          uint64_t q_desc) {
   fence_acc(acc);
-  mma_steps<kMode, kN, 0, ModeTraits<kMode>::kSteps>(acc, fa, q_desc);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < ModeTraits<kMode>::kSteps; ++s) {
+    const int b = 32 * s;  // K byte offset of the step inside Q's 128-byte K blocks
+    const uint32_t off = uint32_t((b >> 7) * kN * 128 + (b & 127));
+    wgmma_rs<kMode, kN>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
   wgmma_wait_all();
   fence_acc(acc);
-}
-
-// The A fragments of an MMA group just retired: read by the wgmma asynchronously, so they must stay
-// live (unmodified, not reallocated) up to the wait; this marks them used there.
-template <int kSteps>
-__device__ __forceinline__ void fence_frags(uint32_t (&fa)[kSteps][4]) {
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      asm volatile("" : "+r"(fa[s][i])::"memory");
-    }
-  }
 }
 
 // relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r], kh = 0 for

@@ -2,8 +2,7 @@
 // and 2 (3), fp8 operands in the fp8-MMA mode; the launcher's default there (4 warpgroups). Config 4 is
 // the same kernel in the exact mode (precise=True, fp8 operands), the launcher's default there: 3 math
 // warpgroups read their key rows from the stage into registers, widen e4m3 to fp16 there and run fp16
-// MMAs with A from registers (see "Exact mode" below); config 5 is the exact mode with 2 math warpgroups
-// of two accumulators each (see "Config 5" below). Every other mode runs the cp.async kernel,
+// MMAs with A from registers (see "Exact mode" below). Every other mode runs the cp.async kernel,
 // sm90_indexer_logits.cuh (config 3).
 //
 // H200, 4096 rows, H 64 (benchmarks/results/h200.md, 64c6640): 32768 keys causal 2049 us, 131072 causal 8874
@@ -43,13 +42,6 @@
 // (H200, 4096 x 32768, H 64): 4395 us (config 3) -> 3000-3400 us, 650-730 TFLOP/s. 4 warpgroups do not fit:
 // 64 accumulators, 32 weights and 32 A registers exceed 112.
 //
-// Config 5 (exact mode, not measured): config 4 leaves each warpgroup's epilogue (relu, weights, head sums,
-// stores) outside its own MMAs: one accumulator, so the next tile's MMAs wait for it, and at 0.72-0.86 of
-// the bf16 rate the other two warpgroups do not fill that gap. Here 2 math warpgroups (setmaxnreg 232,
-// producer 40: 128 x 40 + 256 x 232 = 64512 = 384 x 168) alternate two accumulators: tile t + 1's MMAs
-// are issued before tile t's epilogue, which then runs under them (overlap_tiles). 128-key stages (64
-// keys a warpgroup), 12 of them. Same fragments, MMAs and epilogue as config 4: bitwise its scores.
-//
 // Registers: 640 threads start at 96 (the launch bound), so the CTA's setmaxnreg pool is 61440;
 // 128 x 32 + 512 x 112 = 61440. A producer at 40 would leave 104 a math thread, while the 64
 // accumulators and 32 weights alone take 96. Config 2 is the same kernel with 3 math warpgroups (192-key
@@ -73,33 +65,27 @@ namespace sm90_indexer {
 
 // kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
 // fourth warpgroup's worth apart from TMA's in one sweep); kMode kFp8Mma (A from shared memory) or
-// kFp8AsF16 (A from registers widened to fp16, Q staged as fp16): config 4 with 3 warpgroups, config 5
-// with 2, each with two accumulators (kOverlap: a tile's epilogue under the next tile's MMAs).
+// kFp8AsF16 (config 4: 3 warpgroups, A from registers widened to fp16, Q staged as fp16).
 template <int kWgs_, int kMode_ = kFp8Mma>
 struct TmaCfg {
   static constexpr int kWgs = kWgs_;
   static constexpr int kMode = kMode_;
-  static_assert(kWgs >= 2 && kWgs <= 4, "2 to 4 math warpgroups");
-  static_assert((kMode == kFp8Mma && kWgs >= 3) || (kMode == kFp8AsF16 && kWgs <= 3),
-                "fp8 MMAs with 3 or 4 warpgroups, fp16 with 2 or 3");
-  static constexpr bool kOverlap = kWgs == 2;
+  static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
+  static_assert(kMode == kFp8Mma || (kMode == kFp8AsF16 && kWgs == 3), "fp8 MMAs, or fp16 with 3 warpgroups");
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
   static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
   static constexpr int kRowBytes = kDim;               // e4m3 key row: the box's 128-byte inner extent
   static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
-  // 6 x 32 KB, 8 x 24 KB or 12 x 16 KB, + Q 16 KB (fp16: 32 KB): one more passes 227 KB.
-  static constexpr int kStages = kWgs == 4 ? 6 : kWgs == 3 ? 8 : 12;
+  // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB): one more passes 227 KB.
+  static constexpr int kStages = kWgs == 4 ? 6 : 8;
   static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
-  // The launch bound's registers: 96, 128 or 168.
-  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
-  // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536; 2: 128 x 40 +
-  // 256 x 232 = 64512, all of 384 x 168 (two accumulators, two half tiles' A fragments and the weights
-  // peak at 192 beside the loop state: OverlapRing).
+  // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
   static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
-  static constexpr int kMathRegs = kWgs == 4 ? 112 : kWgs == 3 ? 152 : 232;
+  static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
   static_assert(128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs,
                 "setmaxnreg asks for more registers than the CTA starts with");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -241,131 +227,6 @@ struct ScoreSlots {
   }
 };
 
-// Config 5 (kOverlap): a warpgroup's tile loop with two accumulators. A tile's MMAs are two commit groups,
-// k-steps 0-3 and 4-7, each from one 16-byte chunk of the thread's key rows. Tile t + 1's first half is
-// issued once tile t's first half has completed (its fragments free) and its second half once tile t has
-// completed; then tile t's epilogue runs under them. Each issue thus lands behind 4 of the warpgroup's
-// own MMAs still in the pipe, and the live registers peak at 2 x 64 accumulators + 2 x 16 fragments +
-// 32 weights = 192. A whole tile's fragments issued beside the pending tile's (224) spill at 232 and at
-// 240 registers, and halves issued beside the whole pending tile (208) spill at 232. The same MMAs in
-// the same order into the same accumulator: the grouping does not change a bit of the result.
-template <class C>
-struct OverlapRing {
-  uint32_t stages, full, empty;
-  uint32_t stage = 0, phase = 0;  // the next tile's stage, and the parity its full barrier completes
-  uint32_t done = 0;              // the stage of the oldest tile whose MMAs are not yet retired
-
-  // Tile `tile`'s first half: its key scales loaded, its stage waited on, k-steps 0-3 issued into acc.
-  __device__ __forceinline__ void issue_lo(const KernelArgs& a, int32_t tile, int kr0, int kr1, int c,
-                                           uint64_t q_desc, float (&acc)[kN / 2], uint32_t (&fa)[4][4], float& s0,
-                                           float& s1) {
-    const int32_t key0 = tile * C::kTileKeys;
-    const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-    s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
-    s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-    mbar_wait(full + stage * 8, phase);
-    load_a_fragments_half(stages + stage * C::kStageBytes, kr0, kr1, c, 0, fa);
-    fence_acc(acc);  // the accumulator's previous tile is retired and read
-    mma_steps<kFp8AsF16, kN, 0, 4>(acc, fa, q_desc);
-  }
-
-  // The same tile's second half, k-steps 4-7 (its first half may still run); the tile's stage is done.
-  __device__ __forceinline__ void issue_hi(int kr0, int kr1, int c, uint64_t q_desc, float (&acc)[kN / 2],
-                                           uint32_t (&fa)[4][4]) {
-    load_a_fragments_half(stages + stage * C::kStageBytes, kr0, kr1, c, 1, fa);
-    mma_steps<kFp8AsF16, kN, 4, 4>(acc, fa, q_desc);
-    if (++stage == uint32_t(C::kStages)) {
-      stage = 0;
-      phase ^= 1u;
-    }
-  }
-
-  // Once the oldest tile's first half has completed (kPending groups may still run): its fragments are free.
-  template <int kPending>
-  __device__ __forceinline__ void retire_lo(uint32_t (&lo)[4][4]) {
-    wgmma_wait<kPending>();
-    fence_frags(lo);
-  }
-
-  // Once the oldest tile's second half has completed (kPending groups may still run): its accumulator
-  // may be read, and one arrival a warp releases its stage (the refill waits for the MMAs that read
-  // fragments of it, as in config 4).
-  template <int kPending>
-  __device__ __forceinline__ void retire_hi(float (&acc)[kN / 2], uint32_t (&hi)[4][4], int lane) {
-    wgmma_wait<kPending>();
-    fence_acc(acc);
-    fence_frags(hi);
-    if (lane == 0) {
-      mbar_arrive(empty + done * 8);
-    }
-    if (++done == uint32_t(C::kStages)) {
-      done = 0;
-    }
-  }
-};
-
-// A retired tile's scores: relu, weights, head sums and key scales, then the quad reduction and the
-// stores; config 4's epilogue, so the scores are bitwise its (and config 3's).
-template <int kHeads, int kRows>
-__device__ __forceinline__ void tile_scores(const KernelArgs& a, const ScoreSlots<kRows>& slots,
-                                            const float (&acc)[kN / 2], const float (&w)[32], float s0, float s1,
-                                            int c, int32_t key0) {
-  float part[2 * kRows];
-  if (any_negative_scale<false>(s0, s1, acc[0])) {
-    head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-  } else {
-    head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-  }
-  slots.store(a, part, c, key0);
-}
-
-// An item's tiles: tile t + 1's MMAs run under tile t's epilogue. Unrolled by 2 so that each accumulator
-// and its fragments are one register array throughout (the groups pending across the back edge are
-// always acc0's): an accumulator chosen at run time would make ptxas serialise the MMAs. Every MMA is
-// retired on return.
-template <class C, int kHeads>
-__device__ __forceinline__ void overlap_tiles(const KernelArgs& a, const Item<kN / kHeads>& t,
-                                              const ScoreSlots<kN / kHeads>& slots, OverlapRing<C>& ring, int kr0,
-                                              int kr1, int c, int lane, uint64_t q_desc, const float (&w)[32]) {
-  float acc0[kN / 2], acc1[kN / 2];
-  uint32_t lo0[4][4], hi0[4][4], lo1[4][4], hi1[4][4];
-  float s00, s01, s10, s11;  // the key scales of the tile in acc0 / acc1
-  int32_t tile = t.t0;
-  if (tile >= t.t1) {
-    return;
-  }
-  ring.issue_lo(a, tile, kr0, kr1, c, q_desc, acc0, lo0, s00, s01);
-  ring.issue_hi(kr0, kr1, c, q_desc, acc0, hi0);
-  for (;;) {
-    // acc0: tile's two groups pending.
-    if (tile + 1 >= t.t1) {
-      ring.template retire_lo<0>(lo0);
-      ring.template retire_hi<0>(acc0, hi0, lane);
-      tile_scores<kHeads>(a, slots, acc0, w, s00, s01, c, tile * C::kTileKeys);
-      return;
-    }
-    ring.template retire_lo<1>(lo0);
-    ring.issue_lo(a, tile + 1, kr0, kr1, c, q_desc, acc1, lo1, s10, s11);
-    ring.template retire_hi<1>(acc0, hi0, lane);
-    ring.issue_hi(kr0, kr1, c, q_desc, acc1, hi1);
-    tile_scores<kHeads>(a, slots, acc0, w, s00, s01, c, tile * C::kTileKeys);
-    ++tile;
-    // acc1: tile's two groups pending.
-    if (tile + 1 >= t.t1) {
-      ring.template retire_lo<0>(lo1);
-      ring.template retire_hi<0>(acc1, hi1, lane);
-      tile_scores<kHeads>(a, slots, acc1, w, s10, s11, c, tile * C::kTileKeys);
-      return;
-    }
-    ring.template retire_lo<1>(lo1);
-    ring.issue_lo(a, tile + 1, kr0, kr1, c, q_desc, acc0, lo0, s00, s01);
-    ring.template retire_hi<1>(acc1, hi1, lane);
-    ring.issue_hi(kr0, kr1, c, q_desc, acc0, hi0);
-    tile_scores<kHeads>(a, slots, acc1, w, s10, s11, c, tile * C::kTileKeys);
-    ++tile;
-  }
-}
-
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
@@ -418,7 +279,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
   float acc[64];
   float w[32];
   uint32_t stage = 0, phase = 0;
-  OverlapRing<C> ring{stages, full, empty};  // config 5's ring state (the one above is the others')
   for (LinearCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb(a), cur.kc(a));
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
@@ -439,37 +299,33 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     // The score slots are the item's; the scale address is rebuilt per tile (a pointer stepped instead
     // takes two more registers, which spill at 112).
     const ScoreSlots<kRows> slots(a, t, c, kr0);
-    if constexpr (C::kOverlap) {
-      overlap_tiles<C, kHeads>(a, t, slots, ring, kr0, kr1, c, lane, q_desc, w);
-    } else {
-      for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-        const int32_t key0 = tile * kTileKeys;
-        const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-        const float s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
-        const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-        mbar_wait(full + stage * 8, phase);
-        if constexpr (kMode == kFp8Mma) {
-          mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
-        } else {
-          uint32_t fa[ModeTraits<kMode>::kSteps][4];
-          load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-          mma_tile<kMode, kN>(acc, fa, q_desc);
-        }
-        if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
-          mbar_arrive(empty + stage * 8);
-        }
-        if (++stage == uint32_t(C::kStages)) {
-          stage = 0;
-          phase ^= 1u;
-        }
-        float part[2 * kRows];
-        if (any_negative_scale<kMode == kFp8Mma && kWgs == 4>(s0, s1, acc[0])) {
-          head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-        } else {
-          head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-        }
-        slots.store(a, part, c, key0);
+    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
+      const int32_t key0 = tile * kTileKeys;
+      const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+      const float s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
+      const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+      mbar_wait(full + stage * 8, phase);
+      if constexpr (kMode == kFp8Mma) {
+        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+      } else {
+        uint32_t fa[ModeTraits<kMode>::kSteps][4];
+        load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
+        mma_tile<kMode, kN>(acc, fa, q_desc);
       }
+      if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
+        mbar_arrive(empty + stage * 8);
+      }
+      if (++stage == uint32_t(C::kStages)) {
+        stage = 0;
+        phase ^= 1u;
+      }
+      float part[2 * kRows];
+      if (any_negative_scale<kMode == kFp8Mma && kWgs == 4>(s0, s1, acc[0])) {
+        head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
+      } else {
+        head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
+      }
+      slots.store(a, part, c, key0);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
