@@ -1,0 +1,117 @@
+"""Dev tool (GPU): a compile-time variant of the CUDA sparse_mla_decode kernel against the default build, e.g. the
+proxy-fence probe of sm90_sparse_mla_decode_ws.cuh:
+
+    python3 tools/ab_mla_flags.py -DDSA_MLA_CONSUMER_FENCE=1 [rounds]
+
+Builds the CUDA library twice (the default flags, and with the given nvcc flags; each in its own build root
+under /tmp), then, each step in a fresh process bound to one library by DSA_OPS_CUDA_LIB:
+1. variant 3's outputs and lse on the benchmark's shapes up to batch 64, single pass and 3 splits, saved from the
+   default build and compared bitwise with the variant's (a flag that moves a fence must not change a bit);
+2. `tools/smoke_sparse_mla_decode.py --time` alternately with each library for `rounds` rounds (default 2): us by
+   CUDA-graph replay, FlashMLA beside when .peer/vllm has it.
+Prints each round's lines prefixed by the build, then per shape the median over rounds of the op's time with
+each build and their ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_BUILD = """
+import shutil, sys
+from dsa_ops.backends import cuda
+dest, root, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
+base = cuda.build_spec
+def spec(arch):
+    s = base(arch)
+    s.cuda_cflags = s.cuda_cflags + flags
+    return s
+cuda.build_spec = spec
+shutil.copy(cuda.build(verbose=False, build_root=root), dest)
+"""
+
+_OUTPUTS = """
+import sys, torch
+sys.path.insert(0, "benchmarks")
+import bench_sparse_mla_decode as bm
+from dsa_ops.backends.cuda import providers_sparse_mla_decode as pm
+res = {}
+for layout, heads, s_q, batch in bm.CASES:
+    if batch > 64:
+        continue
+    cache = bm._pool(layout)
+    q, idx = bm._inputs(batch, s_q, heads, layout=layout)
+    for splits in (1, 3):
+        out = torch.full((batch, s_q, heads, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+        lse = torch.full((batch, heads, s_q), float("nan"), dtype=torch.float32, device="cuda")
+        pm.launch(q, cache, idx, bm.D_QK[layout] ** -0.5, layout, out=out, lse=lse, splits=splits, variant=3)
+        res[f"{layout} h{heads} s_q{s_q} b{batch} splits {splits}"] = (out.cpu(), lse.cpu())
+torch.save(res, sys.argv[1])
+"""
+
+
+def run(code_or_args, lib=None, check=True) -> str:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("DSA_OPS_CUDA_LIB", None)
+    if lib is not None:
+        env["DSA_OPS_CUDA_LIB"] = lib
+    args = [sys.executable, "-c", code_or_args[0], *code_or_args[1:]] if isinstance(code_or_args, tuple) else \
+        [sys.executable, *code_or_args]
+    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise SystemExit(f"{args[1:3]} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return p.stdout
+
+
+def main() -> int:
+    flags = [a for a in sys.argv[1:] if a.startswith("-")]
+    rest = [a for a in sys.argv[1:] if not a.startswith("-")]
+    rounds = int(rest[0]) if rest else 2
+    if not flags:
+        raise SystemExit(__doc__)
+    tmp = tempfile.mkdtemp(prefix="ab_mla_")
+    libs = {"default": os.path.join(tmp, "default.so"), "variant": os.path.join(tmp, "variant.so")}
+    for name, extra in (("default", []), ("variant", flags)):
+        run((_BUILD, libs[name], os.path.join(tmp, f"build_{name}"), *extra))
+        print(f"built {name} {' '.join(extra)}", flush=True)
+
+    import torch
+
+    saved = {}
+    for name in libs:
+        path = os.path.join(tmp, f"{name}.pt")
+        run((_OUTPUTS, path), lib=libs[name])
+        saved[name] = torch.load(path)
+    diff = [k for k, (o, lse) in saved["default"].items()
+            if not (torch.equal(o.view(torch.int16), saved["variant"][k][0].view(torch.int16))
+                    and torch.equal(lse.view(torch.int32), saved["variant"][k][1].view(torch.int32)))]
+    print(f"bitwise: {len(saved['default']) - len(diff)} of {len(saved['default'])} cases equal"
+          + (f"; differ: {', '.join(diff)}" if diff else ""), flush=True)
+
+    times: dict[str, dict[str, list[float]]] = {}
+    for r in range(rounds):
+        for name, lib in libs.items():
+            for line in run(["tools/smoke_sparse_mla_decode.py", "--time"], lib=lib, check=False).splitlines():
+                if line.startswith("smoke:") and line != "smoke: ok":
+                    print(f"round {r} {name}: {line}", flush=True)
+                m = re.match(r"(v32|v4) (h\d+ s_q\d+ b\d+) splits \d+: .*?op ([\d.]+)", line)
+                if m:
+                    print(f"round {r} {name}: {line}", flush=True)
+                    times.setdefault(f"{m.group(1)} {m.group(2)}", {}).setdefault(name, []).append(float(m.group(3)))
+    print("\nshape: op us, default / variant (median over rounds), variant / default")
+    for shape, t in times.items():
+        if len(t) == 2:
+            d, v = statistics.median(t["default"]), statistics.median(t["variant"])
+            print(f"{shape}: {d:.1f} / {v:.1f}, {v / d:.3f}")
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
