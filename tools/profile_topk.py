@@ -15,7 +15,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))  # topk_cases
 
 
-def build(flags: str) -> None:
+def build(flags: str, build_root=None) -> str:
+    """Builds the CUDA library with `flags` added to nvcc's (in `build_root`, default the cache's), prints and
+    returns its path."""
     from dsa_ops.backends import cuda
 
     base = cuda.build_spec
@@ -26,7 +28,9 @@ def build(flags: str) -> None:
         return s
 
     cuda.build_spec = spec
-    print(cuda.build(verbose=False))
+    path = cuda.build(verbose=False, build_root=build_root)
+    print(path)
+    return path
 
 
 def run(rows: int, width: int, k: int = 2048, dtype=torch.float32) -> None:
