@@ -1,16 +1,17 @@
 """Dev tool (GPU): a compile-time variant of the CUDA sparse_mla_decode kernel against the default build, e.g. the
 proxy-fence probe of sm90_sparse_mla_decode_ws.cuh:
 
-    python3 tools/ab_mla_flags.py -DDSA_MLA_CONSUMER_FENCE=1 [rounds]
+    python3 tools/ab_mla_flags.py -DDSA_MLA_CONSUMER_FENCE=1 [-DA=1,-DB=1 ...] [rounds]
 
-Builds the CUDA library twice (the default flags, and with the given nvcc flags; each in its own build root
-under /tmp), then, each step in a fresh process bound to one library by DSA_OPS_CUDA_LIB:
+Each argument starting with "-" is one variant: its nvcc flags, comma-separated. Builds the CUDA library once
+with the default flags and once per variant (each in its own build root under /tmp), then, each step in a fresh
+process bound to one library by DSA_OPS_CUDA_LIB:
 1. variant 3's outputs and lse on the benchmark's shapes up to batch 64, single pass and 3 splits, saved from the
-   default build and compared bitwise with the variant's (a flag that moves a fence must not change a bit);
+   default build and compared bitwise with each variant's (a flag that moves a fence must not change a bit);
 2. `tools/smoke_sparse_mla_decode.py --time` alternately with each library for `rounds` rounds (default 2): us by
    CUDA-graph replay, FlashMLA beside when .peer/vllm has it.
 Prints each round's lines prefixed by the build, then per shape the median over rounds of the op's time with
-each build and their ratio.
+each build and each variant's ratio to the default.
 """
 
 from __future__ import annotations
@@ -66,14 +67,15 @@ def run(code_or_args, lib=None, check=True) -> str:
 
 
 def main() -> int:
-    flags = [a for a in sys.argv[1:] if a.startswith("-")]
+    variants = [a.split(",") for a in sys.argv[1:] if a.startswith("-")]
     rest = [a for a in sys.argv[1:] if not a.startswith("-")]
     rounds = int(rest[0]) if rest else 2
-    if not flags:
+    if not variants:
         raise SystemExit(__doc__)
     tmp = tempfile.mkdtemp(prefix="ab_mla_")
-    libs = {"default": os.path.join(tmp, "default.so"), "variant": os.path.join(tmp, "variant.so")}
-    for name, extra in (("default", []), ("variant", flags)):
+    builds = {"default": []} | {f"variant{k}": flags for k, flags in enumerate(variants)}
+    libs = {name: os.path.join(tmp, f"{name}.so") for name in builds}
+    for name, extra in builds.items():
         run((_BUILD, libs[name], os.path.join(tmp, f"build_{name}"), *extra))
         print(f"built {name} {' '.join(extra)}", flush=True)
 
@@ -84,11 +86,14 @@ def main() -> int:
         path = os.path.join(tmp, f"{name}.pt")
         run((_OUTPUTS, path), lib=libs[name])
         saved[name] = torch.load(path)
-    diff = [k for k, (o, lse) in saved["default"].items()
-            if not (torch.equal(o.view(torch.int16), saved["variant"][k][0].view(torch.int16))
-                    and torch.equal(lse.view(torch.int32), saved["variant"][k][1].view(torch.int32)))]
-    print(f"bitwise: {len(saved['default']) - len(diff)} of {len(saved['default'])} cases equal"
-          + (f"; differ: {', '.join(diff)}" if diff else ""), flush=True)
+    bad = 0
+    for name in list(libs)[1:]:
+        diff = [k for k, (o, lse) in saved["default"].items()
+                if not (torch.equal(o.view(torch.int16), saved[name][k][0].view(torch.int16))
+                        and torch.equal(lse.view(torch.int32), saved[name][k][1].view(torch.int32)))]
+        bad += bool(diff)
+        print(f"bitwise {name}: {len(saved['default']) - len(diff)} of {len(saved['default'])} cases equal"
+              + (f"; differ: {', '.join(diff)}" if diff else ""), flush=True)
 
     times: dict[str, dict[str, list[float]]] = {}
     for r in range(rounds):
@@ -100,12 +105,14 @@ def main() -> int:
                 if m:
                     print(f"round {r} {name}: {line}", flush=True)
                     times.setdefault(f"{m.group(1)} {m.group(2)}", {}).setdefault(name, []).append(float(m.group(3)))
-    print("\nshape: op us, default / variant (median over rounds), variant / default")
+    names = list(libs)
+    print(f"\nshape: op us, {' / '.join(names)} (median over rounds); each variant / default")
     for shape, t in times.items():
-        if len(t) == 2:
-            d, v = statistics.median(t["default"]), statistics.median(t["variant"])
-            print(f"{shape}: {d:.1f} / {v:.1f}, {v / d:.3f}")
-    return 1 if diff else 0
+        if len(t) == len(names):
+            med = [statistics.median(t[n]) for n in names]
+            print(f"{shape}: {' / '.join(f'{m:.1f}' for m in med)}; "
+                  + ", ".join(f"{m / med[0]:.3f}" for m in med[1:]))
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -144,6 +144,14 @@ __device__ __forceinline__ void consumer_fence() {
 #endif
 }
 
+// Probe (-DDSA_MLA_QK_FIRST=1): hand P(n) to the PV warpgroup only once QK^T(n + 1) is issued, so that the tensor
+// pipe runs QK^T(n + 1) before PV(n)'s right half (the QK warpgroup's softmax of n + 1 waits on QK^T(n + 1); the
+// right half of PV(n) only gates the stage's release). Predicted: up to 500 of ~2800 cycles a tile where the math
+// bounds it, 0 or a loss where the producer does. Off: SASS unchanged.
+#ifndef DSA_MLA_QK_FIRST
+#define DSA_MLA_QK_FIRST 0
+#endif
+
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 // The thread index as an opaque value: from a loop-invariant one ptxas hoists every piece's token, column
@@ -544,7 +552,8 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     l0 = l0 * al0 + sum0;
     l1 = l1 * al1 + sum1;
   };
-  // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV.
+  // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV (handed over
+  // by `publish_p`, or with DSA_MLA_QK_FIRST by the kBarPReady sync after QK^T(n + 1) is issued).
   auto publish_p = [&]() {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -558,7 +567,9 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
       row_f[row1] = al1;
     }
     fence_async_smem();
+#if !DSA_MLA_QK_FIRST
     handover(kBarPReady);
+#endif
   };
 
   if (count > 0) {
@@ -580,6 +591,9 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     consumer_fence();
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
+#if DSA_MLA_QK_FIRST
+    bar_sync(kBarPReady, 256);  // P(n): PV's wgmmas queue behind QK^T(n + 1) (inline: wgmmas are in flight)
+#endif
     wgmma_wait_1();  // S(n + 1); PV(n) keeps running
     fence_acc(s);
     softmax(n + 1);
@@ -594,6 +608,9 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   }
   if (count > 0) {
     issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
+#if DSA_MLA_QK_FIRST
+    bar_sync(kBarPReady, 256);
+#endif
     wgmma_wait_all();
     fence_acc(o);
     release_stage(count - 1, count);
