@@ -1,7 +1,7 @@
 """Dev tool (GPU): a compile-time variant of the CUDA sparse_mla_decode kernel against the default build, e.g. the
 proxy-fence probe of sm90_sparse_mla_decode_ws.cuh:
 
-    python3 tools/ab_mla_flags.py -DDSA_MLA_CONSUMER_FENCE=1 [-DA=1,-DB=1 ...] [rounds]
+    python3 tools/ab_mla_flags.py -DDSA_MLA_PV_FIRST=1 [-DA=1,-DB=1 ...] [rounds]
 
 Each argument starting with "-" is one variant: its nvcc flags, comma-separated. Builds the CUDA library once
 with the default flags and once per variant (each in its own build root under /tmp), then, each step in a fresh

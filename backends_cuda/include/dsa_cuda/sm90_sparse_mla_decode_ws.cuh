@@ -131,25 +131,12 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 // memcheck are clean, docs/design_attention.md).
 __device__ __noinline__ void handover(int id) { bar_sync(id, 256); }
 
-// Probe (-DDSA_MLA_CONSUMER_FENCE=1): the K stage's generic -> async proxy fence in each math thread after its
-// `full` wait instead of in the producer before its arrive. The producer's fence (MEMBAR.ALL.CTA +
-// FENCE.VIEW.ASYNC.S in SASS) is issued with the next tile's ~20 gathers in flight; if the MEMBAR waits for
-// them, the stage's hand-over waits a whole gather latency. Off: SASS unchanged.
-#ifndef DSA_MLA_CONSUMER_FENCE
-#define DSA_MLA_CONSUMER_FENCE 0
-#endif
-__device__ __forceinline__ void consumer_fence() {
-#if DSA_MLA_CONSUMER_FENCE
-  fence_async_smem();
-#endif
-}
-
-// Probe (-DDSA_MLA_QK_FIRST=1): hand P(n) to the PV warpgroup only once QK^T(n + 1) is issued, so that the tensor
-// pipe runs QK^T(n + 1) before PV(n)'s right half (the QK warpgroup's softmax of n + 1 waits on QK^T(n + 1); the
-// right half of PV(n) only gates the stage's release). Predicted: up to 500 of ~2800 cycles a tile where the math
-// bounds it, 0 or a loss where the producer does. Off: SASS unchanged.
-#ifndef DSA_MLA_QK_FIRST
-#define DSA_MLA_QK_FIRST 0
+// Probe (-DDSA_MLA_PV_FIRST=1): the QK warpgroup issues PV(n)'s left half before it waits for tile n + 1's stage
+// (today PV(n) follows QK^T(n + 1), so stage n is released only after tile n + 1 is full, and the producer refills
+// it only then). ncu (H100, b128 h128 s_q2 v32): the QK warpgroup waits on `full` in 12% of all stall samples and
+// the producer on a free stage in 8%; FlashMLA's math holds one stage at a time. Off: SASS unchanged.
+#ifndef DSA_MLA_PV_FIRST
+#define DSA_MLA_PV_FIRST 0
 #endif
 
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
@@ -439,9 +426,7 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
     constexpr int kReload = kSecond ? kHeadPieces : TokenPart<kV4>::kN;
     store_reload<kV4, kReload>(kt, tok, q, r0, nx0);
     store_reload<kV4, kReload>(kt, 32 + tok, q, r1, nx1);
-#if !DSA_MLA_CONSUMER_FENCE
     fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
-#endif
     mbar_arrive(full + 8 * st);
     valid0 = nx0.valid;
     valid1 = nx1.valid;
@@ -552,8 +537,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     l0 = l0 * al0 + sum0;
     l1 = l1 * al1 + sum1;
   };
-  // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV (handed over
-  // by `publish_p`, or with DSA_MLA_QK_FIRST by the kBarPReady sync after QK^T(n + 1) is issued).
+  // P(n) (bf16, K-major, 128-byte rows, 128-byte swizzle) and alpha(n) into shared memory, for PV.
   auto publish_p = [&]() {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -567,15 +551,12 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
       row_f[row1] = al1;
     }
     fence_async_smem();
-#if !DSA_MLA_QK_FIRST
     handover(kBarPReady);
-#endif
   };
 
   if (count > 0) {
     mbar_wait(full, 0u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
-    consumer_fence();
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem);
     wgmma_wait_all();
     fence_acc(s);
@@ -586,14 +567,28 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   // the loop's back edge (a wgmma pending there makes ptxas serialise every wgmma, C7514).
   for (int n = 0; n + 1 < count; ++n) {
     const int st = n & 1;
+#if DSA_MLA_PV_FIRST
+    issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);  // needs P(n) and stage n only
+    mbar_wait(full + 8 * (st ^ 1), uint32_t((n + 1) >> 1) & 1u);
+    __syncwarp();
+    issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
+    wgmma_wait_1();  // PV(n); S(n + 1) keeps running
+    fence_acc(o);
+    release_stage(n, count);
+    wgmma_wait_all();  // S(n + 1)
+    fence_acc(s);
+    softmax(n + 1);
+    handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
+    publish_p();
+    if (rescale) {
+      scale_rows(o, al0, al1);
+    }
+    continue;
+#endif
     mbar_wait(full + 8 * (st ^ 1), uint32_t((n + 1) >> 1) & 1u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
-    consumer_fence();
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
-#if DSA_MLA_QK_FIRST
-    bar_sync(kBarPReady, 256);  // P(n): PV's wgmmas queue behind QK^T(n + 1) (inline: wgmmas are in flight)
-#endif
     wgmma_wait_1();  // S(n + 1); PV(n) keeps running
     fence_acc(s);
     softmax(n + 1);
@@ -608,9 +603,6 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   }
   if (count > 0) {
     issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
-#if DSA_MLA_QK_FIRST
-    bar_sync(kBarPReady, 256);
-#endif
     wgmma_wait_all();
     fence_acc(o);
     release_stage(count - 1, count);
@@ -671,7 +663,6 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     const int st = n & 1;
     mbar_wait(full + 8 * st, uint32_t(n >> 1) & 1u);
     __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
-    consumer_fence();
     handover(kBarPReady);  // P(n), alpha(n)
     const float al0 = row_f[row0], al1 = row_f[row1];
     if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {  // the QK warp's lazy rescale
