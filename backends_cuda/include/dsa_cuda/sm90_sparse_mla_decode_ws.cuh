@@ -16,7 +16,8 @@
 // - Warpgroup 1, QK (setmaxnreg kQkRegs): S = Q K^T for all 64 tokens (wgmma m64n64k16: Q read from shared
 //   memory once per 64 tokens), the online softmax (a row's values sit in one quad: no exchange between
 //   warpgroups), P into shared memory, the rescale factors into `row_f`, and O[:, 0:256] += P V.
-//   QK^T(n + 1) and PV(n) are issued back to back; the softmax of n + 1 runs under PV(n).
+//   PV(n) and QK^T(n + 1) are issued back to back, PV(n) first: stage n is released as soon as PV(n) is done,
+//   without waiting for tile n + 1's stage (`qk_role`).
 // - Warpgroup 2, PV (the launch allocation): O[:, 256:512] *= alpha(n); O += P(n) V(n).
 //   QK and PV hand P over with two named barriers, both warpgroups syncing on each (`handover`): kBarPReady
 //   (P(n) and alpha(n) written) and kBarPFree (PV(n) done reading them, so QK may write P(n + 1)). Syncing
@@ -130,14 +131,6 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 // compute-sanitizer synccheck reports "divergent threads" at it, inline or out of line (open; racecheck and
 // memcheck are clean, docs/design_attention.md).
 __device__ __noinline__ void handover(int id) { bar_sync(id, 256); }
-
-// Probe (-DDSA_MLA_PV_FIRST=1): the QK warpgroup issues PV(n)'s left half before it waits for tile n + 1's stage
-// (today PV(n) follows QK^T(n + 1), so stage n is released only after tile n + 1 is full, and the producer refills
-// it only then). ncu (H100, b128 h128 s_q2 v32): the QK warpgroup waits on `full` in 12% of all stall samples and
-// the producer on a free stage in 8%; FlashMLA's math holds one stage at a time. Off: SASS unchanged.
-#ifndef DSA_MLA_PV_FIRST
-#define DSA_MLA_PV_FIRST 0
-#endif
 
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
@@ -563,14 +556,21 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     softmax(0);
     publish_p();
   }
-  // Tile n: QK^T(n + 1) and PV(n) back to back; the softmax of n + 1 under PV(n); nothing in flight across
-  // the loop's back edge (a wgmma pending there makes ptxas serialise every wgmma, C7514).
+  // Tile n: PV(n) (P(n) and stage n only), then tile n + 1's stage wait and QK^T(n + 1); stage n released once PV(n)
+  // is done; the softmax of n + 1. Nothing in flight across the loop's back edge (a wgmma pending there makes ptxas
+  // serialise every wgmma, C7514).
+  // Why PV first: with QK^T(n + 1) first (the earlier order), PV(n) waited for tile n + 1's stage, so stage n was
+  // released, and refilled with tile n + 2, only after tile n + 1 was full: the producer's fill was on the math's
+  // critical path. ncu (H100, b128 h128 s_q2 v32) of that order: the QK warpgroup waited on `full` in 12.0% of all
+  // stall samples and the producer on a free stage in 8%; FlashMLA's math holds one stage at a time and its producer
+  // waits for a free stage in 14%. PV first, same run, us (FlashMLA): b128 h128 s_q2 452.6 -> 418.8 (418.4), b128
+  // h64 s_q1 133.8 -> 126.8 (~120); 5-8% at every v32 cell of batch 32-128, 7-10% v4, level at batch 1-4
+  // (docs/design_attention.md). Predicted 5-20%.
   for (int n = 0; n + 1 < count; ++n) {
     const int st = n & 1;
-#if DSA_MLA_PV_FIRST
-    issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);  // needs P(n) and stage n only
+    issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
     mbar_wait(full + 8 * (st ^ 1), uint32_t((n + 1) >> 1) & 1u);
-    __syncwarp();
+    __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
     wgmma_wait_1();  // PV(n); S(n + 1) keeps running
     fence_acc(o);
@@ -578,23 +578,6 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     wgmma_wait_all();  // S(n + 1)
     fence_acc(s);
     softmax(n + 1);
-    handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
-    publish_p();
-    if (rescale) {
-      scale_rows(o, al0, al1);
-    }
-    continue;
-#endif
-    mbar_wait(full + 8 * (st ^ 1), uint32_t((n + 1) >> 1) & 1u);
-    __syncwarp();  // converged for the aligned barriers and wgmmas after the polling loop
-    issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
-    issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 0);
-    wgmma_wait_1();  // S(n + 1); PV(n) keeps running
-    fence_acc(s);
-    softmax(n + 1);
-    wgmma_wait_all();  // PV(n)
-    fence_acc(o);
-    release_stage(n, count);
     handover(kBarPFree);  // PV's half of PV(n) done: P and row_f free
     publish_p();
     if (rescale) {
