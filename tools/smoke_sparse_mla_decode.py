@@ -3,6 +3,7 @@ exact reference, one line each with the max errors, so a failure is easy to plac
 
     python tools/smoke_sparse_mla_decode.py            # exits 1 if any case is off or NaN
     python tools/smoke_sparse_mla_decode.py --time     # also times the kernel beside FlashMLA
+    python tools/smoke_sparse_mla_decode.py --variant 3  # only variant 3's cases (a shorter compute-sanitizer run)
 
 Each case runs kernel variants 0 (sm90_sparse_mla_decode.cuh) and 3 (three warpgroup roles,
 sm90_sparse_mla_decode_ws.cuh); --time times each ("v0", "v3") and the provider's choice ("op", variant_for: 3 on
@@ -42,7 +43,9 @@ def main() -> int:
     t = time.perf_counter()
     print(f"library: {cuda.load(dev)} ({time.perf_counter() - t:.1f} s)", flush=True)
     failed = 0
-    for layout, heads, splits, variant in ((lo, h, sp, v) for v in (0, 3) for lo in ("v32", "v4") for h in (64, 128)
+    args = sys.argv[1:]
+    variants = (int(args[args.index("--variant") + 1]),) if "--variant" in args else (0, 3)
+    for layout, heads, splits, variant in ((lo, h, sp, v) for v in variants for lo in ("v32", "v4") for h in (64, 128)
                                            for sp in (1, 3)):
         q, cache, idx, lens, sink = make_case(layout, 3, 2, heads, 512, page=64, num_blocks=24,
                                               lens=[512, 300, 0], seed=heads + splits, device=dev)
