@@ -58,6 +58,22 @@ class NamedBar:
         return self.gen > state["gen"]
 
 
+def run_interleaved(rnd: random.Random, agents: list, deadlock: tuple) -> None:
+    """Steps randomly chosen agents (generators yielding whether they progressed) until all finish; a long run of
+    steps without progress is a deadlock (reported with `deadlock`)."""
+    live, stalled = list(agents), 0
+    while live:
+        a = rnd.choice(live)
+        try:
+            progressed = next(a)
+        except StopIteration:
+            live.remove(a)
+            stalled = 0
+            continue
+        stalled = 0 if progressed else stalled + 1
+        assert stalled < 10_000, deadlock
+
+
 def simulate(count: int, seed: int) -> None:
     assert count % 2 == 0
     rnd = random.Random(seed)
@@ -154,19 +170,7 @@ def simulate(count: int, seed: int) -> None:
             yield from sync(p_free, "PV")
         yield from sync(p_ready, "PV")
 
-    agents = [producer(), qk(), pv()]
-    live = list(agents)
-    stalled = 0
-    while live:
-        a = rnd.choice(live)
-        try:
-            progressed = next(a)
-        except StopIteration:
-            live.remove(a)
-            stalled = 0
-            continue
-        stalled = 0 if progressed else stalled + 1
-        assert stalled < 10_000, ("deadlock", count, seed, stage, mask, reads_done)
+    run_interleaved(rnd, [producer(), qk(), pv()], ("deadlock", count, seed, stage, mask, reads_done))
     for bar in empty + [p_ready, p_free]:  # nothing left half-arrived when the CTA exits
         assert not bar.arrived, ("barrier left with arrivals", count, seed, bar.arrived)
 
@@ -263,18 +267,8 @@ def simulate_pair(count: int, seed: int, bug: str = "") -> None:
             yield from sync(p_free[c], "PV")
         yield from sync(p_ready[c], "PV")
 
-    live = [producer(0), producer(1), qk(0), qk(1), pv(0), pv(1)]
-    stalled = 0
-    while live:
-        a = rnd.choice(live)
-        try:
-            progressed = next(a)
-        except StopIteration:
-            live.remove(a)
-            stalled = 0
-            continue
-        stalled = 0 if progressed else stalled + 1
-        assert stalled < 10_000, ("deadlock", count, seed, stage, mask, reads_done)
+    run_interleaved(rnd, [producer(0), producer(1), qk(0), qk(1), pv(0), pv(1)],
+                    ("deadlock", count, seed, stage, mask, reads_done))
     for c in (0, 1):
         for bar in (p_ready[c], p_free[c]):
             assert not bar.arrived, ("barrier left with arrivals", count, seed, bar.arrived)

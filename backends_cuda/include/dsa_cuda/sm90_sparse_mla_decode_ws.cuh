@@ -395,6 +395,14 @@ __device__ __forceinline__ void load_head(const TokenRows& t, int q, uint32_t ro
   r.sc = load_scales<kV4>(t, q);
 }
 
+// The producer's span of the CTA's top-k positions and its tile count.
+__device__ __forceinline__ CtaSpan producer_span(const KernelArgs& a, int& count) {
+  const CtaWork w = cta_work(a);
+  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
+  count = max(sp.t1 - sp.t0, 0);
+  return sp;
+}
+
 // Warpgroup 0: tile n's two half-tiles (tokens 32 h + tid / 4) from registers into stage n % 2, each
 // register refilled with tile n + 1's piece; the slots read a tile ahead of their rows; tile n's mask bytes.
 // Tiles go in pairs, one basic block a pair (the stage-free wait a named barrier, no polling loop), so that
@@ -411,9 +419,8 @@ template <bool kV4>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
                                          int tid) {
   using C = Cfg<kV4>;
-  const CtaWork w = cta_work(a);
-  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
-  const int count = max(sp.t1 - sp.t0, 0);
+  int count;
+  const CtaSpan sp = producer_span(a, count);
   if (count == 0) {
     return;
   }
@@ -489,9 +496,8 @@ template <bool kV4>
 __device__ __forceinline__ void producer_pair(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
                                               uint32_t empty, int tid) {
   using C = Cfg<kV4>;
-  const CtaWork w = cta_work(a);
-  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
-  const int count = max(sp.t1 - sp.t0, 0);
+  int count;
+  const CtaSpan sp = producer_span(a, count);
   if (count == 0) {
     return;
   }
