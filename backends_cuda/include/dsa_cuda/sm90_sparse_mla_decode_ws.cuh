@@ -1,6 +1,7 @@
 // dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variant 3, which the provider picks on
 // SM90: providers_sparse_mla_decode.variant_for). Same work split, arguments, partials and combine as
-// sm90_sparse_mla_decode.cuh (variant 0); what differs is who does what in a CTA.
+// sm90_sparse_mla_decode.cuh (variant 0); what differs is who does what in a CTA. Variant 4 (forced only;
+// compiled, not run since the stage order) is the same kernel in clusters of two CTAs at 128 heads (`producer_pair`).
 //
 // Why: variant 0 runs each 64-token tile as one serial chain on all 8 warps (gather, QK^T, row-max exchange,
 // softmax, P, PV, dequant of the next tile under PV), one CTA an SM. ncu (H200, batch 128, 128 heads, s_q 2):
@@ -219,9 +220,6 @@ struct TokenPart {
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-// Piece k of a token's row (tok: row `row` of the stage, swizzle sw = tok % 8) dequantised and stored: e4m3 piece
-// 4 k + q, scale group k (v4, 64 values) or k / 2 (v32, 128), column block k; or bf16 rope piece
-// 4 (k - kFp8) + q (v4: 4 ((k - kFp8) ^ (tok % 2)) + q).
 // Variant 4: where the peer CTA's copy of a stage byte goes (its address minus ours) and the peer's `full` barrier
 // of the stage, which the bytes complete.
 struct PeerStage {
@@ -239,6 +237,10 @@ __device__ __forceinline__ void sts128_pair(uint32_t addr, uint32_t a, uint32_t 
   }
 }
 
+// Piece k of a token's row (tok: row `row` of the stage, swizzle sw = tok % 8) dequantised and stored: e4m3 piece
+// 4 k + q, scale group k (v4, 64 values) or k / 2 (v32, 128), column block k; or bf16 rope piece
+// 4 (k - kFp8) + q (v4: 4 ((k - kFp8) ^ (tok % 2)) + q).
+// Variant 4 (kPair): each 16 bytes also into the peer's stage (sts128_pair).
 template <bool kV4, bool kPair = false>
 __device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, int q, const TokenPart<kV4>& r,
                                             const PeerStage& peer = PeerStage{}) {
