@@ -1,7 +1,8 @@
-"""Dev tool (GPU): a compile-time variant of the CUDA sparse_mla_decode kernel against the default build, e.g. the
-proxy-fence probe of sm90_sparse_mla_decode_ws.cuh:
+"""Dev tool (GPU): compile-time variants of the CUDA sparse_mla_decode kernel against the default build: a probe
+flag that a header reads (`#ifndef NAME / #define NAME 0`, off by default; none is in the tree while no probe is
+open):
 
-    python3 tools/ab_mla_flags.py -DDSA_MLA_PV_FIRST=1 [-DA=1,-DB=1 ...] [rounds]
+    python3 tools/ab_mla_flags.py -DNAME=1 [-DA=1,-DB=1 ...] [rounds]
 
 Each argument starting with "-" is one variant: its nvcc flags, comma-separated. Builds the CUDA library once
 with the default flags and once per variant (each in its own build root under /tmp), then, each step in a fresh

@@ -485,7 +485,7 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
 // variant 3 (the class comment). Per tile:
 // - the mask of all 64 tokens goes into this CTA's ring (the peer half's validity from its slots, read here);
 // - the stage-free wait is an mbarrier (`empty`, kPairEmpty arrivals: every math warp of both CTAs once its
-//   warpgroup's PV(n - 2) is done, release_pair_stage), since the peer writes into this CTA's stage too;
+//   warpgroup's PV(n - 2) is done, release_stage), since the peer writes into this CTA's stage too;
 // - `full` completes with this CTA's 128 producer arrivals (thread 0's arms the peer's half-tile of bytes)
 //   and those bytes.
 // All waits and arrivals at CTA scope (smxx_cluster.cuh says why). Same stage layout, math and outputs as
@@ -569,23 +569,24 @@ __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
   return (count + 1) & ~1;
 }
 
-// The math warpgroups' release of tile n's stage: the producer's named barrier (every thread; none for the last
-// two tiles, which the producer does not wait for).
-__device__ __forceinline__ void release_stage(int n, int count) {
-  if (n + 2 < count) {
-    bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
-  }
-}
-
-// Variant 4: a math warp's release of tile n's stage to both producers of the pair (they both write it), once
-// its warpgroup's PV(n) is done: lane 0 of every math warp of both CTAs arrives on both CTAs' `empty` (kPairEmpty
-// arrivals), as the stage order of `qk_role` releases it in variant 3 (no wait for the other warpgroup).
+// A math warp's release of tile n's stage once its warpgroup's PV(n) is done (none for the last two tiles, which
+// the producers do not wait for). Variant 3: every thread arrives on the producer's named barrier. Variant 4
+// (kPair): lane 0 of every math warp of both CTAs arrives on both CTAs' `empty` (kPairEmpty arrivals), since both
+// producers of the pair write the stage.
 constexpr int kPairEmpty = 16;  // 2 CTAs x 2 math warpgroups x 4 warps
-__device__ __forceinline__ void release_pair_stage(int n, int count, uint32_t empty) {
-  if ((threadIdx.x & 31) == 0 && n + 2 < count) {
-    const uint32_t bar = empty + 8u * uint32_t(n & 1);
-    mbar_arrive(bar);
-    mbar_arrive_remote(peer_smem(bar, cluster_ctarank() ^ 1u));
+template <bool kPair>
+__device__ __forceinline__ void release_stage(int n, int count, uint32_t empty) {
+  if (n + 2 >= count) {
+    return;
+  }
+  if constexpr (kPair) {
+    if ((threadIdx.x & 31) == 0) {
+      const uint32_t bar = empty + 8u * uint32_t(n & 1);
+      mbar_arrive(bar);
+      mbar_arrive_remote(peer_smem(bar, cluster_ctarank() ^ 1u));
+    }
+  } else {
+    bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
   }
 }
 
@@ -712,11 +713,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
     wgmma_wait_1();  // PV(n); S(n + 1) keeps running
     fence_acc(o);
-    if constexpr (kPair) {
-      release_pair_stage(n, count, empty);
-    } else {
-      release_stage(n, count);
-    }
+    release_stage<kPair>(n, count, empty);
     wgmma_wait_all();  // S(n + 1)
     fence_acc(s);
     softmax(n + 1);
@@ -729,10 +726,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
   if (count > 0) {
     issue_pv(o, p_smem, k_smem + uint32_t((count - 1) & 1) * C::L::kTileBytes, 0);
     wgmma_wait_all();
-    fence_acc(o);
-    if constexpr (!kPair) {
-      release_stage(count - 1, count);
-    }
+    fence_acc(o);  // (the last tile's stage is not released: the producer is done)
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -799,11 +793,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 1);
     wgmma_wait_all();
     fence_acc(o);
-    if constexpr (kPair) {
-      release_pair_stage(n, count, empty);
-    } else {
-      release_stage(n, count);
-    }
+    release_stage<kPair>(n, count, empty);
     handover(kBarPFree);
   }
   handover(kBarPReady);  // the output scales
