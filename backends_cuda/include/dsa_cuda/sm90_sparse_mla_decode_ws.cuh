@@ -571,8 +571,8 @@ __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
 
 // A math warp's release of tile n's stage once its warpgroup's PV(n) is done (none for the last two tiles, which
 // the producers do not wait for). Variant 3: every thread arrives on the producer's named barrier. Variant 4
-// (kPair): lane 0 of every math warp of both CTAs arrives on both CTAs' `empty` (kPairEmpty arrivals), since both
-// producers of the pair write the stage.
+// (kPair): lane 0 of every math warp of both CTAs, after a __syncwarp, arrives on both CTAs' `empty` (kPairEmpty
+// arrivals), since both producers of the pair write the stage.
 constexpr int kPairEmpty = 16;  // 2 CTAs x 2 math warpgroups x 4 warps
 template <bool kPair>
 __device__ __forceinline__ void release_stage(int n, int count, uint32_t empty) {
@@ -580,6 +580,7 @@ __device__ __forceinline__ void release_stage(int n, int count, uint32_t empty) 
     return;
   }
   if constexpr (kPair) {
+    __syncwarp();  // the warp's mask and stage reads before lane 0's release (racecheck: the mask ring)
     if ((threadIdx.x & 31) == 0) {
       const uint32_t bar = empty + 8u * uint32_t(n & 1);
       mbar_arrive(bar);
