@@ -4,10 +4,9 @@ compiled, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_mla_decode_out(q, kv_cache, indices, topk_lens, attn_sink, softmax_scale,
 v4, splits, out, lse, workspace, variant)``. SM90 kernels: variant 0 (every warp loads and computes; forced
-only), variant 3 (producer, QK and PV warpgroups), which `variant_for` picks on SM90 (SM100: variant 0, the
-tcgen05 kernel), and variant 4 (variant 3 in clusters of two CTAs, the two head blocks of 128 heads, each CTA
-gathering and dequantising half of every tile for both; forced only, 128-head multiples). Variant 1, the first
-form of variant 3, is removed.
+only) and variant 3 (producer, QK and PV warpgroups), which `variant_for` picks on SM90 (SM100: variant 0, the
+tcgen05 kernel). Variant 1, the first form of variant 3, and variant 4, variant 3 in clusters of two CTAs at 128
+heads, are removed (docs/design_attention.md, "Variants tried").
 One CTA is one query token x 64 heads x one split of its top-k positions and holds about 227 KiB of shared
 memory, so one CTA runs per SM: when B * s_q * H / 64 CTAs fill less than one wave, the top-k axis
 is cut into splits (split-KV) whose fp32 partials go to a workspace sized from the shapes (allocated here,
@@ -94,8 +93,7 @@ def launch(q, kv_cache, indices, softmax_scale, layout="v32", topk_lens=None, at
     `split` forces a path (None: split_count's heuristic; True with a one-split heuristic takes 2 splits);
     `splits` sets the split count outright (sweeps). `out` (bf16 [B, s_q, H, 512], unit last stride) and
     `lse` (fp32 [B, H, s_q], contiguous) are written in place when given (tests poison them first).
-    `variant`: None picks by arch (variant_for); 0, 3 or 4 forces a kernel (3 and 4: SM90 only; 4: heads a multiple
-    of 128)."""
+    `variant`: None picks by arch (variant_for); 0 or 3 forces a kernel (3: SM90 only)."""
     global _fn
     fn = _fn
     if fn is None:

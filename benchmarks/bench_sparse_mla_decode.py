@@ -130,9 +130,8 @@ def _bf16_ceiling(bench) -> float:
     return bench.ceilings["bf16_tflops"]
 
 
-def _ours(heads: int = 64) -> dict:
-    """Our providers that run here: name -> (launch, split_count(batch, s_q, heads, topk)); at a multiple of 128
-    heads also `cuda_pair`, the CUDA kernel's variant 4 (CTA pairs)."""
+def _ours() -> dict:
+    """Our providers that run here: name -> (launch, split_count(batch, s_q, heads, topk))."""
     from dsa_ops.backends import cuda
     from dsa_ops.backends.cuda import providers_sparse_mla_decode as mc
     from dsa_ops.backends.triton import sparse_mla_decode as mt
@@ -145,9 +144,6 @@ def _ours(heads: int = 64) -> dict:
         # variant 0 forced at every shape: its own row, and a baseline column of the others
         found["cuda_v0"] = (functools.partial(mc.launch, variant=0),
                             lambda b, s, h, k: mc.split_count(b, s, h, k, cuda.sm_count(None)))
-        if heads % 128 == 0:
-            found["cuda_pair"] = (functools.partial(mc.launch, variant=4),
-                                  lambda b, s, h, k: mc.split_count(b, s, h, k, cuda.sm_count(None)))
     else:
         print(f"\n  cuda provider not timed: {why}")
     return found
@@ -160,7 +156,7 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
     cache = _pool(layout)
     q, idx = _inputs(batch, s_q, heads, layout=layout)
     scale = D_QK[layout]**-0.5
-    ours = _ours(heads)
+    ours = _ours()
     outs = {name: (torch.empty((batch, s_q, heads, D_V), dtype=torch.bfloat16, device="cuda"),
                    torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")) for name in ours}
     fns = {name: functools.partial(launch, q, cache, idx, scale, layout, out=outs[name][0], lse=outs[name][1])

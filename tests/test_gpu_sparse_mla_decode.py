@@ -3,8 +3,7 @@
 Every case runs for both providers (the `m` fixture: each provider module's `launch`, and the op forced to
 that backend through the registry's `use_backend`), and once more for the CUDA kernel variant the op does not
 pick on SM90 (`cuda_v0`: `launch(..., variant=0)`, sm90_sparse_mla_decode.cuh; the op and `cuda` pick variant 3,
-the three-role kernel, by providers_sparse_mla_decode.variant_for), and `cuda_pair`: variant 4 (variant 3 in CTA
-pairs) where the heads are a multiple of 128, variant 3 elsewhere. Caches are NaN-filled except the slots in use
+the three-role kernel, by providers_sparse_mla_decode.variant_for). Caches are NaN-filled except the slots in use
 (tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
 topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
 valid token; 64 and 128 heads; both layouts; both paths (single pass, split-KV forced, and the heuristic);
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 SCALE = {"v32": 576**-0.5, "v4": 512**-0.5}
-PROVIDERS = ("triton", "cuda", "cuda_v0", "cuda_pair")  # cuda_vN: the CUDA provider's kernel variant N
+PROVIDERS = ("triton", "cuda", "cuda_v0")  # cuda_vN: the CUDA provider's kernel variant N
 
 
 def _module(name):
@@ -51,11 +50,6 @@ def _provider(name):
         if why is not None:
             pytest.skip(f"cuda provider unavailable here: {why}")
     mod = _module(name)
-    if name == "cuda_pair":
-        def launch(q, *args, **kw):
-            return mod.launch(q, *args, variant=4 if q.shape[2] % 128 == 0 else 3, **kw)
-
-        return SimpleNamespace(PROVIDER="cuda", launch=launch, supports=mod.supports, module=mod, forced_variant=True)
     if name == "cuda_v0":
         return SimpleNamespace(PROVIDER="cuda", launch=functools.partial(mod.launch, variant=int(name[-1])),
                                supports=mod.supports, module=mod, forced_variant=True)
@@ -67,7 +61,7 @@ def m(request):
     return _provider(request.param)
 
 
-@pytest.fixture(scope="module", params=("cuda", "cuda_v0", "cuda_pair"))
+@pytest.fixture(scope="module", params=("cuda", "cuda_v0"))
 def mc(request):
     return _provider(request.param)
 
@@ -186,7 +180,7 @@ def test_op_routes_to_provider_and_captures(m, layout):
         out2, lse2 = m.launch(*args)
         if not m.forced_variant:  # the op and the provider's launch make the same choice
             assert torch.equal(out, out2) and torch.equal(lse, lse2)
-        else:  # the op picks variant 3; variant 0 sums differently (variant 4 is bitwise variant 3's, below)
+        else:  # the op picks variant 3; variant 0 sums differently
             _check(out2, lse2, case, layout)
         # CUDA-graph capture and replay of the op (split path: its workspace comes from the graph's pool)
         s = torch.cuda.Stream()
@@ -266,31 +260,10 @@ def test_providers_agree(mc):
     assert ((l1 - l2).abs() / l2.abs().clamp(min=1)).max().item() < 1e-5
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["single", "split"])
-@pytest.mark.parametrize("layout", ["v32", "v4"])
-@pytest.mark.parametrize("shape", [(4, 2, 128, 2048, [2048, 1000, 0, 4096]), (3, 1, 256, 448, [448, 65, 1])],
-                         ids=["b4_h128", "b3_h256_odd_tiles"])
-def test_pair_bitwise_variant3(layout, split, shape):
-    """Variant 4 (CTA pairs sharing each dequantised tile) does variant 3's arithmetic in the same order: outputs
-    and lse bitwise equal, on NaN-filled caches with cut and empty requests, 2 and 4 head blocks, odd tile counts."""
+def test_unknown_variant_rejected():
+    """Only variants 0 and 3 exist (4, the CTA pairs, is removed): the binding names them."""
     m = _provider("cuda")
-    b, s_q, h, topk, lens = shape
-    case = make_case(layout, b, s_q, h, topk, page=64, num_blocks=96, lens=lens, seed=h + topk, device=DEV)
-    q, cache, idx, lens_t, sink = case
-    res = []
-    for variant in (3, 4):
-        out = torch.full((b, s_q, h, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
-        lse = torch.full((b, h, s_q), float("nan"), dtype=torch.float32, device=DEV)
-        m.launch(q, cache, idx, SCALE[layout], layout, lens_t, sink, split=split, out=out, lse=lse, variant=variant)
-        torch.cuda.synchronize()
-        res.append((out, lse))
-    _check(*res[1], case, layout)
-    assert torch.equal(res[0][0].view(torch.int16), res[1][0].view(torch.int16))
-    assert torch.equal(res[0][1], res[1][1])
-
-
-def test_pair_variant_needs_head_pairs():
-    m = _provider("cuda")
-    q, cache, idx, lens, sink = make_case("v32", 1, 1, 64, 128, page=64, num_blocks=4, seed=1, device=DEV)
-    with pytest.raises(RuntimeError, match="multiple of 128 heads"):
-        m.launch(q, cache, idx, SCALE["v32"], "v32", lens, sink, variant=4)
+    q, cache, idx, lens, sink = make_case("v32", 1, 1, 128, 128, page=64, num_blocks=4, seed=1, device=DEV)
+    for variant in (1, 4):
+        with pytest.raises(RuntimeError, match="must be 0 or 3"):
+            m.launch(q, cache, idx, SCALE["v32"], "v32", lens, sink, variant=variant)

@@ -18,17 +18,11 @@ def test_protocol_holds(count):
         model.simulate(count, seed)
 
 
-@pytest.mark.parametrize("count", range(0, 22, 2))
-def test_pair_protocol_holds(count):
-    for seed in range(100):
-        model.simulate_pair(count, seed)
-
-
-@pytest.mark.parametrize("bug", ["no_wait", "early_release", "own_release"])
-def test_pair_model_catches_faults(bug):
+@pytest.mark.parametrize("bug", ["no_wait", "early_release", "one_mask_slot"])
+def test_model_catches_faults(bug):
     with pytest.raises(AssertionError):
         for seed in range(200):
-            model.simulate_pair(12, seed, bug=bug)
+            model.simulate(12, seed, bug=bug)
 
 
 def test_a_second_arrival_in_one_generation_is_caught():

@@ -7,11 +7,7 @@ through two named barriers both sync on. The tile count is even (the kernel pads
 Random interleavings; checks no deadlock, no party arriving twice in one barrier generation (the hardware would
 count it towards the same one), no barrier left with arrivals at the end, every mask and stage read fresh (not yet
 overwritten by tile n + 3 / n + 2) and complete, and that a slot or stage is rewritten only once every read of
-its older tile is done.
-
-simulate_pair models variant 4 (the same in a cluster of two CTAs, each producer storing its half of every tile
-into both CTAs' stages, the stage-free wait an mbarrier that both math warpgroups of both CTAs arrive on once
-their PV(n) is done; the kernel's 16 arrivals, one a math warp, are one a warpgroup here).
+its older tile is done. `bug` injects a fault the model must catch (tests/test_mla_lean_protocol_model.py).
 
     python tools/model_mla_lean_protocol.py      # counts 0-20, 300 interleavings each
 """
@@ -74,14 +70,18 @@ def run_interleaved(rnd: random.Random, agents: list, deadlock: tuple) -> None:
         assert stalled < 10_000, deadlock
 
 
-def simulate(count: int, seed: int) -> None:
+def simulate(count: int, seed: int, bug: str = "") -> None:
+    """One random interleaving of a CTA of `count` tiles. `bug`: "no_wait" (the producer skips the stage-free
+    sync), "early_release" (the QK warpgroup releases tile n's stage before its PV(n) is done), "one_mask_slot"
+    (the mask ring has 1 slot, not 3)."""
     assert count % 2 == 0
+    slots = 1 if bug == "one_mask_slot" else 3
     rnd = random.Random(seed)
     full = [MBar(1), MBar(1)]
     empty = [NamedBar({"P", "QK", "PV"}) for _ in range(2)]
     p_ready = NamedBar({"QK", "PV"})
     p_free = NamedBar({"QK", "PV"})
-    mask = [None, None, None]     # slot -> tile whose mask it holds
+    mask = [None] * slots         # slot -> tile whose mask it holds
     stage = [None, None]          # stage -> tile stored there
     softmax_done = -1             # last tile whose mask the QK warpgroup has read
     reads_done = {"QK": [-1, -1], "PV": -1}  # QK: last QK(n) read, last PV(n) read; PV: last PV(n) read
@@ -94,11 +94,11 @@ def simulate(count: int, seed: int) -> None:
     def producer():
         for n in range(count):
             st = n & 1
-            assert softmax_done >= n - 3, ("mask slot rewritten before it was read", n, softmax_done)
-            mask[n % 3] = n
+            assert softmax_done >= n - slots, ("mask slot rewritten before it was read", n, softmax_done)
+            mask[n % slots] = n
             yield True
             state = {}
-            while not empty[st].sync("P", state):
+            while bug != "no_wait" and not empty[st].sync("P", state):
                 yield False
             check_stage_free(n)
             stage[st] = n
@@ -140,12 +140,16 @@ def simulate(count: int, seed: int) -> None:
             yield from sync(p_ready, "QK")
         for n in range(count - 1):  # PV(n) issued, tile n + 1's stage waited for, QK^T(n + 1) issued
             yield from wait_full(n + 1)
+            if bug == "early_release":
+                release("QK", n)
+                yield True
             read_stage("QK", n, "pv")  # PV(n) completes
             yield True
-            release("QK", n)
+            if bug != "early_release":
+                release("QK", n)
             read_stage("QK", n + 1, "qk")  # QK(n + 1) completes before the softmax
             yield True
-            assert mask[(n + 1) % 3] == n + 1, ("mask", n + 1, mask)
+            assert mask[(n + 1) % slots] == n + 1, ("mask", n + 1, mask)
             softmax_done = n + 1
             yield from sync(p_free, "QK")
             yield from sync(p_ready, "QK")  # publish_p: P(n + 1)
@@ -175,111 +179,11 @@ def simulate(count: int, seed: int) -> None:
         assert not bar.arrived, ("barrier left with arrivals", count, seed, bar.arrived)
 
 
-def simulate_pair(count: int, seed: int, bug: str = "") -> None:
-    """Variant 4: two CTAs (0, 1) of a cluster. Producer r stores half r of tile n into both CTAs' stage n % 2
-    after waiting its own `empty` (4 arrivals: the QK and the PV warpgroup of each CTA, each once its PV(n - 2) is
-    done), and completes `full` in both (its own arrival here; the bytes there). Each producer writes its own CTA's
-    mask ring. `bug` injects a fault the model must catch: "no_wait" (no empty wait), "early_release" (the QK
-    warpgroup's release before its PV(n) is done), "own_release" (a warpgroup releases only its own CTA's stage)."""
-    assert count % 2 == 0
-    rnd = random.Random(seed)
-    full = [[MBar(2), MBar(2)] for _ in range(2)]    # [cta][stage]: own producer's arrival + the peer's bytes
-    empty = [[MBar(4), MBar(4)] for _ in range(2)]   # [cta][stage]: QK and PV of each CTA
-    p_ready = [NamedBar({"QK", "PV"}) for _ in range(2)]
-    p_free = [NamedBar({"QK", "PV"}) for _ in range(2)]
-    mask = [[None] * 3 for _ in range(2)]
-    stage = [[[None, None], [None, None]] for _ in range(2)]  # [cta][stage][half] -> tile
-    softmax_done = [-1, -1]
-    reads_done = [{"qk": -1, "pv_qk": -1, "pv": -1} for _ in range(2)]
-
-    def producer(r):
-        for n in range(count):
-            st = n & 1
-            assert softmax_done[r] >= n - 3, ("mask slot rewritten before it was read", r, n, softmax_done)
-            mask[r][n % 3] = n
-            yield True
-            if bug != "no_wait":
-                while not empty[r][st].done(((n >> 1) & 1) ^ 1):
-                    yield False
-            for c in (0, 1):  # own stage (st.shared) and the peer's (st.async)
-                rd = reads_done[c]
-                assert min(rd.values()) >= n - 2, ("stage rewritten before its older tile's reads", r, c, n, rd)
-                stage[c][st][r] = n
-                yield True
-            for c in (r, r ^ 1):  # own arrival; the peer's complete-tx of this producer's bytes
-                full[c][st].arrive()
-                yield True
-
-    def wait_full(c, n):
-        while not full[c][n & 1].done((n >> 1) & 1):
-            yield False
-
-    def sync(bar, who):
-        state = {}
-        while not bar.sync(who, state):
-            yield False
-
-    def read_stage(c, n, kind):
-        assert stage[c][n & 1] == [n, n], ("stale or incomplete stage", c, kind, n, stage[c])
-        reads_done[c][kind] = n
-
-    def release(c, n):
-        if n + 2 < count:
-            for t in ((c,) if bug == "own_release" else (c, c ^ 1)):
-                empty[t][n & 1].arrive()
-
-    def qk(c):
-        if count > 0:
-            yield from wait_full(c, 0)
-            read_stage(c, 0, "qk")
-            assert mask[c][0] == 0, ("mask", c, 0, mask[c])
-            softmax_done[c] = 0
-            yield True
-            yield from sync(p_ready[c], "QK")
-        for n in range(count - 1):  # PV(n) issued, tile n + 1's stage waited for, QK^T(n + 1) issued
-            yield from wait_full(c, n + 1)
-            if bug == "early_release":
-                release(c, n)
-                yield True
-            read_stage(c, n, "pv_qk")  # PV(n) completes
-            yield True
-            if bug != "early_release":
-                release(c, n)
-            read_stage(c, n + 1, "qk")
-            yield True
-            assert mask[c][(n + 1) % 3] == n + 1, ("mask", c, n + 1, mask[c])
-            softmax_done[c] = n + 1
-            yield from sync(p_free[c], "QK")
-            yield from sync(p_ready[c], "QK")
-        if count > 0:
-            read_stage(c, count - 1, "pv_qk")
-            yield True
-            yield from sync(p_free[c], "QK")
-        yield from sync(p_ready[c], "QK")
-
-    def pv(c):
-        for n in range(count):
-            yield from wait_full(c, n)
-            yield from sync(p_ready[c], "PV")
-            read_stage(c, n, "pv")
-            yield True
-            release(c, n)
-            yield from sync(p_free[c], "PV")
-        yield from sync(p_ready[c], "PV")
-
-    run_interleaved(rnd, [producer(0), producer(1), qk(0), qk(1), pv(0), pv(1)],
-                    ("deadlock", count, seed, stage, mask, reads_done))
-    for c in (0, 1):
-        for bar in (p_ready[c], p_free[c]):
-            assert not bar.arrived, ("barrier left with arrivals", count, seed, bar.arrived)
-
-
 def main() -> int:
     for count in range(0, 22, 2):
         for seed in range(300):
             simulate(count, seed)
-            simulate_pair(count, seed)
-    print("lean protocol model (variant 3 and its pairs): ok")
+    print("lean protocol model (variant 3): ok")
     return 0
 
 

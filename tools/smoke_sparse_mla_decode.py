@@ -5,9 +5,9 @@ exact reference, one line each with the max errors, so a failure is easy to plac
     python tools/smoke_sparse_mla_decode.py --time     # also times the kernel beside FlashMLA
     python tools/smoke_sparse_mla_decode.py --variant 3  # only variant 3's cases (a shorter compute-sanitizer run)
 
-Each case runs kernel variants 0 (sm90_sparse_mla_decode.cuh), 3 (three warpgroup roles,
-sm90_sparse_mla_decode_ws.cuh) and, at 128 heads, 4 (variant 3 in CTA pairs); --time times variants 3 and 4 ("v3",
-"v4") and the provider's choice ("op", variant_for: 3 on SM90).
+Each case runs kernel variants 0 (sm90_sparse_mla_decode.cuh) and 3 (three warpgroup roles,
+sm90_sparse_mla_decode_ws.cuh); --time times variant 3 ("v3") and the provider's choice ("op", variant_for: 3 on
+SM90).
 
 --time runs the benchmark's shapes (benchmarks/bench_sparse_mla_decode.py: its caches, inputs and
 FlashMLA from .peer): us by CUDA-graph replay after an L2 flush (median of 30), FlashMLA's us, its
@@ -44,9 +44,9 @@ def main() -> int:
     print(f"library: {cuda.load(dev)} ({time.perf_counter() - t:.1f} s)", flush=True)
     failed = 0
     args = sys.argv[1:]
-    variants = (int(args[args.index("--variant") + 1]),) if "--variant" in args else (0, 3, 4)
+    variants = (int(args[args.index("--variant") + 1]),) if "--variant" in args else (0, 3)
     for layout, heads, splits, variant in ((lo, h, sp, v) for v in variants for lo in ("v32", "v4") for h in (64, 128)
-                                           for sp in (1, 3) if v != 4 or h % 128 == 0):
+                                           for sp in (1, 3)):
         q, cache, idx, lens, sink = make_case(layout, 3, 2, heads, 512, page=64, num_blocks=24,
                                               lens=[512, 300, 0], seed=heads + splits, device=dev)
         out = torch.full((3, 2, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
@@ -93,8 +93,6 @@ def time_variants() -> int:
         out = torch.empty((batch, s_q, heads, 512), dtype=torch.bfloat16, device="cuda")
         lse = torch.empty((batch, heads, s_q), dtype=torch.float32, device="cuda")
         variants = {"v3": {"variant": 3}, "op": {}}  # variant 0 (forced only) is not timed
-        if heads % 128 == 0:
-            variants["v4"] = {"variant": 4}
         times = {}
         ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
         err = lerr = 0.0

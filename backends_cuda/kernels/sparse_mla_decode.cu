@@ -1,7 +1,6 @@
 // Launcher of dsa.sparse_mla_decode: the SM90 kernel (include/dsa_cuda/sm90_sparse_mla_decode.cuh) on
 // compute capability 9.x (variant 0; variant 3, which the provider picks: sm90_sparse_mla_decode_ws.cuh, three
-// warpgroup roles; variant 4, the same in clusters of two CTAs at 128-head multiples), the SM100 one
-// (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
+// warpgroup roles), the SM100 one (sm100_sparse_mla_decode.cuh; compiled, not run) on 10.x.
 // Torch-free: the compile gates build this file alone with nvcc.
 #include "dsa_cuda/sparse_mla_decode.cuh"
 
@@ -22,14 +21,9 @@ int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 template <bool kV4, bool kSplit>
 cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, int64_t variant, cudaStream_t stream) {
   if (variant == 3) {  // the three-role SM90 kernel
-    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit, false>;
+    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit>;
     return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads), k90ws::Cfg<kV4>::kSmemBytes,
                                    stream, a);
-  }
-  if (variant == 4) {  // the three-role kernel in CTA pairs (the two head blocks of 128 heads a cluster)
-    constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit, true>;
-    return launch_pdl_smem_clustered<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads),
-                                             k90ws::Cfg<kV4>::kSmemBytes, stream, 2, a);
   }
   if (sm100) {
     constexpr auto kernel = &k100::sparse_mla_decode_kernel<kV4, kSplit>;
@@ -53,11 +47,8 @@ const char* sparse_mla_decode_unsupported(const SparseMlaDecodeParams& p) {
   if (p.heads <= 0 || p.heads % k::kHeads != 0) {
     return "the CUDA sparse MLA decode kernel takes a multiple of 64 heads";
   }
-  if (p.variant != 0 && p.variant != 3 && p.variant != 4) {
-    return "variant must be 0, 3 (the three-role kernel, SM90 only) or 4 (its CTA pairs, SM90 only)";
-  }
-  if (p.variant == 4 && p.heads % (2 * k::kHeads) != 0) {
-    return "variant 4 pairs head blocks: it takes a multiple of 128 heads";
+  if (p.variant != 0 && p.variant != 3) {
+    return "variant must be 0 or 3 (the three-role kernel, SM90 only)";
   }
   if (p.splits < 1 || p.splits > 1024) {
     return "splits must be in [1, 1024]";
@@ -101,7 +92,7 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
     return cudaErrorNotSupported;
   }
   const bool sm100 = major == 10;
-  if (sm100 && p.variant != 0) {  // variants 3 and 4 are wgmma (SM90) only
+  if (sm100 && p.variant != 0) {  // variant 3 is wgmma (SM90) only
     return cudaErrorNotSupported;
   }
   const int64_t head_blocks = p.heads / k::kHeads;

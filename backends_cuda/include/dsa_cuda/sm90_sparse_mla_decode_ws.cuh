@@ -1,7 +1,6 @@
 // dsa.sparse_mla_decode on Hopper (sm_90a), warp-specialised (launcher variant 3, which the provider picks on
 // SM90: providers_sparse_mla_decode.variant_for). Same work split, arguments, partials and combine as
-// sm90_sparse_mla_decode.cuh (variant 0); what differs is who does what in a CTA. Variant 4 (forced only;
-// compiled, not run since the stage order) is the same kernel in clusters of two CTAs at 128 heads (`producer_pair`).
+// sm90_sparse_mla_decode.cuh (variant 0); what differs is who does what in a CTA.
 //
 // Why: variant 0 runs each 64-token tile as one serial chain on all 8 warps (gather, QK^T, row-max exchange,
 // softmax, P, PV, dequant of the next tile under PV), one CTA an SM. ncu (H200, batch 128, 128 heads, s_q 2):
@@ -35,9 +34,8 @@
 // and the producer's first conversions on their loads, so the producer bounds it (docs/design_attention.md:
 // with every load an L1 hit the kernel is ~20% faster, with no producer work ~40%).
 //
-// Shared memory (v32; v4 has 8 column blocks, not 9): 1 KiB alignment slack + Q 72 KiB + 2 K stages
-// x 72 KiB + P 8 KiB + masks 3 x 8 B + row_f 64 x 4 B + 2 mbarriers = 230712 B of the 232448 B a CTA may have
-// (v4: 206136 B).
+// Shared memory (v32; v4 has 8 column blocks, not 9): 1 KiB alignment slack + Q 72 KiB + 2 K stages x 72 KiB + P
+// 8 KiB + masks 3 x 8 B + row_f 64 x 4 B + 2 mbarriers = 230696 B of the 232448 B a CTA may have (v4: 206120 B).
 //
 // Registers: launched with 168 a thread (384 x 168 = 64512 = 128 x (128 + 208 + 168)); setmaxnreg cannot go
 // past the launch allocation. Each role runs to its own exit after its setmaxnreg (a path shared by two
@@ -56,7 +54,6 @@
 #include "common_launch.cuh"
 #include "sm90_indexer_core.cuh"  // wgmma helpers, mbarriers, setmaxnreg
 #include "sm90_sparse_mla_decode.cuh"
-#include "smxx_cluster.cuh"
 #include "smxx_sparse_mla_decode.cuh"
 
 namespace dsa_cuda {
@@ -75,12 +72,6 @@ constexpr int kQkRegs = 208;
 constexpr int kPvRegs = 168;
 constexpr int kLaunchRegs = 168;  // ptxas's count under __launch_bounds__(384, 1)
 static_assert(128 * (kProducerRegs + kQkRegs + kPvRegs) <= kThreads * kLaunchRegs,
-              "setmaxnreg beyond the CTA's register allocation");
-// Variant 4 (nvcc 13.0, v32): 128 / 208 spills 4 bytes; 136 / 200 is clean (the producer keeps the peer's
-// addresses).
-constexpr int kPairProducerRegs = 136;
-constexpr int kPairQkRegs = 200;
-static_assert(128 * (kPairProducerRegs + kPairQkRegs + kPvRegs) <= kThreads * kLaunchRegs,
               "setmaxnreg beyond the CTA's register allocation");
 constexpr int kOffSlots = 3;  // tile n + 1's offsets are written once the math is done with tile n - 2
 // Named barriers (0 is __syncthreads).
@@ -101,8 +92,7 @@ struct Cfg {
   static constexpr int kMaskOff = kPOff + kBlockBytes;           // P: [64 x 64] bf16
   static constexpr int kRowOff = kMaskOff + kOffSlots * 8;
   static constexpr int kBarOff = kRowOff + kHeads * 4;           // full[2]
-  static constexpr int kEmptyOff = kBarOff + 2 * 8;                // empty[2] (variant 4)
-  static constexpr int kSmemBytes = 1024 + kEmptyOff + 2 * 8;
+  static constexpr int kSmemBytes = 1024 + kBarOff + 2 * 8;
   static_assert(kSmemBytes <= 232448, "over the SM90 shared memory of a CTA");
 };
 
@@ -116,7 +106,6 @@ static __device__ __align__(256) const uint8_t kZeroRow[1024] = {};
 using namespace smxx_mla_decode;
 using sm90_indexer::fence_acc;
 using sm90_indexer::mbar_arrive;
-using sm90_indexer::mbar_arrive_expect_tx;
 using sm90_indexer::mbar_init;
 using sm90_indexer::mbar_wait;
 using sm90_indexer::setmaxnreg_dec;
@@ -130,12 +119,6 @@ using sm90_mla_decode::store_out;
 using sm90_mla_decode::store_partial;
 using sm90_mla_decode::sw128_mn_desc;
 using sm90_mla_decode::wgmma_pv;
-using smxx::cluster_ctarank;
-using smxx::cluster_sync_acq_rel;
-using smxx::cluster_sync_relaxed;
-using smxx::mbar_arrive_remote;
-using smxx::peer_smem;
-using smxx::st_async128;
 
 // A named barrier of n threads, the warp converged first (bar.sync is .aligned).
 __device__ __forceinline__ void bar_sync(int id, int n) {
@@ -220,30 +203,11 @@ struct TokenPart {
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-// Variant 4: where the peer CTA's copy of a stage byte goes (its address minus ours) and the peer's `full` barrier
-// of the stage, which the bytes complete.
-struct PeerStage {
-  uint32_t delta;
-  uint32_t full;
-};
-
-// 16 bytes into this CTA's stage and, for a pair, the peer's.
-template <bool kPair>
-__device__ __forceinline__ void sts128_pair(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d,
-                                            const PeerStage& peer) {
-  sts128(addr, a, b, c, d);
-  if constexpr (kPair) {
-    st_async128(addr + peer.delta, a, b, c, d, peer.full);
-  }
-}
-
 // Piece k of a token's row (tok: row `row` of the stage, swizzle sw = tok % 8) dequantised and stored: e4m3 piece
 // 4 k + q, scale group k (v4, 64 values) or k / 2 (v32, 128), column block k; or bf16 rope piece
 // 4 (k - kFp8) + q (v4: 4 ((k - kFp8) ^ (tok % 2)) + q).
-// Variant 4 (kPair): each 16 bytes also into the peer's stage (sts128_pair).
-template <bool kV4, bool kPair = false>
-__device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, int q, const TokenPart<kV4>& r,
-                                            const PeerStage& peer = PeerStage{}) {
+template <bool kV4>
+__device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, int q, const TokenPart<kV4>& r) {
   using C = Layout<kV4>;
   using H = TokenPart<kV4>;
   if (k < H::kFp8) {
@@ -256,12 +220,11 @@ __device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, in
     dequant4(r.v[k].w, scale, w[6], w[7]);
     const uint32_t blk = row + uint32_t(k) * kBlockBytes;  // 16 columns a piece, 64 a block
     const uint32_t c0 = uint32_t(q) * 2u;
-    sts128_pair<kPair>(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3], peer);
-    sts128_pair<kPair>(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7], peer);
+    sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
+    sts128(blk + (((c0 + 1u) ^ sw) << 4), w[4], w[5], w[6], w[7]);
   } else {
     const uint32_t c0 = ((uint32_t(k - H::kFp8) ^ (kV4 ? sw & 1u : 0u)) << 2) + uint32_t(q);
-    sts128_pair<kPair>(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z,
-                       r.v[k].w, peer);
+    sts128(row + C::kRopeBlock * kBlockBytes + ((c0 ^ sw) << 4), r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w);
   }
 }
 
@@ -356,14 +319,13 @@ __device__ __forceinline__ uint4 load_scales(const TokenRows& t, int q) {
 
 // A token's pieces dequantised and stored into its stage row, each piece below kReload reloaded from `next` once
 // its dequant is stored, and the scales (which every e4m3 piece's dequant needs) after the last e4m3 piece.
-template <bool kV4, int kReload, bool kPair = false>
-__device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next,
-                                             const PeerStage& peer = PeerStage{}) {
+template <bool kV4, int kReload>
+__device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
   const uint32_t row = kt + uint32_t(tok) * 128u;
   const uint32_t rope_flip = rope_order<kV4>(tok);
 #pragma unroll
   for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
-    store_piece<kV4, kPair>(row, uint32_t(tok & 7), k, q, r, peer);
+    store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
     if (k < kReload) {
       r.v[k] = load_piece<kV4>(next, k, rope_flip);
     }
@@ -478,88 +440,6 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
   }
 }
 
-// Variant 4, warpgroup 0 of a CTA pair (a cluster of 2; the two head blocks of 128 heads, which read the same
-// tokens): this CTA's producer gathers and dequantises only its half of every tile (tokens 32 rank + tid / 4)
-// and stores each piece twice, into its own stage and (st.async) into the peer's, whose `full` barrier the
-// bytes complete. So each SM gathers and converts half the tokens of variant 3's producer, which bounds
-// variant 3 (the class comment). Per tile:
-// - the mask of all 64 tokens goes into this CTA's ring (the peer half's validity from its slots, read here);
-// - the stage-free wait is an mbarrier (`empty`, kPairEmpty arrivals: every math warp of both CTAs once its
-//   warpgroup's PV(n - 2) is done, release_stage), since the peer writes into this CTA's stage too;
-// - `full` completes with this CTA's 128 producer arrivals (thread 0's arms the peer's half-tile of bytes)
-//   and those bytes.
-// All waits and arrivals at CTA scope (smxx_cluster.cuh says why). Same stage layout, math and outputs as
-// variant 3 (bitwise: a GPU test asserts it).
-// Measured with the earlier stage order (one QK thread released the stage after the P hand-over): H100, 15-21%
-// slower than variant 3 at batch 32-128 (docs/design_attention.md). With the stage order (PV(n) first, each
-// warpgroup releasing as soon as its PV(n) is done) and the producer's fill now the critical path, it is built
-// again: compiled, not run.
-template <bool kV4>
-__device__ __forceinline__ void producer_pair(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
-                                              uint32_t empty, int tid) {
-  using C = Cfg<kV4>;
-  int count;
-  const CtaSpan sp = producer_span(a, count);
-  if (count == 0) {
-    return;
-  }
-  const uint32_t rank = cluster_ctarank();
-  const uint32_t peer_rank = rank ^ 1u;
-  PeerStage peer;
-  peer.delta = peer_smem(k_smem, peer_rank) - k_smem;
-  const uint32_t peer_full = peer_smem(full, peer_rank);
-  const int tok = tid_opaque() >> 2;
-  const int q = tid & 3;
-  const int own = 32 * int(rank) + tok;  // this thread's token of each tile
-  const int other = 32 * int(peer_rank) + tok;  // the peer's token in the same place (its validity only)
-  const TokenRows first = token_rows<kV4>(a, load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, own), q);
-  uint32_t valid = first.valid;
-  int32_t other_slot = load_slot(a, sp.idx_row, sp.t0, sp.t1, sp.n_end, other);
-  int32_t slot = load_slot(a, sp.idx_row, sp.t0 + 1, sp.t1, sp.n_end, own);
-  const uint32_t rope_flip = rope_order<kV4>(own);
-  TokenPart<kV4> r;
-  load_head<kV4>(first, q, rope_flip, r);
-  TokenRows tail = first;
-  auto tile = [&](int n, auto second) {
-    constexpr bool kSecond = decltype(second)::value;
-    if (!kSecond) {
-      load_pieces<kV4>(tail, kHeadPieces, rope_flip, r);
-    }
-    const int st = n & 1;
-    const uint32_t kt = k_smem + uint32_t(st) * C::L::kTileBytes;
-    const TokenRows nx = token_rows<kV4>(a, slot, q);
-    slot = load_slot(a, sp.idx_row, sp.t0 + n + 2, sp.t1, sp.n_end, own);
-    const uint32_t other_valid = other_slot >= 0 && int64_t(other_slot) < a.nslots ? 1u : 0u;
-    other_slot = load_slot(a, sp.idx_row, sp.t0 + n + 1, sp.t1, sp.n_end, other);
-    // Tile n's mask into slot n % 3 (as variant 3: the QK warpgroup read it last for tile n - 3, before its
-    // release of tile n - 3's stage, which this warp waited for before storing tile n - 1).
-    const uint32_t m_own = __reduce_or_sync(0xffffffffu, valid << (tok & 7));
-    const uint32_t m_other = __reduce_or_sync(0xffffffffu, other_valid << (tok & 7));
-    if ((tid & 31) == 0) {
-      masks[8 * (n % kOffSlots) + 4 * rank + (tok >> 3)] = uint8_t(m_own);
-      masks[8 * (n % kOffSlots) + 4 * peer_rank + (tok >> 3)] = uint8_t(m_other);
-    }
-    mbar_wait(empty + 8 * st, (uint32_t(n >> 1) & 1u) ^ 1u);  // both CTAs are done with tile n - 2
-    peer.full = peer_full + 8u * uint32_t(st);
-    constexpr int kReload = kSecond ? kHeadPieces : TokenPart<kV4>::kN;
-    store_reload<kV4, kReload, true>(kt, own, q, r, nx, peer);
-    fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
-    if (tid == 0) {
-      mbar_arrive_expect_tx(full + 8 * st, uint32_t(C::L::kTileBytes / 2));  // the peer's half-tile
-    } else {
-      mbar_arrive(full + 8 * st);
-    }
-    valid = nx.valid;
-    if (kSecond) {
-      tail = nx;
-    }
-  };
-  for (int n = 0; n < count; n += 2) {
-    tile(n, std::false_type{});
-    tile(n + 1, std::true_type{});
-  }
-}
-
 // Both math roles: the CTA's work and its tile count (Q is staged before the role split), rounded up to a pair of
 // tiles as the producer runs them.
 __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
@@ -569,26 +449,13 @@ __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
   return (count + 1) & ~1;
 }
 
-// A math warp's release of tile n's stage once its warpgroup's PV(n) is done (none for the last two tiles, which
-// the producers do not wait for). Variant 3: every thread arrives on the producer's named barrier. Variant 4
-// (kPair): lane 0 of every math warp of both CTAs, after a __syncwarp, arrives on both CTAs' `empty` (kPairEmpty
-// arrivals), since both producers of the pair write the stage.
-constexpr int kPairEmpty = 16;  // 2 CTAs x 2 math warpgroups x 4 warps
-template <bool kPair>
-__device__ __forceinline__ void release_stage(int n, int count, uint32_t empty) {
+// A math thread's release of tile n's stage once its warpgroup's PV(n) is done: an arrival on the producer's
+// named barrier (none for the last two tiles, which the producer does not wait for).
+__device__ __forceinline__ void release_stage(int n, int count) {
   if (n + 2 >= count) {
     return;
   }
-  if constexpr (kPair) {
-    __syncwarp();  // the warp's mask and stage reads before lane 0's release (racecheck: the mask ring)
-    if ((threadIdx.x & 31) == 0) {
-      const uint32_t bar = empty + 8u * uint32_t(n & 1);
-      mbar_arrive(bar);
-      mbar_arrive_remote(peer_smem(bar, cluster_ctarank() ^ 1u));
-    }
-  } else {
-    bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
-  }
+  bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
 }
 
 // Tile S(n) scaled in place, a masked score kNeg, and its rows' maxima over the quad. Bit 8 j + e of valid >> shift
@@ -615,10 +482,10 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[32], uint64_t valid, i
 }
 
 // Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
-template <bool kV4, bool kSplit, bool kPair>
+template <bool kV4, bool kSplit>
 __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
-                                        const uint32_t* masks, float* row_f, uint32_t full, uint32_t empty, int mt,
-                                        int c, int row0, int row1) {
+                                        const uint32_t* masks, float* row_f, uint32_t full, int mt, int c,
+                                        int row0, int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
   const int count = math_work(a, w);
@@ -714,7 +581,7 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_qk<C::L::kBlocks>(s, q_desc, k_smem + uint32_t(st ^ 1) * C::L::kTileBytes);
     wgmma_wait_1();  // PV(n); S(n + 1) keeps running
     fence_acc(o);
-    release_stage<kPair>(n, count, empty);
+    release_stage(n, count);
     wgmma_wait_all();  // S(n + 1)
     fence_acc(s);
     softmax(n + 1);
@@ -770,10 +637,9 @@ __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, ui
 }
 
 // Warpgroup 2: O[:, 256:512] *= alpha(n); O += P(n) V(n).
-template <bool kV4, bool kSplit, bool kPair>
+template <bool kV4, bool kSplit>
 __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
-                                        const float* row_f, uint32_t full, uint32_t empty, int mt, int c, int row0,
-                                        int row1) {
+                                        const float* row_f, uint32_t full, int mt, int c, int row0, int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
   const int count = math_work(a, w);
@@ -794,7 +660,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
     issue_pv(o, p_smem, k_smem + uint32_t(st) * C::L::kTileBytes, 1);
     wgmma_wait_all();
     fence_acc(o);
-    release_stage<kPair>(n, count, empty);
+    release_stage(n, count);
     handover(kBarPFree);
   }
   handover(kBarPReady);  // the output scales
@@ -810,8 +676,7 @@ __device__ __forceinline__ void pv_role(const KernelArgs& a, uint32_t q_smem, ui
 
 #endif  // DSA_SM90_INDEXER_DEVICE
 
-// kPair: variant 4 (clusters of 2 CTAs, producer_pair); else variant 3.
-template <bool kV4, bool kSplit, bool kPair>
+template <bool kV4, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   using C = Cfg<kV4>;
@@ -824,37 +689,22 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   uint32_t* const masks = reinterpret_cast<uint32_t*>(base_ptr + C::kMaskOff);  // [kOffSlots][2]
   float* const row_f = reinterpret_cast<float*>(base_ptr + C::kRowOff);         // [64]
   const uint32_t full = base + C::kBarOff;
-  const uint32_t empty = base + C::kEmptyOff;
 
   const int tid = int(threadIdx.x);
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
       mbar_init(full + 8 * s, kProducer);
-      if constexpr (kPair) {
-        mbar_init(empty + 8 * s, kPairEmpty);
-      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   pdl_wait();
   pdl_launch_dependents();
-  if constexpr (kPair) {
-    cluster_sync_acq_rel();  // both CTAs' mbarriers initialised before either touches the other's
-  } else {
-    __syncthreads();  // the only CTA barrier: the mbarriers initialised
-  }
+  __syncthreads();  // the only CTA barrier: the mbarriers initialised
 
   if (tid < kProducer) {
     // ---------------- producer ----------------
-    if constexpr (kPair) {
-      setmaxnreg_dec<kPairProducerRegs>();
-      producer_pair<kV4>(a, k_smem, reinterpret_cast<uint8_t*>(masks), full, empty, tid);
-      __syncwarp();
-      cluster_sync_relaxed();  // stay until the peer is done with this CTA's shared memory
-    } else {
-      setmaxnreg_dec<kProducerRegs>();
-      producer<kV4>(a, k_smem, reinterpret_cast<uint8_t*>(masks), full, tid);
-    }
+    setmaxnreg_dec<kProducerRegs>();
+    producer<kV4>(a, k_smem, reinterpret_cast<uint8_t*>(masks), full, tid);
     return;
   }
 
@@ -870,7 +720,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
   const int row1 = row0 + 8;
   {  // Q by both math warpgroups, before their register budgets part
     CtaWork w;
-    if (!kPair && math_work(a, w) > 0) {  // both stages start free (the count is even: 0 or at least 2)
+    if (math_work(a, w) > 0) {  // both stages start free (the count is even: 0 or at least 2)
       bar_arrive(kBarEmpty, kEmptyThreads);
       bar_arrive(kBarEmpty + 1, kEmptyThreads);
     }
@@ -881,19 +731,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_decode_ws_kernel(const
     bar_sync(kBarMath, 256);
   }
   if (mt < 128) {
-    setmaxnreg_inc<kPair ? kPairQkRegs : kQkRegs>();
-    qk_role<kV4, kSplit, kPair>(a, q_smem, k_smem, p_smem, masks, row_f, full, empty, mt, c, row0, row1);
-    if constexpr (kPair) {
-      __syncwarp();
-      cluster_sync_relaxed();
-    }
+    setmaxnreg_inc<kQkRegs>();
+    qk_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, masks, row_f, full, mt, c, row0, row1);
   } else {
     static_assert(kPvRegs == kLaunchRegs, "PV keeps the launch allocation");
-    pv_role<kV4, kSplit, kPair>(a, q_smem, k_smem, p_smem, row_f, full, empty, mt, c, row0, row1);
-    if constexpr (kPair) {
-      __syncwarp();
-      cluster_sync_relaxed();
-    }
+    pv_role<kV4, kSplit>(a, q_smem, k_smem, p_smem, row_f, full, mt, c, row0, row1);
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
 }
