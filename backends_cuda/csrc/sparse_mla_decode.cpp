@@ -68,8 +68,8 @@ void dsa_cuda_binding::sparse_mla_decode_out(Tensor q, Tensor kv_cache, Tensor i
                       lse.scalar_type() == ScalarType::Float && on(lse, device) && lse.is_contiguous(),
                   kOp, ": `lse` must be a contiguous float32 [B, H, s_q] tensor on q's device");
   STD_TORCH_CHECK(splits >= 1, kOp, ": `splits` must be >= 1, got ", splits);
-  STD_TORCH_CHECK(variant == 0 || variant == 3, kOp, ": `variant` must be 0 or 3 (the three-role kernel, SM90 only), got ",
-                  variant);
+  STD_TORCH_CHECK(variant == 0 || variant == 3, kOp,
+                  ": `variant` must be 0 or 3 (the three-role kernel, SM90 only), got ", variant);
   const int64_t need = dsa_cuda::sparse_mla_decode_workspace_floats(b, s_q, h, splits);
   STD_TORCH_CHECK(workspace.scalar_type() == ScalarType::Float && on(workspace, device) && workspace.is_contiguous() &&
                       workspace.numel() >= need,

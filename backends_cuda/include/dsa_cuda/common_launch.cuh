@@ -224,15 +224,9 @@ cudaError_t launch_pdl_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 
 
 // launch_pdl for a kernel with `smem_bytes` of dynamic shared memory, which may exceed the 48 KB
 // default: the kernel's limit is raised once per device (the attribute belongs to the function in
-// the current device's context, not to the launch). In clusters of `cluster` CTAs along x when cluster > 1
-// (launch_pdl_smem_clustered).
+// the current device's context, not to the launch).
 template <auto kKernel, typename... Args>
-cudaError_t launch_pdl_smem_clustered(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, int cluster,
-                                      Args&&... args);
-template <auto kKernel, typename... Args>
-cudaError_t launch_pdl_smem(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args&&... args) {
-  return launch_pdl_smem_clustered<kKernel>(grid, block, smem_bytes, stream, 1, std::forward<Args>(args)...);
-}
+cudaError_t launch_pdl_smem(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args&&... args);
 
 // launch_pdl_clustered without clusters.
 template <typename... KernelArgs, typename... Args>
@@ -242,8 +236,7 @@ cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, siz
 }
 
 template <auto kKernel, typename... Args>
-cudaError_t launch_pdl_smem_clustered(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, int cluster,
-                                      Args&&... args) {
+cudaError_t launch_pdl_smem(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream, Args&&... args) {
   static std::atomic<bool> configured[kMaxDevices] = {};
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
@@ -254,7 +247,7 @@ cudaError_t launch_pdl_smem_clustered(dim3 grid, dim3 block, int smem_bytes, cud
       configured[device].store(true, std::memory_order_release);
     }
   }
-  return launch_pdl_clustered(kKernel, grid, block, size_t(smem_bytes), stream, cluster, std::forward<Args>(args)...);
+  return launch_pdl(kKernel, grid, block, size_t(smem_bytes), stream, std::forward<Args>(args)...);
 }
 
 }  // namespace dsa_cuda

@@ -359,14 +359,6 @@ __device__ __forceinline__ void load_head(const TokenRows& t, int q, uint32_t ro
   r.sc = load_scales<kV4>(t, q);
 }
 
-// The producer's span of the CTA's top-k positions and its tile count.
-__device__ __forceinline__ CtaSpan producer_span(const KernelArgs& a, int& count) {
-  const CtaWork w = cta_work(a);
-  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
-  count = max(sp.t1 - sp.t0, 0);
-  return sp;
-}
-
 // Warpgroup 0: tile n's two half-tiles (tokens 32 h + tid / 4) from registers into stage n % 2, each
 // register refilled with tile n + 1's piece; the slots read a tile ahead of their rows; tile n's mask bytes.
 // Tiles go in pairs, one basic block a pair (the stage-free wait a named barrier, no polling loop), so that
@@ -383,8 +375,9 @@ template <bool kV4>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, uint8_t* masks, uint32_t full,
                                          int tid) {
   using C = Cfg<kV4>;
-  int count;
-  const CtaSpan sp = producer_span(a, count);
+  const CtaWork w = cta_work(a);
+  const CtaSpan sp = cta_span(a, w.b, w.i, w.split);
+  const int count = max(sp.t1 - sp.t0, 0);
   if (count == 0) {
     return;
   }
@@ -452,10 +445,9 @@ __device__ __forceinline__ int math_work(const KernelArgs& a, CtaWork& w) {
 // A math thread's release of tile n's stage once its warpgroup's PV(n) is done: an arrival on the producer's
 // named barrier (none for the last two tiles, which the producer does not wait for).
 __device__ __forceinline__ void release_stage(int n, int count) {
-  if (n + 2 >= count) {
-    return;
+  if (n + 2 < count) {
+    bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
   }
-  bar_arrive(kBarEmpty + (n & 1), kEmptyThreads);
 }
 
 // Tile S(n) scaled in place, a masked score kNeg, and its rows' maxima over the quad. Bit 8 j + e of valid >> shift
@@ -484,8 +476,8 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[32], uint64_t valid, i
 // Warpgroup 1: S = Q K^T, the online softmax, P and alpha to PV, O[:, 0:256]; the row statistics.
 template <bool kV4, bool kSplit>
 __device__ __forceinline__ void qk_role(const KernelArgs& a, uint32_t q_smem, uint32_t k_smem, uint32_t p_smem,
-                                        const uint32_t* masks, float* row_f, uint32_t full, int mt, int c,
-                                        int row0, int row1) {
+                                        const uint32_t* masks, float* row_f, uint32_t full, int mt, int c, int row0,
+                                        int row1) {
   using C = Cfg<kV4>;
   CtaWork w;
   const int count = math_work(a, w);

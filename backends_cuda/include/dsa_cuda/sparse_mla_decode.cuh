@@ -51,9 +51,8 @@ struct SparseMlaDecodeParams {
   // into the workspace and a combine kernel writes out and lse.
   int64_t splits;
   // Kernel variant on SM90: 0 sm90_sparse_mla_decode.cuh (every warp loads and computes; forced only), 3
-  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups; the provider's choice on SM90), 4 the same in
-  // clusters of two CTAs that share each dequantised tile (128-head multiples; forced only). (1, the first form
-  // of 3, is removed.) Only 0 on the SM100 family.
+  // sm90_sparse_mla_decode_ws.cuh (producer, QK and PV warpgroups; the provider's choice on SM90). (1, the first
+  // form of 3, is removed.) Only 0 on the SM100 family.
   int64_t variant = 0;
 };
 
