@@ -31,10 +31,7 @@ def main(which: str, layout: str, heads: int, s_q: int, batch: int) -> None:
         fm = bm._flashmla()
         if fm is None:
             raise SystemExit("FlashMLA not found in .peer/vllm")
-        _, _, meta, nsp = fm.sparse_decode_fwd(q, cache, idx, None, None, None, None, None, None, None, 512, scale,
-                                               None, False)
-        fn = functools.partial(fm.sparse_decode_fwd, q, cache, idx, None, None, meta, nsp, None, None, None, 512,
-                               scale, None, False)
+        fn = bm.flashmla_decode(fm, q, cache, idx, scale)[1]
     elif which in ("v0", "v3"):
         from dsa_ops.backends.cuda import providers_sparse_mla_decode as pm
 
