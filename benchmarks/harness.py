@@ -77,7 +77,9 @@ class Timer:
 
 def capture_graph(fn: Callable) -> "torch.cuda.CUDAGraph":
     """fn captured in a CUDA graph, after a warm-up call on a side stream (compiles and allocator pools stay
-    out of the capture); time its `replay` with Timer.median_us, which flushes L2 before each call."""
+    out of the capture); time its `replay` with Timer.median_us, which flushes L2 before each call. The graph
+    keeps `fn` alive: its kernels read the tensors `fn` holds by address (a dropped partial's tensors, freed and
+    reused by the L2 flush, made FlashMLA's replays read garbage metadata and fault)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -87,6 +89,7 @@ def capture_graph(fn: Callable) -> "torch.cuda.CUDAGraph":
     with torch.cuda.graph(g):
         fn()
     torch.cuda.synchronize()
+    g.captured_fn = fn
     return g
 
 
