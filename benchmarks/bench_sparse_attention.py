@@ -17,11 +17,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import statistics
 import sys
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, host_overheads_us, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_samples, record
 
 pytestmark = pytest.mark.gpu
 
@@ -234,10 +235,11 @@ def test_sparse_attention_cuda_splits_sweep(bench, rows):
 
 
 @pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split-tail sweep")
-@pytest.mark.parametrize("rows", (270, 300, 330, 360, 400))
+@pytest.mark.parametrize("rows", (300, 400, 1000, 1600, 4096))
 def test_sparse_attention_cuda_tail_sweep(bench, rows):
-    """The CUDA kernel past one wave of slots: the persistent grid against split tails (the first wave's items
-    unsplit, the rest in SPLITS units), vLLM's kernel beside; graph replay, cold L2 (split_plan's inputs)."""
+    """The CUDA kernel past one wave of slots, one (splits, whole) plan a column: whole units only (`whole`), the
+    first wave's items whole and the rest split (`slotsS`), the items of an equal share an SM whole and the
+    remainder split (`smS`), every item split (`allS`); vLLM's kernel beside; graph replay, cold L2."""
     from dsa_ops.backends.cuda import providers_sparse_attention as cu
     from dsa_ops.backends.cuda import sm_count
 
@@ -245,14 +247,18 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     q, idx, bt, t2r = _inputs(rows)
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
     sms = sm_count(None)
-    slots = cu.CTAS_PER_SM * sms
-    fns = {f"tail{s}": (lambda s=s: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=slots))
-           for s in (3, 4, 6)}
-    fns["persistent"] = lambda: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=1)
+    items, slots = rows * HKV, cu.CTAS_PER_SM * sms
+    plans = {"whole": (1, 0), "slots4": (4, slots), "sm2": (2, items - items % sms), "sm4": (4, items - items % sms),
+             "all4": (4, 0)}
+    fns = {name: (lambda s=s, w=w: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=w))
+           for name, (s, w) in plans.items()}
     peer = _peer()
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
-    res = {name: round(bench.timer.median_us(capture_graph(fn).replay, iters=50), 1) for name, fn in fns.items()}
+    graphs = {name: capture_graph(fn) for name, fn in fns.items()}
+    samples = interleaved_samples([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
+                                   graphs.values()], 5)
+    res = {name: round(statistics.median(v), 1) for name, v in zip(graphs, samples)}
     print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, sms)}: {res}")
 
 

@@ -1,5 +1,12 @@
 """A model of one warp of the persistent sparse_attention kernel (smxx_sparse_attention.cuh): the lookahead
-registers, the ring and the unit switch, every load a tag (unit, local step), each use checked against what it needs."""
+registers, the ring and the unit switch, every load a tag (unit, local step), each use checked against what it needs.
+
+Every unit of a CTA gives the warp the same n steps (a CTA takes several units only with one split and at least
+kMultiUnitMinSteps steps, so n >= kStages + 3). The last check shows that shorter units break the pipeline once a
+CTA takes three, so the model can fail.
+
+    python3 tools/model_sa_persistent_pipeline.py
+"""
 import itertools
 
 K_STAGES = 3
@@ -62,8 +69,22 @@ def run(n, units):
     assert consumed == [(u, j) for u in range(len(units)) for j in range(n)], consumed
     return issued
 
-for n, nu in itertools.product(range(6, 40), range(1, 5)):
-    run(n, list(range(nu)))
-for n in range(0, 6):  # single unit a CTA: any n
-    run(n, [0])
-print("pipeline model: ok")
+MIN_N = K_STAGES + 3
+
+
+def main() -> None:
+    for n, nu in itertools.product(range(MIN_N, 40), range(1, 5)):
+        run(n, list(range(nu)))
+    for n in range(0, MIN_N):  # single unit a CTA: any n
+        run(n, [0])
+    for n in range(1, MIN_N):  # fault injection: units below the launcher's minimum, three a CTA
+        try:
+            run(n, [0, 1, 2])
+        except AssertionError:
+            continue
+        raise SystemExit(f"three units of {n} steps were not caught")
+    print("pipeline model: ok")
+
+
+if __name__ == "__main__":
+    main()
