@@ -4,11 +4,14 @@ One sweep times each config once after the other, and the H200 moves the same ke
 such back-to-back timings (clocks under sustained fp8 load). Here every round times each config and
 DeepGEMM once in turn (a median of a few calls each), and the rounds' medians are reported with their
 range, so configs are compared under the same conditions. Inputs as benchmarks/bench_indexer_logits.py
-builds them (fp8, precise=False).
+builds them (fp8 operands).
 
     python3 tools/ab_indexer_logits.py 1,2 [rounds]     # configs (IndexerLogitsParams::config), default 5 rounds
+    python3 tools/ab_indexer_logits.py 4,5 3 --precise  # the exact mode's configs, beside the bf16 matmul rate
 
-DeepGEMM is timed when .peer/deep_gemm is there (unpacked from ../shared/peers), else left out.
+DeepGEMM (fp8 MMAs: not the exact mode's peer, its column the yardstick all the same) is timed when
+.peer/deep_gemm is there (unpacked from ../shared/peers), else left out. With --precise each config's TFLOP/s is
+also given as a fraction of the bf16 matmul rate measured before the case.
 """
 
 from __future__ import annotations
@@ -21,20 +24,21 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import bench_indexer_logits as b  # noqa: E402
-from harness import Timer  # noqa: E402
+from harness import Timer, matmul_tflops  # noqa: E402
 
 CASES = [(4096, 32768, 64, "full"), (4096, 32768, 64, "causal"), (4096, 131072, 64, "causal"),
          (4096, 32768, 32, "full")]
 
 
-def time_case(case, configs: list[int], rounds: int, dg, timer: Timer) -> str:
-    """One line: each config's and DeepGEMM's median over the rounds, its range, x DeepGEMM."""
+def time_case(case, configs: list[int], rounds: int, dg, timer: Timer, precise: bool = False) -> str:
+    """One line: each config's and DeepGEMM's median over the rounds, its range, x DeepGEMM (and with `precise`
+    the fraction of the bf16 matmul rate)."""
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     t, n, h, windows = case
     q, kv, s, w, ks, ke = b._inputs(t, n, h, b.FP8, windows)
     out = torch.empty(t, n, device="cuda")
-    fns = {f"config {c}": (lambda c=c: pi.run(q, kv, s, w, ks, ke, True, False, config=c, out=out))
+    fns = {f"config {c}": (lambda c=c: pi.run(q, kv, s, w, ks, ke, True, precise, config=c, out=out))
            for c in configs}
     if dg is not None:
         fns["deepgemm"] = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None)
@@ -50,18 +54,25 @@ def time_case(case, configs: list[int], rounds: int, dg, timer: Timer) -> str:
     ref = med.get("deepgemm")
     cols = [f"{k} {v:.1f} us [{min(got[k]):.0f}-{max(got[k]):.0f}]" + (f" {v / ref:.3f}x" if ref else "")
             for k, v in med.items()]
+    if precise:
+        bf16 = matmul_tflops(timer, torch.bfloat16)
+        visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
+        flops = 2.0 * h * b.D * visible  # over the visible keys, as the benchmark counts them
+        cols += [f"bf16 {bf16:.0f} TFLOP/s"] + [f"{k} {flops / (v * 1e-6) / 1e12 / bf16:.3f} of bf16"
+                                                for k, v in med.items() if k != "deepgemm"]
     return f"{t} x {n}, H {h}, {windows}: " + "  ".join(cols)
 
 
-def main(configs: list[int], rounds: int) -> None:
+def main(configs: list[int], rounds: int, precise: bool = False) -> None:
     dg, why = b.deep_gemm()
     if dg is None:
         print(f"deepgemm left out: {why}")
     timer = Timer()
     for case in CASES:
-        print(time_case(case, configs, rounds, dg, timer), flush=True)
+        print(time_case(case, configs, rounds, dg, timer, precise), flush=True)
         torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    main([int(x) for x in sys.argv[1].split(",")], int(sys.argv[2]) if len(sys.argv) > 2 else 5)
+    args = [x for x in sys.argv[1:] if x != "--precise"]
+    main([int(x) for x in args[0].split(",")], int(args[1]) if len(args) > 1 else 5, "--precise" in sys.argv[1:])
