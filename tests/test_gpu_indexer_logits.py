@@ -346,28 +346,6 @@ def test_indexer_logits_tma_f16_config(case, precise):
     _check_mode(out, _ref_dense_cached(case, args), True, fp8=True, args=args)
 
 
-@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
-@pytest.mark.parametrize("case", DENSE_CASES + TMA_SMALL_CASES, ids=_ids)
-def test_indexer_logits_tma_f16_wide_config(case, precise):
-    """Config 5: config 4's items, Q tile, k-steps and epilogue with A widened to fp16 in shared memory by the
-    producer warpgroup (the K order of config 4's A registers), so its scores are bitwise config 4's; fp8
-    operands with precise=True only (refused by name otherwise)."""
-    from dsa_ops.backends.cuda import providers_indexer as pi
-
-    t, n, h, dtype, windows = case
-    args = _dense(t, n, h, dtype, windows)
-    out = torch.full((t, n), POISON, device="cuda")
-    if dtype != FP8 or not precise:
-        with pytest.raises(RuntimeError, match="config 5"):
-            _run_config(args, precise, out, pi.TMA_F16_WIDE)
-        return
-    _run_config(args, True, out, pi.TMA_F16_WIDE)
-    want = _run_config(args, True, torch.full((t, n), POISON, device="cuda"), pi.TMA_F16)
-    torch.cuda.synchronize()
-    _check_mode(out, _ref_dense_cached(case, args), True, fp8=True, args=args)
-    assert torch.equal(out, want), "config 5 scores differ from config 4's"
-
-
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_overlapping_kv_rows(h):
     """kv rows 64 bytes apart (overlapping: no tensor map takes them): the TMA configs refuse by name, the
@@ -383,21 +361,20 @@ def test_indexer_logits_overlapping_kv_rows(h):
     for config in TMA_CONFIGS:
         with pytest.raises(RuntimeError, match="do not overlap"):
             _run_config(args, False, out, config)
-    for config in (pi.TMA_F16, pi.TMA_F16_WIDE):
-        with pytest.raises(RuntimeError, match="do not overlap"):
-            _run_config(args, True, out, config)
+    with pytest.raises(RuntimeError, match="do not overlap"):
+        _run_config(args, True, out, pi.TMA_F16)
     pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
     torch.cuda.synchronize()
     _check_default(out, ref_dense(*args, True), args=args)
 
 
-@pytest.mark.parametrize("config", TMA_CONFIGS + [4, 5], ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
-    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Configs 4 and 5
-    (providers_indexer.TMA_F16, TMA_F16_WIDE) in the exact mode, bitwise config 3's there."""
-    precise = config >= 4
+    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Config 4
+    (providers_indexer.TMA_F16) in the exact mode, bitwise config 3's there."""
+    precise = config == 4
     t, n = 333, 2999
     q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=11)
     q, kv = _row_strided(q, kv)

@@ -7,7 +7,7 @@ range, so configs are compared under the same conditions. Inputs as benchmarks/b
 builds them (fp8 operands).
 
     python3 tools/ab_indexer_logits.py 1,2 [rounds]     # configs (IndexerLogitsParams::config), default 5 rounds
-    python3 tools/ab_indexer_logits.py 4,5 3 --precise  # the exact mode's configs, beside the bf16 matmul rate
+    python3 tools/ab_indexer_logits.py 3,4 3 --precise  # the exact mode's configs, beside the bf16 matmul rate
 
 DeepGEMM (fp8 MMAs: not the exact mode's peer, its column the yardstick all the same) is timed when
 .peer/deep_gemm is there (unpacked from ../shared/peers), else left out. With --precise each config's TFLOP/s is

@@ -72,24 +72,6 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
                                                                          C::kSmemBytes, stream, map, a);
 }
 
-// Config 5: config 4's map (192-key boxes) into the kernel whose producer warpgroup widens the keys to fp16.
-cudaError_t launch_tma_widen(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
-  using C = k::TmaWidenCfg;
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) {
-    return cudaErrorSymbolNotFound;
-  }
-  CUtensorMap map;
-  DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
-  const dim3 block(C::kThreads);
-  if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_widen_kernel<64>>(dim3(unsigned(grid)), block, C::kSmemBytes,
-                                                                     stream, map, a);
-  }
-  return launch_pdl_smem<&k::indexer_logits_tma_widen_kernel<32>>(dim3(unsigned(grid)), block, C::kSmemBytes, stream,
-                                                                   map, a);
-}
-
 // SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
 // heads (rows past T zero-filled), 128-byte swizzle.
 cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
@@ -126,7 +108,7 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // MMAs from e4m3 widened in registers; bitwise config 3): H200, H 64, 4096 x 32768 full / causal, 131072 causal,
 // H 32 32768 full: 3776 / 3534 / 14361 / 2017 us against cp.async 4396 / 4155 / 16929 / 2381 (Triton 3912 /
 // 3742 / 15458 / 2125). Everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16, kTma3Widen };
+enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -146,8 +128,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kCpAsync;
     case 4:
       return Kernel::kTma3F16;
-    case 5:
-      return Kernel::kTma3Widen;
     default:
       return tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
@@ -179,9 +159,9 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 5) {
+  if (p.config < 0 || p.config > 4) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
-           "(cp.async key tiles), 4 or 5 (TMA key tiles, exact mode; 5 widened in shared memory)";
+           "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
   if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
@@ -189,10 +169,6 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   }
   if (p.config == 4 && !tma_f16_takes(p)) {
     return "config 4 (TMA key tiles, A widened to fp16 in registers) takes fp8 operands in the exact mode "
-           "(precise=True) and kv rows that do not overlap (row stride >= 128)";
-  }
-  if (p.config == 5 && !tma_f16_takes(p)) {
-    return "config 5 (TMA key tiles, A widened to fp16 in shared memory) takes fp8 operands in the exact mode "
            "(precise=True) and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
@@ -224,8 +200,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   const Kernel kernel = resolve(p);
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
                             : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
-                            : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 || kernel == Kernel::kTma3Widen
-                                ? k::TmaCfg<3>::kTileKeys
+                            : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
@@ -276,8 +251,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
       return launch_tma<3>(a, p.heads, grid, stream);
     case Kernel::kTma3F16:
       return launch_tma<3, k::kFp8AsF16>(a, p.heads, grid, stream);
-    case Kernel::kTma3Widen:
-      return launch_tma_widen(a, p.heads, grid, stream);
     default:
       break;
   }

@@ -42,14 +42,6 @@
 // (H200, 4096 x 32768, H 64): 4395 us (config 3) -> 3000-3400 us, 650-730 TFLOP/s. 4 warpgroups do not fit:
 // 64 accumulators, 32 weights and 32 A registers exceed 112.
 //
-// Exact mode, widened in shared memory (config 5, indexer_logits_tma_widen_kernel): config 4's items, Q tile,
-// MMAs and epilogue, but three warps of the producer warpgroup widen each e4m3 stage into an fp16 stage (in the
-// K order of the staged Q) and the math warpgroups read A from there (wgmma SS): their tile loses the 4 key-row
-// loads, 32 widenings and their shifts (55 of 309 warp instructions a tile) and the wait on those loads. Why:
-// ncu of config 4 (H100, 4096 x 32768, H 64): tensor pipe 59.5% busy, 38% of the warps' stall samples on the
-// wait for their own MMAs, 8.8 cycles between a warp's issues; a warpgroup's widening cannot start before its
-// previous MMAs released the A registers, so it sits on the serial chain of every tile.
-//
 // Registers: 640 threads start at 96 (the launch bound), so the CTA's setmaxnreg pool is 61440;
 // 128 x 32 + 512 x 112 = 61440. A producer at 40 would leave 104 a math thread, while the 64
 // accumulators and 32 weights alone take 96. Config 2 is the same kernel with 3 math warpgroups (192-key
@@ -94,32 +86,6 @@ struct TmaCfg {
   // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
   static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
   static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
-  static_assert(128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs,
-                "setmaxnreg asks for more registers than the CTA starts with");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-};
-
-// Config 5: 3 math warpgroups on fp16 stages that the producer warpgroup's warps 1-3 widen from the e4m3 stages
-// TMA fills. A warpgroup's 64 fp16 key rows are two 8 KB K blocks (K-major, 128-byte swizzle: the Q tile's
-// layout). 3 e4m3 stages (72 KB) + 2 fp16 stages (96 KB) + Q 32 KB.
-struct TmaWidenCfg {
-  static constexpr int kWgs = 3;
-  static constexpr int kMode = kFp8AsF16;  // Q staged as config 4 stages it
-  static constexpr int kMathThreads = 128 * kWgs;
-  static constexpr int kThreads = kMathThreads + 128;
-  static constexpr int kWideners = 96;  // producer warps 1-3; warp 0's first thread issues the TMA copies
-  static constexpr int kTileKeys = kWgKeys * kWgs;
-  static constexpr int kStageBytes = kTileKeys * kDim;
-  static constexpr int kWideWgBytes = kWgKeys * 2 * kDim;
-  static constexpr int kWideBytes = kWgs * kWideWgBytes;
-  static constexpr int kStages = 3;
-  static constexpr int kWideStages = 2;
-  static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * kStageBytes + kWideStages * kWideBytes + 2 * (kStages + kWideStages) * 8;
-  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kMathRegs = 152;
   static_assert(128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs,
                 "setmaxnreg asks for more registers than the CTA starts with");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -172,79 +138,6 @@ __device__ __forceinline__ void mma_tile_ss(float (&acc)[64], uint64_t a_desc, u
   fence_acc(acc);
 }
 
-// D[64 x 128] (+)= A[64 x 16] * B[16 x 128], fp16, both operands in shared memory (K-major descriptors).
-__device__ __forceinline__ void wgmma_ss_f16_n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
-      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a_desc), "l"(b_desc), "r"(acc));
-}
-
-// acc = the warpgroup's 64 widened key rows (a_desc: [2 K blocks][64 rows][128 B]) times the fp16 Q tile
-// (q_desc: [2 K blocks][kN rows][128 B]), config 4's k-steps in config 4's order; returns once they completed.
-__device__ __forceinline__ void mma_tile_wide(float (&acc)[64], uint64_t a_desc, uint64_t q_desc) {
-  fence_acc(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < kDim / 16; ++s) {
-    const int b = 32 * s;  // K byte offset of the step
-    const uint32_t a_off = uint32_t((b >> 7) * kWgKeys * 128 + (b & 127));
-    const uint32_t q_off = uint32_t((b >> 7) * kN * 128 + (b & 127));
-    wgmma_ss_f16_n128(acc, a_desc + (a_off >> 4), q_desc + (q_off >> 4), s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  fence_acc(acc);
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int k) {
-  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
-
-// Widener `i` of TmaWidenCfg::kWideners: its share of an e4m3 stage (`src`, TMA's swizzled 128-byte rows) widened
-// into the fp16 stage `dst`. Logical K element 16 s + 2 c + e of a row holds e4m3 byte 32 c + 4 s + e, element
-// 16 s + 8 + 2 c + e byte 32 c + 4 s + 2 + e: the permutation load_a_fragments gives config 4's A registers and
-// stage_q_row gives Q. A job is half a row (k-steps 4 half .. 4 half + 3: bytes 32 c + 16 half + [0, 16), the
-// row's 16-byte chunks 2 c + half), two 16-byte stores a k-step.
-__device__ __forceinline__ void widen_stage(uint32_t src, uint32_t dst, int i) {
-  constexpr int kJobs = 2 * TmaWidenCfg::kTileKeys;
-  for (int j = i; j < kJobs; j += TmaWidenCfg::kWideners) {
-    const int m = j >> 1;
-    const int half = j & 1;
-    uint4 x[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      x[c] = lds128(src + uint32_t(m * kDim + (((2 * c + half) ^ (m & 7)) << 4)));
-    }
-    const int r = m & (kWgKeys - 1);
-    const uint32_t row = dst + uint32_t((m / kWgKeys) * TmaWidenCfg::kWideWgBytes + half * kWgKeys * 128 + r * 128);
-#pragma unroll
-    for (int sl = 0; sl < 4; ++sl) {
-      uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint32_t w = word_of(x[c], sl);
-        lo[c] = e4m3x2_to_f16x2(w & 0xFFFF);
-        hi[c] = e4m3x2_to_f16x2(w >> 16);
-      }
-      sts128(row + uint32_t(((2 * sl) ^ (r & 7)) << 4), make_uint4(lo[0], lo[1], lo[2], lo[3]));
-      sts128(row + uint32_t(((2 * sl + 1) ^ (r & 7)) << 4), make_uint4(hi[0], hi[1], hi[2], hi[3]));
-    }
-  }
-}
-
 // The item's Q tile as the MMA's B: row n = r * H + h, 128 bytes in natural D order (A is not
 // permuted here: the tensor core reads the keys as TMA stored them), 128-byte swizzle. The math threads
 // copy its 1024 16-byte chunks in turn (i: row i / 8, chunk i % 8).
@@ -277,31 +170,6 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
       }
       mbar_arrive_expect_tx(full + stage * 8, C::kStageBytes);  // a box past N still counts all its bytes
       tma_load_2d(stages + stage * C::kStageBytes, map, 0, tile * C::kTileKeys, full + stage * 8);
-    }
-  }
-}
-
-// Widener `i`: every tile of the CTA's items in the math warps' order; an e4m3 stage is released once read, an
-// fp16 stage published (generic-proxy stores fenced for the MMAs' async-proxy reads) once written.
-template <int kHeads>
-__device__ __forceinline__ void widen_producer(const KernelArgs& a, uint32_t stages, uint32_t wide, uint32_t full,
-                                               uint32_t empty, uint32_t wfull, uint32_t wempty, int i) {
-  using C = TmaWidenCfg;
-  constexpr int kRows = kN / kHeads;
-  uint32_t it = 0;
-  for (LinearCursor cur; cur.valid(a); cur.next()) {
-    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb(a), cur.kc(a));
-    for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
-      const uint32_t s = it % C::kStages;
-      const uint32_t w = it % C::kWideStages;
-      mbar_wait(full + s * 8, (it / C::kStages) & 1);
-      if (it >= uint32_t(C::kWideStages)) {  // every math warp's MMAs on the stage's previous use completed
-        mbar_wait(wempty + w * 8, ((it / C::kWideStages) - 1) & 1);
-      }
-      widen_stage(stages + s * C::kStageBytes, wide + w * C::kWideBytes, i);
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      mbar_arrive(empty + s * 8);
-      mbar_arrive(wfull + w * 8);
     }
   }
 }
@@ -453,108 +321,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
       }
       float part[2 * kRows];
       if (any_negative_scale<kMode == kFp8Mma && kWgs == 4>(s0, s1, acc[0])) {
-        head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-      } else {
-        head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-      }
-      slots.store(a, part, c, key0);
-    }
-  }
-#endif  // DSA_SM90_INDEXER_DEVICE
-}
-
-// Config 5 (TmaWidenCfg, see the top): kv_map as for config 4 (192-key boxes).
-template <int kHeads>
-__global__ void __launch_bounds__(TmaWidenCfg::kThreads, 1)
-    indexer_logits_tma_widen_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
-#if DSA_SM90_INDEXER_DEVICE
-  using C = TmaWidenCfg;
-  constexpr int kTileKeys = C::kTileKeys;
-  constexpr int kMathThreads = C::kMathThreads;
-  constexpr int kRows = kN / kHeads;
-  extern __shared__ uint8_t smem_raw[];
-  uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  asm volatile("" : "+r"(base));
-  const uint32_t q_smem = base;
-  const uint32_t stages = base + C::kQBytes;
-  const uint32_t wide = stages + C::kStages * C::kStageBytes;
-  const uint32_t full = wide + C::kWideStages * C::kWideBytes;
-  const uint32_t empty = full + C::kStages * 8;
-  const uint32_t wfull = empty + C::kStages * 8;
-  const uint32_t wempty = wfull + C::kWideStages * 8;
-
-  // full: TMA's expect_tx arrival; empty and wfull: every widener; wempty: one arrival a math warp.
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(full + s * 8, 1);
-      mbar_init(empty + s * 8, C::kWideners);
-    }
-    for (int s = 0; s < C::kWideStages; ++s) {
-      mbar_init(wfull + s * 8, C::kWideners);
-      mbar_init(wempty + s * 8, kMathThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  pdl_wait();
-  pdl_launch_dependents();
-
-  const int warp = threadIdx.x >> 5;
-  if (warp >= kMathThreads / 32) {
-    setmaxnreg_dec<C::kProducerRegs>();
-    if (threadIdx.x == kMathThreads) {
-      prefetch_tensormap(&kv_map);
-      tma_producer<C, kHeads>(a, &kv_map, stages, full, empty);
-    } else if (threadIdx.x >= kMathThreads + 32) {
-      widen_producer<kHeads>(a, stages, wide, full, empty, wfull, wempty, int(threadIdx.x) - kMathThreads - 32);
-    }
-    return;
-  }
-  setmaxnreg_inc<C::kMathRegs>();
-
-  const int lane = threadIdx.x & 31;
-  const int c = lane & 3;
-  const int wg = __shfl_sync(0xffffffffu, warp, 0) >> 2;
-  int kr0 = wg * kWgKeys + (warp & 3) * 16 + (lane >> 2);
-  asm volatile("" : "+r"(kr0));
-  const int kr1 = kr0 + 8;
-  const uint64_t q_desc = sw128_desc(q_smem);
-  const uint64_t a_desc0 = sw128_desc(wide + uint32_t(wg * C::kWideWgBytes));
-
-  float acc[64];
-  float w[32];
-  uint32_t stage = 0, phase = 0;
-  for (LinearCursor cur; cur.valid(a); cur.next()) {
-    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb(a), cur.kc(a));
-    math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
-    if (threadIdx.x < 2 * kN) {
-      stage_q<C::kMode, kHeads>(a, t.row0, q_smem);
-    }
-    load_item_weights<kHeads>(a, t.row0, c, w);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    math_barrier<kMathThreads>();
-
-    if (a.clean) {
-      fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
-    }
-
-    const ScoreSlots<kRows> slots(a, t, c, kr0);
-    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-      const int32_t key0 = tile * kTileKeys;
-      const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-      const float s0 = ldg_if(key0 + kr0 < a.keys, scale);
-      const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-      mbar_wait(wfull + stage * 8, phase);
-      mma_tile_wide(acc, a_desc0 + uint64_t(stage * (C::kWideBytes >> 4)), q_desc);
-      if (lane == 0) {
-        mbar_arrive(wempty + stage * 8);
-      }
-      if (++stage == uint32_t(C::kWideStages)) {
-        stage = 0;
-        phase ^= 1u;
-      }
-      float part[2 * kRows];
-      if (any_negative_scale<false>(s0, s1, acc[0])) {
         head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
       } else {
         head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
