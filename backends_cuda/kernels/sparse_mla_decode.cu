@@ -5,6 +5,7 @@
 #include "dsa_cuda/sparse_mla_decode.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 namespace dsa_cuda {
 namespace {
@@ -18,12 +19,33 @@ constexpr int64_t kMaxGrid = int64_t{1} << 31;
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
+// k90ws::kZeroRow's address on the current device, looked up once a device.
+cudaError_t zero_row(const uint8_t** row) {
+  static std::atomic<const void*> cache[kMaxDevices] = {};
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  const bool cached = device >= 0 && device < kMaxDevices;
+  const void* hit = cached ? cache[device].load(std::memory_order_relaxed) : nullptr;
+  if (hit == nullptr) {
+    void* p = nullptr;
+    DSA_CUDA_CHECK(cudaGetSymbolAddress(&p, k90ws::kZeroRow));
+    hit = p;
+    if (cached) {
+      cache[device].store(hit, std::memory_order_relaxed);
+    }
+  }
+  *row = static_cast<const uint8_t*>(hit);
+  return cudaSuccess;
+}
+
 template <bool kV4, bool kSplit>
 cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, int64_t variant, cudaStream_t stream) {
   if (variant == 3) {  // the three-role SM90 kernel
+    k::KernelArgs b = a;
+    DSA_CUDA_CHECK(zero_row(&b.zero_row));
     constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit>;
     return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads), k90ws::Cfg<kV4>::kSmemBytes,
-                                   stream, a);
+                                   stream, b);
   }
   if (sm100) {
     constexpr auto kernel = &k100::sparse_mla_decode_kernel<kV4, kSplit>;
@@ -134,6 +156,7 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   a.splits = int32_t(splits);
   a.tiles_per_split = int32_t(per);
   a.qk_scale = p.softmax_scale * k::kLog2e;
+  a.zero_row = nullptr;  // variant 3's, set by launch_decode
   const int64_t grid = programs * splits;
 
   if (splits == 1) {

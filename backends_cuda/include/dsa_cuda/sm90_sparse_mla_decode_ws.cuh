@@ -274,7 +274,7 @@ __device__ __forceinline__ TokenRows token_rows(const KernelArgs& a, int32_t slo
   const uint32_t off = sl - page * uint32_t(a.page);
   // Pointers chosen by a mask, not a select, so that ptxas keeps the producer's tile one basic block.
   const uint64_t keep = t.valid != 0u ? ~uint64_t(0) : uint64_t(0);
-  const uint64_t zero = reinterpret_cast<uint64_t>(kZeroRow);
+  const uint64_t zero = reinterpret_cast<uint64_t>(a.zero_row);  // kZeroRow
   const uint64_t pb = reinterpret_cast<uint64_t>(a.cache) + uint64_t(page) * uint64_t(a.page_stride);
   const uint64_t row = zero + ((pb + off * uint32_t(C::kTokenBytes) - zero) & keep);
   t.row = reinterpret_cast<const uint8_t*>(row + 16u * uint32_t(q));

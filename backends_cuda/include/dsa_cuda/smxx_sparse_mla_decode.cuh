@@ -102,6 +102,10 @@ struct KernelArgs {
   int32_t splits;
   int32_t tiles_per_split;
   float qk_scale;                  // softmax_scale * log2(e)
+  // Variant 3: 1 KiB of zeros that an invalid token's loads read (sm90_mla_decode_ws::kZeroRow, its address set by
+  // the launcher: a parameter, where the symbol's own address came from a constant bank that missed in the
+  // producer's loop).
+  const uint8_t* zero_row;
 };
 
 struct CombineArgs {
