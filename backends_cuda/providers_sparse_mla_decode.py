@@ -38,7 +38,11 @@ LAYOUTS = {"v32": (656, 576), "v4": (584, 512)}  # bytes a token, q head dim
 # / 32 splits (CUDA-graph replay): b1 h64 74.5 / 45.1 / 31.2 / 25.8 / 28.1; b4 h64 73.7 / 44.4 / 31.3 / 27.5 /
 # 42.8; b4 h128 73.9 / 44.9 / 32.0 / 36.2 / 55.6; b8 h64 74.5 / 45.0 / 33.0 / 36.9 / 56.2; b8 h128 73.6 / 45.6 /
 # 38.6 / 58.2 / 102.5; b32 h64 74.7 / 51.8 / 67.1 / 100.2 / 155.8. So 64 CTAs of 4 tiles (32.0) beat 128 of 2
-# (36.2), and 128 CTAs of 4 tiles (38.6) beat 64 of 8 (45.6).
+# (36.2), and 128 CTAs of 4 tiles (38.6) beat 64 of 8 (45.6). Variant 3 (H100, DSA_BENCH_SWEEP=1 python -m pytest
+# benchmarks/bench_sparse_mla_decode.py -m gpu -s -k splits_sweep, interleaved rounds), us by 4 / 8 / 16 / 32
+# splits: b1 h64 39.9 / 28.9 / 24.9 / 29.9; b4 h64 38.4 / 28.2 / 27.6 / 45.7; b4 h128 38.1 / 30.0 / 35.1 / 65.5; b8
+# h128 40.3 / 37.2 / 62.4 / 121.0; b32 h64 (2 / 4 / 8) 64.5 / 50.5 / 71.2: the rule's count is the fastest at each
+# (FlashMLA 23.1 / 23.7 / 25.5 / 33.3 / 50.7 beside).
 MIN_SPLIT_TOKENS = 128
 FEW_TILES = 4
 MAX_SPLITS = 64

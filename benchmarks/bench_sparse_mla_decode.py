@@ -210,6 +210,33 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
     assert not failures, failures
 
 
+@pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split sweep")
+@pytest.mark.parametrize("heads,batch", [(64, 1), (128, 1), (64, 4), (128, 4), (64, 8), (128, 8), (64, 32)])
+def test_sparse_mla_decode_splits_sweep(bench, heads, batch):
+    """The CUDA kernel (the provider's variant) by forced split count, v32, s_q 1, FlashMLA beside: the measurements
+    behind providers_sparse_mla_decode.split_count. Graph replay, cold L2, interleaved rounds."""
+    import statistics
+
+    from dsa_ops.backends.cuda import providers_sparse_mla_decode as mc
+    from harness import interleaved_samples
+
+    cache = _pool("v32")
+    q, idx = _inputs(batch, 1, heads)
+    scale = D_QK["v32"]**-0.5
+    out = torch.empty((batch, 1, heads, D_V), dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty((batch, heads, 1), dtype=torch.float32, device="cuda")
+    fns = {s: functools.partial(mc.launch, q, cache, idx, scale, "v32", splits=s, out=out, lse=lse)
+           for s in (1, 2, 4, 8, 16, 32)}
+    fm = _flashmla()
+    if fm is not None:
+        fns["flashmla"] = flashmla_decode(fm, q, cache, idx, scale)[1]
+    graphs = {name: capture_graph(fn) for name, fn in fns.items()}
+    samples = interleaved_samples([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
+                                   graphs.values()], 5)
+    res = {name: round(statistics.median(v), 1) for name, v in zip(graphs, samples)}
+    print(f"\n  mla splits sweep h{heads} b{batch}: heuristic {mc.split_count(batch, 1, heads, TOPK)}: {res}")
+
+
 @pytest.mark.parametrize("heads,batch", [(64, 1), (128, 1), (128, 4), (128, 32)])
 def test_sparse_mla_decode_op(bench, heads, batch):
     """The op as users call it (`torch.ops.dsa.sparse_mla_decode`, functional, automatic choice), v32, s_q 1, called
