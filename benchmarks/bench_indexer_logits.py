@@ -96,6 +96,11 @@ def torch_indexer_logits(q, kv, s, w, ks, ke, rows_per_chunk):
     return out.masked_fill_(~inside, float("-inf"))
 
 
+def visible_keys(t, n, windows, ks, ke) -> int:
+    """(row, key) pairs inside the rows' windows [ks, ke): what the flop counts count."""
+    return t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
+
+
 def _inputs(t, n, h, dtype, windows):
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(t, h, D, device="cuda", generator=g).to(dtype)
@@ -130,7 +135,7 @@ def test_indexer_logits(bench, case):
     ceil = _ceilings(bench)
     args = _inputs(t, n, h, dtype, windows)
     q, kv, s, w, ks, ke = args
-    visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
+    visible = visible_keys(t, n, windows, ks, ke)
     flops = 2 * h * D * visible
     ceiling = ceil["fp8_tflops"] if dtype == FP8 else ceil["bf16_tflops"]
     iters = 10 if t * n >= 1 << 29 else 20
@@ -431,7 +436,7 @@ def _sweep_inputs(bench, case, precise):
     why = registry.availability(p, q.device) or p.supports(*args, True, precise)
     if why is not None:
         pytest.skip(f"CUDA provider: {why}")
-    visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
+    visible = visible_keys(t, n, windows, ks, ke)
     return ceil, args, 2 * h * D * visible, 10 if t * n >= 1 << 29 else 20
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import statistics
 import sys
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_samples, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_medians, record
 
 pytestmark = pytest.mark.gpu
 
@@ -256,9 +255,9 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    samples = interleaved_samples([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
-                                   graphs.values()], 5)
-    res = {name: round(statistics.median(v), 1) for name, v in zip(graphs, samples)}
+    meds = interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
+                                graphs.values()], 5)
+    res = {name: round(v, 1) for name, v in zip(graphs, meds)}
     print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, sms)}: {res}")
 
 

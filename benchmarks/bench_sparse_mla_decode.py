@@ -29,7 +29,7 @@ import tempfile
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, host_overheads_us, matmul_tflops, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_medians, matmul_tflops, record
 
 pytestmark = pytest.mark.gpu
 
@@ -215,10 +215,7 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
 def test_sparse_mla_decode_splits_sweep(bench, heads, batch):
     """The CUDA kernel (the provider's variant) by forced split count, v32, s_q 1, FlashMLA beside: the measurements
     behind providers_sparse_mla_decode.split_count. Graph replay, cold L2, interleaved rounds."""
-    import statistics
-
     from dsa_ops.backends.cuda import providers_sparse_mla_decode as mc
-    from harness import interleaved_samples
 
     cache = _pool("v32")
     q, idx = _inputs(batch, 1, heads)
@@ -231,9 +228,9 @@ def test_sparse_mla_decode_splits_sweep(bench, heads, batch):
     if fm is not None:
         fns["flashmla"] = flashmla_decode(fm, q, cache, idx, scale)[1]
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    samples = interleaved_samples([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
-                                   graphs.values()], 5)
-    res = {name: round(statistics.median(v), 1) for name, v in zip(graphs, samples)}
+    meds = interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
+                                graphs.values()], 5)
+    res = {name: round(v, 1) for name, v in zip(graphs, meds)}
     print(f"\n  mla splits sweep h{heads} b{batch}: heuristic {mc.split_count(batch, 1, heads, TOPK)}: {res}")
 
 

@@ -56,8 +56,7 @@ def time_case(case, configs: list[int], rounds: int, dg, timer: Timer, precise: 
             for k, v in med.items()]
     if precise:
         bf16 = matmul_tflops(timer, torch.bfloat16)
-        visible = t * n if windows == "full" else int((ke.long() - ks.long()).clamp(0, n).sum())
-        flops = 2.0 * h * b.D * visible  # over the visible keys, as the benchmark counts them
+        flops = 2.0 * h * b.D * b.visible_keys(t, n, windows, ks, ke)  # as the benchmark counts them
         cols += [f"bf16 {bf16:.0f} TFLOP/s"] + [f"{k} {flops / (v * 1e-6) / 1e12 / bf16:.3f} of bf16"
                                                 for k, v in med.items() if k != "deepgemm"]
     return f"{t} x {n}, H {h}, {windows}: " + "  ".join(cols)
