@@ -2,9 +2,11 @@
 include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled for the SM100 family, not run).
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
-softmax_scale, k_scale, v_scale, splits, whole, out, workspace)``. A unit is one query row x one KV head x one split
-of its top-k positions; a CTA (4 warps, 53 KiB of shared memory, 128 registers: 4 CTAs an SM) takes one unit, or
-with one split several in turn (a persistent grid of 4 CTAs an SM). When rows x KV heads are fewer
+softmax_scale, k_scale, v_scale, splits, whole, cta_warps, out, workspace)``. A unit is one query row x one KV
+head x one split of its top-k positions. With one split of 96 steps or more (top-k >= 1536) a CTA has 16 warps
+(one an SM, 200 KiB of shared memory) that share each unit's steps, on a persistent grid of one CTA an SM;
+otherwise a CTA has 4 warps (53 KiB, 4 CTAs an SM) and takes one unit, or with one split of 24 steps or more
+several in turn. (128 registers a thread either way.) When rows x KV heads are fewer
 than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
 shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. A split tail (`whole`
 items unsplit, the rest split) serves the items past one wave of the persistent grid (`split_plan`). The op's automatic
@@ -77,9 +79,9 @@ def workspace_floats(rows: int, kv_heads: int, splits: int, whole: int = 0) -> i
 
 
 def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scale, k_scale, v_scale, out, *,
-           splits: Optional[int] = None, whole: int = 0):
+           splits: Optional[int] = None, whole: int = 0, warps: int = 0):
     """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `splits` forces a split count
-    (and `whole` the unsplit items of a split tail)."""
+    (and `whole` the unsplit items of a split tail), `warps` the warps a CTA (4 or 16; 0: the launcher's rule)."""
     global _fn
     fn = _fn
     if fn is None:
@@ -91,11 +93,11 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     if splits is None:
         splits, whole = split_plan(t, hkv, indices.shape[1], sm_count(q.device.index))
     splits, whole = int(splits), int(whole)
-    if splits < 1 or whole < 0:
-        raise ValueError(f"`splits` must be >= 1 and `whole` >= 0, got {splits} and {whole}")
+    if splits < 1 or whole < 0 or warps not in (0, 4, 16):
+        raise ValueError(f"`splits` must be >= 1, `whole` >= 0 and `warps` 0, 4 or 16, got {splits}, {whole}, {warps}")
     ws = torch.empty((workspace_floats(t, hkv, splits, whole),), dtype=torch.float32, device=q.device)
     fn(q, k_cache, v_cache, indices, block_table, token_to_req, float(softmax_scale), float(k_scale), float(v_scale),
-       splits, whole, out, ws)
+       splits, whole, int(warps), out, ws)
 
 
 def unsupported_shape(q, k_cache, v_cache, indices, block_table) -> Optional[str]:

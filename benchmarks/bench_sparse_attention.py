@@ -233,12 +233,13 @@ def test_sparse_attention_cuda_splits_sweep(bench, rows):
     print(f"\n  cuda splits sweep rows {rows}: heuristic {cu.split_count(rows, HKV, TOPK)}: {res}")
 
 
-@pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the split-tail sweep")
-@pytest.mark.parametrize("rows", (300, 400, 1000, 1600, 4096))
-def test_sparse_attention_cuda_tail_sweep(bench, rows):
-    """The CUDA kernel past one wave of slots, one (splits, whole) plan a column: whole units only (`whole`), the
-    first wave's items whole and the rest split (`slotsS`), the items of an equal share an SM whole and the
-    remainder split (`smS`), every item split (`allS`); vLLM's kernel beside; graph replay, cold L2."""
+@pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the CTA-shape sweep")
+@pytest.mark.parametrize("rows", (1, 4, 16, 32, 64, 128, 264, 300, 400, 528, 800, 1600, 4096))
+def test_sparse_attention_cuda_cta_sweep(bench, rows):
+    """The CUDA kernel's plans side by side, one (splits, whole, warps a CTA) a column: `plan` the launcher's own
+    choice, `w4` CTAs of 4 warps (4 an SM), `w16` CTAs of 16 warps (one an SM), with S splits (`w4sS`, `w16sS`) at
+    few rows, the split tail (`slots4`: the first wave of 4-warp CTAs whole, the rest in 4 splits) past one wave;
+    vLLM's kernel beside; graph replay, cold L2, interleaved rounds."""
     from dsa_ops.backends.cuda import providers_sparse_attention as cu
     from dsa_ops.backends.cuda import sm_count
 
@@ -247,18 +248,29 @@ def test_sparse_attention_cuda_tail_sweep(bench, rows):
     out = torch.empty((rows, HQ, D), dtype=torch.bfloat16, device="cuda")
     sms = sm_count(None)
     items, slots = rows * HKV, cu.CTAS_PER_SM * sms
-    plans = {"whole": (1, 0), "slots4": (4, slots), "sm2": (2, items - items % sms), "sm4": (4, items - items % sms),
-             "all4": (4, 0)}
-    fns = {name: (lambda s=s, w=w: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=w))
-           for name, (s, w) in plans.items()}
+    plans = {"plan": (*cu.split_plan(rows, HKV, TOPK, sms), 0), "w4": (1, 0, 4), "w16": (1, 0, 16)}
+    if items <= 2 * sms:
+        plans.update({f"w{w}s{s}": (s, 0, w) for w in (4, 16) for s in (2, 4, 8)})
+    if slots < items <= 2 * slots:
+        plans["slots4"] = (4, slots, 4)
+    fns = {name: (lambda s=s, h=h, w=w: cu.launch(q, kc, vc, idx, bt, t2r, SCALE, 1.0, 1.0, out, splits=s, whole=h,
+                                                  warps=w))
+           for name, (s, h, w) in plans.items()}
     peer = _peer()
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, torch.empty_like(out))
+    ref = None
+    for name, fn in fns.items():  # every plan's output against the first's
+        fn()
+        if name != "vllm":
+            ref = out.clone() if ref is None else ref
+            err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+            assert err < 2e-2, (name, err)
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
     meds = interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
                                 graphs.values()], 5)
     res = {name: round(v, 1) for name, v in zip(graphs, meds)}
-    print(f"\n  cuda tail sweep rows {rows} (slots {slots}): plan {cu.split_plan(rows, HKV, TOPK, sms)}: {res}")
+    print(f"\n  cuda cta sweep rows {rows} (plan {plans['plan']}): {res}")
 
 
 # Sweep variants: CONFIG_OVERRIDE dicts of backends_triton/sparse_attention.py.

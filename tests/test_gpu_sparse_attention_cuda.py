@@ -4,7 +4,8 @@ Inputs from tests/sparse_attention_cases.py, as the Triton provider's tests: unr
 block tables with invalid entries, indices -1 / INT32_MIN / INT32_MAX / past the table, rows with no valid
 index, padding rows. Outputs NaN-poisoned before each call. Tolerance (bf16 output): per (row, head) the
 largest error at most 2e-2 of the largest reference value, cosine similarity at least 0.999, exact 0 where the
-reference is 0. Every case runs the single pass and forced split counts (the combine kernel).
+reference is 0. Every case runs the single pass and forced split counts (the combine kernel), in CTAs of 4 and of
+16 warps.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dsa_ops.backends.cuda import sm_count  # noqa: E402
 SCALES = (128**-0.5, 0.7, 1.9)
 SHAPES = {**CASE_SHAPES, "topk-odd": (9, 24, 2, 128, 128, 64, 300, 4, 40, 37)}  # + top-k off the 16-token step
 SPLITS = (None, 1, 3, 64)
+WARPS = (0, 4, 16)  # 0: the launcher's rule
 
 
 def _case(shape, seed=0, layout="plain", hostile=True):
@@ -39,35 +41,40 @@ def _case(shape, seed=0, layout="plain", hostile=True):
                      dtype=FP8, seed=seed, device="cuda", cache_layout=layout, hostile=hostile)
 
 
-def _run(case, scales=SCALES, splits=None, whole=0):
+def _run(case, scales=SCALES, splits=None, whole=0, warps=0):
     q, kc, vc, idx, bt, t2r = case
     out = torch.full((q.shape[0], q.shape[1], vc.shape[3]), float("nan"), dtype=torch.bfloat16, device=q.device)
-    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits, whole=whole)
+    cu.launch(q, kc, vc, idx, bt, t2r, *scales, out, splits=splits, whole=whole, warps=warps)
     return out
 
 
-def _check(case, scales=SCALES, splits=None, whole=0):
-    out = _run(case, scales, splits, whole)
+def _check(case, scales=SCALES, splits=None, whole=0, warps=0):
+    out = _run(case, scales, splits, whole, warps)
     err = compare(out, reference(*case, *scales))
     assert err is None, err
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("splits", SPLITS)
-def test_matches_reference(shape, splits):
-    _check(_case(shape, seed=len(shape)), splits=splits)
+@pytest.mark.parametrize("warps", WARPS)
+def test_matches_reference(shape, splits, warps):
+    _check(_case(shape, seed=len(shape)), splits=splits, warps=warps)
 
 
 @pytest.mark.parametrize("shape", [(600, 16, 1, 128, 128, 64, 900, 9, 40, 384),
                                    (80, 64, 8, 128, 128, 16, 900, 5, 90, 500),
-                                   (300, 24, 2, 128, 128, 64, 1500, 11, 64, 2048)])
-def test_several_units_a_cta(shape):
-    """More (row, KV head) items than CTA slots (4 a multiprocessor): the persistent grid hands each CTA several
-    units, with the next unit's lookups and first copies issued under the current one's last steps. Hostile
-    rows (padding rows, invalid indices, NaN-filled unused pages) land in later units too."""
+                                   (300, 24, 2, 128, 128, 64, 1500, 11, 64, 2048),
+                                   (150, 12, 2, 128, 128, 64, 1500, 11, 64, 1536),
+                                   (170, 8, 1, 128, 128, 32, 3000, 13, 80, 1551)])
+@pytest.mark.parametrize("warps", WARPS)
+def test_several_units_a_cta(shape, warps):
+    """More (row, KV head) items than CTA slots (4 a multiprocessor, or one 16-warp CTA): the persistent grid
+    hands each CTA several units, with the next unit's lookups and first copies issued under the current one's
+    last steps. Hostile rows (padding rows, invalid indices, NaN-filled unused pages) land in later units too.
+    Top-k 1536 and 1551 are 96 and 97 steps: the 16-warp grid's shortest persistent units."""
     rows, _, hkv = shape[:3]
-    assert rows * hkv > 4 * sm_count(None)
-    _check(_case(shape, seed=rows))
+    assert rows * hkv > sm_count(None)
+    _check(_case(shape, seed=rows), warps=warps)
 
 
 @pytest.mark.parametrize("splits,whole", [(2, 1), (3, 17), (4, 40), (8, 45), (2, 46), (4, 10**6)])
@@ -125,12 +132,12 @@ def test_every_code_and_nan():
     NaN exactly where the reference has it, the rest within tolerance."""
     finite, case = every_code_cases("cuda")
     scales = (0.01, 1.0, 1.0)
-    for splits in (1, 4):
-        _check(finite, scales, splits)
+    for splits, warps in ((1, 4), (1, 16), (4, 4)):
+        _check(finite, scales, splits, warps=warps)
     ref = reference(*case, *scales)
     assert ref.isnan().any()
-    for splits in (1, 4):
-        out = _run(case, scales, splits)
+    for splits, warps in ((1, 4), (1, 16), (4, 4)):
+        out = _run(case, scales, splits, warps=warps)
         nan, ref_nan = out.isnan(), ref.isnan()
         assert torch.equal(nan, ref_nan), f"NaN at {int(nan.sum())}, reference {int(ref_nan.sum())}"
         err = compare(out.nan_to_num(0.0), ref.nan_to_num(0.0))
@@ -145,8 +152,8 @@ def test_q_extremes():
     q[1, :, 0] = 3.0e4
     q[2] = 0
     q[3, 5, 7] = 2.0**-100
-    for splits in (1, 2):
-        _check(tuple(case), splits=splits)
+    for splits, warps in ((1, 4), (1, 16), (2, 4)):
+        _check(tuple(case), splits=splits, warps=warps)
 
 
 def test_heads_of_a_group_scaled_apart():
@@ -156,15 +163,15 @@ def test_heads_of_a_group_scaled_apart():
     q = case[0]
     q[:, 0::2] *= 2.0**18
     q[:, 1::2] *= 2.0**-18
-    for splits in (1, 2):
-        _check(tuple(case), scales=(2.0**14, 1.0, 1.0), splits=splits)
+    for splits, warps in ((1, 4), (1, 16), (2, 4)):
+        _check(tuple(case), scales=(2.0**14, 1.0, 1.0), splits=splits, warps=warps)
     q = _case((12, 24, 2, 128, 128, 64, 300, 3, 40, 512), seed=6, hostile=False)[0].clone()
     q[0, 2, 3] = float("inf")
     case[0] = q
     ref = reference(*case, 0.1, 1.0, 1.0)
     assert ref[0, 2].isnan().all() and not ref[0, 3].isnan().any()
-    for splits in (1, 2):
-        out = _run(tuple(case), (0.1, 1.0, 1.0), splits)
+    for splits, warps in ((1, 4), (1, 16), (2, 4)):
+        out = _run(tuple(case), (0.1, 1.0, 1.0), splits, warps=warps)
         assert torch.equal(out.isnan(), ref.isnan())
         err = compare(out.nan_to_num(0.0), ref.nan_to_num(0.0))
         assert err is None, err

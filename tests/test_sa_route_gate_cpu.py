@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     #include "sparse_attention_out.h"
     using torch::stable::Tensor;
     void dsa_cuda_binding::sparse_attention_out(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, double, double,
-                                                double, int64_t, int64_t, Tensor, Tensor) {
+                                                double, int64_t, int64_t, int64_t, Tensor, Tensor) {
       STD_TORCH_CHECK(false, "STUB_LAUNCH");
     }
     ''')

@@ -38,7 +38,7 @@ std::tuple<int64_t, int64_t> sparse_attention_split_plan(int64_t rows, int64_t k
 
 void dsa_cuda_binding::sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices,
                                             Tensor block_table, Tensor token_to_req, double softmax_scale,
-                                            double k_scale, double v_scale, int64_t splits, int64_t whole, Tensor out,
+                                            double k_scale, double v_scale, int64_t splits, int64_t whole, int64_t cta_warps, Tensor out,
                                             Tensor workspace) {
   STD_TORCH_CHECK(q.dim() == 3 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(2) == 128 &&
                       q.stride(2) == 1,
@@ -62,6 +62,8 @@ void dsa_cuda_binding::sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_c
                   kOp, ": `out` must be a bfloat16 [T, Hq, 128] tensor with unit last stride on q's device");
   STD_TORCH_CHECK(splits >= 1, kOp, ": `splits` must be >= 1, got ", splits);
   STD_TORCH_CHECK(whole >= 0, kOp, ": `whole` must be >= 0, got ", whole);
+  STD_TORCH_CHECK(cta_warps == 0 || cta_warps == 4 || cta_warps == 16, kOp,
+                  ": `cta_warps` must be 0 (the launcher's rule), 4 or 16, got ", cta_warps);
   const int64_t hkv = k_cache.size(2);
   const int64_t need = dsa_cuda::sparse_attention_workspace_floats(t, hkv, splits, whole);
   STD_TORCH_CHECK(workspace.scalar_type() == ScalarType::Float && on(workspace, device) && workspace.is_contiguous() &&
@@ -106,6 +108,7 @@ void dsa_cuda_binding::sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_c
   p.v_scale = static_cast<float>(v_scale);
   p.splits = splits;
   p.whole = whole;
+  p.cta_warps = cta_warps;
   if (t == 0 || hq == 0) {
     return;
   }
@@ -123,7 +126,7 @@ void dsa_cuda_binding::sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_c
 STABLE_TORCH_LIBRARY_FRAGMENT(dsa_cuda, m) {
   m.def(
       "sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices, Tensor block_table, "
-      "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, int whole, "
+      "Tensor token_to_req, float softmax_scale, float k_scale, float v_scale, int splits, int whole, int cta_warps, "
       "Tensor(a!) out, Tensor(b!) workspace) -> ()");
   m.def("sparse_attention_split_plan(int rows, int kv_heads, int topk, int sms) -> (int, int)");
 }

@@ -184,7 +184,7 @@ void launch(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& i
   Tensor ws = empty_contiguous({heur::workspace_floats(q.size(0), hkv, plan.splits, plan.whole)},
                                aoti_torch_dtype_float32(), g_served.type, dev);
   dsa_cuda_binding::sparse_attention_out(q, kc, vc, idx, bt, t2r, softmax_scale, k_scale, v_scale, plan.splits,
-                                         plan.whole, out, ws);
+                                         plan.whole, 0, out, ws);
 }
 
 const std::string kRouter = DSA_ROUTE_STR(DSA_SA_ROUTE_FALLBACK_NS) "::sparse_attention";

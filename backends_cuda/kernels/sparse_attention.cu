@@ -11,6 +11,7 @@ namespace k = smxx_sparse_attention;
 
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int64_t kWideMinSteps = k::Cta<16>::kMultiUnitMinSteps;  // one split of this many steps: 16-warp CTAs
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
@@ -50,6 +51,9 @@ const char* sparse_attention_unsupported(const SparseAttentionParams& p) {
       !mult16(p.k_page_stride) || !mult16(p.k_head_stride) || !mult16(p.v_block_stride) ||
       !mult16(p.v_page_stride) || !mult16(p.v_head_stride)) {
     return "the CUDA sparse attention kernel needs the caches' data and block/token/head strides 16-byte aligned";
+  }
+  if (p.cta_warps != 0 && p.cta_warps != 4 && p.cta_warps != 16) {
+    return "the CUDA sparse attention kernel takes CTAs of 4 or 16 warps (0: its own choice)";
   }
   if (p.splits > 1 && (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0) {
     return "the CUDA sparse attention kernel needs a 16-byte aligned workspace";
@@ -123,17 +127,27 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
 
   a.whole = whole;
   a.units = whole + split_items * used;
-  // A persistent grid (a CTA per slot, each taking units in turn with the next unit's lookups and first copies
-  // under the current one's last steps) where the rule allows several units a CTA; else one CTA a unit.
-  int64_t ctas = a.units;
-  if (used == 1 && steps >= k::kMultiUnitMinSteps) {
-    int sms = 0;
-    DSA_CUDA_CHECK(current_sm_count(&sms));
-    ctas = std::min<int64_t>(a.units, int64_t(sms) * k::kCtasPerSm);
+  // One split: CTAs of 16 warps, one an SM, each unit's steps spread over all 16 (kWideMinSteps or more: a
+  // persistent grid of one CTA an SM). Splits: CTAs of 4 warps, one a unit. (The rule's measurements:
+  // docs/design_attention.md, "Wide CTAs".)
+  const int warps = p.cta_warps != 0 ? int(p.cta_warps) : used == 1 && steps >= kWideMinSteps ? 16 : 4;
+  int sms = 0;
+  DSA_CUDA_CHECK(current_sm_count(&sms));
+  if (warps == 16) {
+    using C = k::Cta<16>;
+    const int64_t ctas = used == 1 && steps >= C::kMultiUnitMinSteps ? std::min<int64_t>(a.units, sms) : a.units;
+    DSA_CUDA_CHECK((launch_pdl_smem<&k::sparse_attention_fp8_kernel<16>>(
+        dim3(static_cast<unsigned>(ctas)), dim3(C::kThreads), C::kSmemBytes, stream, a)));
+  } else {
+    // A persistent grid (a CTA per slot, each taking units in turn with the next unit's lookups and first copies
+    // under the current one's last steps) where the rule allows several units a CTA; else one CTA a unit.
+    using C = k::Cta<4>;
+    const int64_t ctas = used == 1 && steps >= C::kMultiUnitMinSteps
+                             ? std::min<int64_t>(a.units, int64_t(sms) * C::kPerSm)
+                             : a.units;
+    DSA_CUDA_CHECK((launch_pdl_smem<&k::sparse_attention_fp8_kernel<4>>(
+        dim3(static_cast<unsigned>(ctas)), dim3(C::kThreads), C::kSmemBytes, stream, a)));
   }
-  const dim3 grid(static_cast<unsigned>(ctas));
-  DSA_CUDA_CHECK(
-      (launch_pdl_smem<&k::sparse_attention_fp8_kernel>(grid, dim3(k::kThreads), k::kSmemBytes, stream, a)));
   if (used == 1 || split_items == 0) {
     return cudaSuccess;
   }
@@ -148,7 +162,7 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   c.hkv = a.hkv;
   c.splits = a.splits;
   c.out_scale = a.out_scale;
-  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(split_items)), dim3(k::kThreads), 0, stream,
+  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(split_items)), dim3(k::kCombineThreads), 0, stream,
                     c);
 }
 

@@ -63,26 +63,35 @@ namespace smxx_sparse_attention {
 constexpr int kD = 128;       // q / K head dim and V head dim
 constexpr int kHeads = 16;    // MMA M: a KV head's query group, padded
 constexpr int kStep = 16;     // tokens a warp step
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 3;    // a warp's ring: 2 steps in flight while it computes one
 constexpr int kStageBytes = 2 * kStep * kD;  // K then V codes of 16 tokens
-constexpr int kRingBytes = kWarps * kStages * kStageBytes;
-constexpr int kMaskOff = kRingBytes;         // uint32 [kWarps][kStages]: valid-token bits of each stage
 constexpr int kMergeHalfBytes = kHeads * (kD / 2) * 4;  // a warp's O, half its columns: [16][64] fp32
-constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // uint64 [kWarps][32]: issue_step's row addresses
-constexpr int kQOff = kTableOff + kWarps * 32 * 8;  // uint32 [8 k steps][32 lanes][4]: q's A fragments
-constexpr int kSmemBytes = kQOff + 8 * 32 * 16;
-constexpr int kCtasPerSm = 4;  // 128 registers a thread, 53 KiB of shared memory a CTA
-// A CTA takes several units (persistent grid) only with one split and at least this many steps: each warp then
-// has kStages + 3 steps or more a unit, so its lookahead reaches the next unit at most.
-constexpr int kMultiUnitMinSteps = kWarps * (kStages + 3);
+constexpr int kMergeThreads = 128;  // thread (head row, 16-column block) of the merge: 16 x 8
+constexpr int kCombineThreads = 128;
+constexpr int kWarpsPerSm = 16;  // 128 registers a thread
 // A row max may run ahead of the max the accumulator is scaled to by up to this much (log2 domain) before
 // the warp rescales: p <= 2^8 stays exact enough in fp16 and the sums in fp32, and the rescale (64 FMULs)
 // runs a few times a row instead of at most steps.
 constexpr float kRescaleSlack = 8.0f;
 constexpr float kNeg = -1.0e30f;
 static_assert(kMergeHalfBytes <= kStageBytes, "a merge half goes through a warp's free stage");
+
+// A CTA of kWarps warps (4: 4 CTAs an SM, 53 KiB each; 16: one CTA an SM, 200 KiB) and its shared memory.
+template <int kWarps>
+struct Cta {
+  static_assert(kWarps == 4 || kWarps == 16, "4 or 16 warps a CTA");
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kPerSm = kWarpsPerSm / kWarps;
+  static constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+  static constexpr int kMaskOff = kRingBytes;                    // uint32 [kWarps][kStages]: valid-token bits
+  static constexpr int kTableOff = kMaskOff + kWarps * kStages * 4;  // uint64 [kWarps][32]: row addresses
+  static constexpr int kQOff = kTableOff + kWarps * 32 * 8;     // uint32 [8 k steps][32 lanes][4]: q's A fragments
+  static constexpr int kSmemBytes = kQOff + 8 * 32 * 16;
+  // A CTA takes several units (persistent grid) only with one split and at least this many steps: each warp
+  // then has kStages + 3 steps or more a unit, so its lookahead reaches the next unit at most.
+  static constexpr int kMultiUnitMinSteps = kWarps * (kStages + 3);
+  static_assert(kTableOff % 16 == 0 && kSmemBytes <= 227 * 1024, "shared memory layout");
+};
 
 #ifdef DSA_SA_TRACE
 // Dev builds only (-DDSA_SA_TRACE; tools/profile_sparse_attention.py trace): thread 0's %globaltimer at the
@@ -317,7 +326,7 @@ __device__ __forceinline__ float2 stage_q(const KernelArgs& a, int64_t row, int 
   return make_float2(a.qk_scale * down[0], a.qk_scale * down[1]);
 }
 
-// The 4 warps' merge goes through each warp's free stage in two halves (half 0: value columns 16 n + [0, 8),
+// The warps' merge goes through each warp's free stage in two halves (half 0: value columns 16 n + [0, 8),
 // half 1: 16 n + [8, 16) for MMA column n), as [16 head rows][64] fp32. write_half stores this thread's O of
 // one half; sum_half gives thread (hr, n) the 8 columns of head row hr over the warps, weighted.
 template <int kHalf>
@@ -338,15 +347,24 @@ __device__ __forceinline__ void write_half(const float (&o)[16][4], uint32_t sta
   }
 }
 
-__device__ __forceinline__ void sum_half(const uint32_t (&stages)[kWarps], const float (&wt)[kWarps], int hr, int n,
-                                         float (&acc)[8]) {
+// Thread (hr, n)'s 8 columns of head row hr summed over the warps, each weighted by 2^(m_w - mm). A warp's
+// table (smem_base + kTableOff + 256 w) holds its row maxima and sums (8 bytes a head row) and, at byte 128, its
+// free stage; they are read where they are used, so 16 warps' values take no registers across the sum.
+template <int kWarps>
+__device__ __forceinline__ void sum_half(uint32_t tables, float mm, int hr, int n, float (&acc)[8]) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     acc[c] = 0.f;
   }
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
-    const uint32_t src = stages[w] + uint32_t((hr * 64 + 8 * n) * 4);
+    const uint32_t tw = tables + uint32_t(w * 32 * 8);
+    float mw;
+    uint32_t stage;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(mw) : "r"(tw + 8u * hr));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(stage) : "r"(tw + 128u));
+    const float wt = exp2f(mw - mm);
+    const uint32_t src = stage + uint32_t((hr * 64 + 8 * n) * 4);
     float v[8];
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(src));
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -354,7 +372,7 @@ __device__ __forceinline__ void sum_half(const uint32_t (&stages)[kWarps], const
                  : "r"(src + 16u));
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      acc[c] += wt[w] * v[c];
+      acc[c] += wt * v[c];
     }
   }
 }
@@ -388,8 +406,11 @@ __device__ __forceinline__ void store_cols8(const KernelArgs& a, const float (&a
 
 #endif  // DSA_SMXX_SA_DEVICE
 
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_kernel(const __grid_constant__ KernelArgs a) {
+template <int kWarps>
+__global__ void __launch_bounds__(Cta<kWarps>::kThreads, Cta<kWarps>::kPerSm)
+    sparse_attention_fp8_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SMXX_SA_DEVICE
+  using C = Cta<kWarps>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int lane = int(threadIdx.x & 31);
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
@@ -397,10 +418,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
   const int t = lane & 3;
   uint32_t smem_base = smem_addr(smem);
   asm volatile("" : "+r"(smem_base));
-  const uint32_t qs = smem_base + uint32_t(kQOff) + 16u * uint32_t(lane);
+  const uint32_t qs = smem_base + uint32_t(C::kQOff) + 16u * uint32_t(lane);
   const uint32_t ring = smem_base + uint32_t(warp * kStages * kStageBytes);
-  const uint32_t masks = smem_base + uint32_t(kMaskOff + warp * kStages * 4);
-  const uint32_t table = smem_base + uint32_t(kTableOff + warp * 32 * 8);
+  const uint32_t masks = smem_base + uint32_t(C::kMaskOff + warp * kStages * 4);
+  const uint32_t table = smem_base + uint32_t(C::kTableOff + warp * 32 * 8);
 
   pdl_wait();
 #ifdef DSA_SA_TRACE
@@ -653,37 +674,42 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
     }
     write_half<0>(o, free_stage, g, t);
     __syncthreads();
-    const int hr = int(threadIdx.x >> 3);  // head row
-    const int cn = int(threadIdx.x & 7);   // MMA column: value columns 16 cn + [0, 16)
-    uint32_t frees[kWarps];
-    float mw[kWarps], lw[kWarps], mm = kNeg;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const uint32_t tw = smem_base + uint32_t(kTableOff + w * 32 * 8);
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(mw[w]), "=f"(lw[w]) : "r"(tw + 8u * hr));
-      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(frees[w]) : "r"(tw + 128u));
-      mm = fmaxf(mm, mw[w]);
-    }
-    float wt[kWarps], den = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      wt[w] = exp2f(mw[w] - mm);
-      den += wt[w] * lw[w];
-    }
+    // Threads 0 .. 127 merge: thread (head row hr, MMA column cn: value columns 16 cn + [0, 16)).
+    const bool merger = threadIdx.x < kMergeThreads;
+    const int hr = int(threadIdx.x >> 3) & (kHeads - 1);
+    const int cn = int(threadIdx.x & 7);
+    const uint32_t tables = smem_base + uint32_t(C::kTableOff);
     const bool partial = a.splits > 1 && !unsplit;
-    const float inv = den > 0.f ? a.out_scale / den : 0.f;
-    float acc[8];
-    sum_half(frees, wt, hr, cn, acc);
-    store_cols8(a, acc, 16 * cn, inv, partial, piece, row, h, hr);
-    if (partial && cn == 0) {
-      a.ml[piece * 2 * kHeads + hr] = mm;
-      a.ml[piece * 2 * kHeads + kHeads + hr] = den;
+    float mm = kNeg, den = 0.f, acc[8];
+    if (merger) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        float mw;
+        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(mw) : "r"(tables + uint32_t(w * 32 * 8) + 8u * hr));
+        mm = fmaxf(mm, mw);
+      }
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        float mw, lw;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                     : "=f"(mw), "=f"(lw)
+                     : "r"(tables + uint32_t(w * 32 * 8) + 8u * hr));
+        den += exp2f(mw - mm) * lw;
+      }
+      sum_half<kWarps>(tables, mm, hr, cn, acc);
+      store_cols8(a, acc, 16 * cn, den > 0.f ? a.out_scale / den : 0.f, partial, piece, row, h, hr);
+      if (partial && cn == 0) {
+        a.ml[piece * 2 * kHeads + hr] = mm;
+        a.ml[piece * 2 * kHeads + kHeads + hr] = den;
+      }
     }
     __syncthreads();
     write_half<1>(o, free_stage, g, t);
     __syncthreads();
-    sum_half(frees, wt, hr, cn, acc);
-    store_cols8(a, acc, 16 * cn + 8, inv, partial, piece, row, h, hr);
+    if (merger) {
+      sum_half<kWarps>(tables, mm, hr, cn, acc);
+      store_cols8(a, acc, 16 * cn + 8, den > 0.f ? a.out_scale / den : 0.f, partial, piece, row, h, hr);
+    }
 #ifdef DSA_SA_TRACE
     stamp();
 #endif
@@ -739,7 +765,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) sparse_attention_fp8_ker
 
 // out[row, head] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s over the splits; one CTA a (row, KV head),
 // a thread 16 value columns of one head row.
-__global__ void __launch_bounds__(kThreads) sparse_attention_combine_kernel(const __grid_constant__ CombineArgs a) {
+__global__ void __launch_bounds__(kCombineThreads) sparse_attention_combine_kernel(const __grid_constant__ CombineArgs a) {
 #if DSA_SMXX_SA_DEVICE
   pdl_wait();
   pdl_launch_dependents();
