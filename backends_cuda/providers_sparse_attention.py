@@ -3,10 +3,10 @@ include/dsa_cuda/smxx_sparse_attention.cuh; runs on Hopper, the H200; compiled f
 
 Calls ``torch.ops.dsa_cuda.sparse_attention_out(q, k_cache, v_cache, indices, block_table, token_to_req,
 softmax_scale, k_scale, v_scale, splits, whole, cta_warps, out, workspace)``. A unit is one query row x one KV
-head x one split of its top-k positions. With one split of 96 steps or more (top-k >= 1536) a CTA has 16 warps
-(one an SM, 200 KiB of shared memory) that share each unit's steps, on a persistent grid of one CTA an SM;
-otherwise a CTA has 4 warps (53 KiB, 4 CTAs an SM) and takes one unit, or with one split of 24 steps or more
-several in turn. (128 registers a thread either way.) When rows x KV heads are fewer
+head x one split of its top-k positions. With one split and at most one unit an SM, a CTA has 16 warps (one an
+SM, 200 KiB of shared memory) that share the unit's steps; otherwise a CTA has 4 warps (53 KiB, 4 CTAs an SM)
+and takes one unit, or with one split of 24 steps or more several in turn (a persistent grid). (128 registers a
+thread either way.) When rows x KV heads are fewer
 than SPLIT_CTAS, the top-k axis is cut into splits whose fp32 partials go to a workspace sized from the
 shapes (allocated here, no host sync: CUDA-graph safe) and a combine kernel writes out. A split tail (`whole`
 items unsplit, the rest split) serves the items past one wave of the persistent grid (`split_plan`). The op's automatic
@@ -48,6 +48,13 @@ MULTI_UNIT_MIN_STEPS = 24  # the kernel's kMultiUnitMinSteps: fewer steps, one C
 # 141.3, 360 155.5 -> 152.4, 400 162.3 -> 170.5 (docs/design_attention.md).
 TAIL_SPLITS = 4
 TAIL_MAX_SHARE = 0.25
+# One wave of items, from WIDE_MIN_ITEMS up to one an SM: one split, which the launcher runs in CTAs of 16 warps
+# (one an SM, a unit's steps over all 16). H200, 24 q / 2 KV heads, top-k 2048 (`DSA_BENCH_SWEEP=1 pytest
+# benchmarks/bench_sparse_attention.py -k cta_sweep`), us, 16 warps against the 4-warp plan: 64 rows 29.8
+# against 39.4 (one split) / 35.3 (2), 32 rows 26.6 against 29.7 (2 splits) / 27.2 (4); 16 rows 26.4 / 23.3 (2
+# splits) against 21.8 (4 splits, 4 warps): below 64 items the 4-warp splits stay. Past one wave 16-warp CTAs
+# lose (400 rows 155.6 against 128.7 us; docs/design_attention.md).
+WIDE_MIN_ITEMS = 64
 _fn = None  # the loaded OpOverload, resolved on the first call
 
 
@@ -64,8 +71,10 @@ def split_count(rows: int, kv_heads: int, topk: int) -> int:
 def split_plan(rows: int, kv_heads: int, topk: int, sms: int) -> tuple[int, int]:
     """(splits, whole): splits of each (row, KV head)'s top-k axis and, with a split tail, the leading items
     that run unsplit (0: every item split alike). Shapes and the SM count only."""
-    splits = split_count(rows, kv_heads, topk)
     items, slots = rows * kv_heads, sms * CTAS_PER_SM
+    if WIDE_MIN_ITEMS <= items <= sms:
+        return 1, 0
+    splits = split_count(rows, kv_heads, topk)
     persistent = splits == 1 and -(-topk // STEP) >= MULTI_UNIT_MIN_STEPS
     if TAIL_SPLITS and persistent and 0 < items - slots <= TAIL_MAX_SHARE * slots:
         return TAIL_SPLITS, slots

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 
 HQ, HKV, D, PAGE, TOPK, REQ_LEN, POOL_PAGES = 24, 2, 128, 64, 2048, 65536, 65536
 SCALE = D**-0.5
-CASES = [("fp8", r) for r in (1, 16, 64, 400, 1600, 4096)] + [("bf16", 1600)]
+CASES = [("fp8", r) for r in (1, 16, 32, 64, 400, 1600, 4096)] + [("bf16", 1600)]
 _PEER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peer")
 
 

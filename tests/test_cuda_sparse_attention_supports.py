@@ -88,7 +88,8 @@ def test_preference_names_triton_for_the_fewest_rows_in_a_warmed_capture(monkeyp
 
 def test_split_plan(monkeypatch):
     """The split tail only for a tail of at most TAIL_MAX_SHARE of a wave of slots (4 CTAs an SM) past one full
-    wave, for shapes the persistent grid would take; its workspace holds the split items only."""
+    wave, for shapes the persistent grid would take; its workspace holds the split items only. One split from
+    WIDE_MIN_ITEMS items to one an SM."""
     monkeypatch.setattr(psa, "TAIL_SPLITS", 4)
     monkeypatch.setattr(psa, "TAIL_MAX_SHARE", 0.25)
     assert psa.split_plan(300, 2, 2048, 132) == (4, 528)  # 72 items past the wave
@@ -97,6 +98,9 @@ def test_split_plan(monkeypatch):
     assert psa.split_plan(264, 2, 2048, 132) == (1, 0)  # exactly one wave
     assert psa.split_plan(300, 2, 300, 132) == (1, 0)  # 19 steps: one CTA a unit already
     assert psa.split_plan(16, 2, 2048, 132) == (4, 0)  # the few-rows split path
+    assert psa.split_plan(32, 2, 2048, 132) == (1, 0)  # 64 items to one an SM: one split (16-warp CTAs)
+    assert psa.split_plan(66, 2, 2048, 132) == (1, 0)
+    assert psa.split_plan(40, 2, 2048, 78) == (2, 0)  # 80 items past 78 SMs: the 4-warp split rule
     monkeypatch.setattr(psa, "TAIL_SPLITS", None)
     assert psa.split_plan(300, 2, 2048, 132) == (1, 0)
     assert psa.workspace_floats(300, 2, 4, 528) == 72 * 4 * 16 * 130

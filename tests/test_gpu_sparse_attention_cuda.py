@@ -68,10 +68,10 @@ def test_matches_reference(shape, splits, warps):
                                    (170, 8, 1, 128, 128, 32, 3000, 13, 80, 1551)])
 @pytest.mark.parametrize("warps", WARPS)
 def test_several_units_a_cta(shape, warps):
-    """More (row, KV head) items than CTA slots (4 a multiprocessor, or one 16-warp CTA): the persistent grid
-    hands each CTA several units, with the next unit's lookups and first copies issued under the current one's
-    last steps. Hostile rows (padding rows, invalid indices, NaN-filled unused pages) land in later units too.
-    Top-k 1536 and 1551 are 96 and 97 steps: the 16-warp grid's shortest persistent units."""
+    """More (row, KV head) items than CTA slots (4 a multiprocessor): the persistent grid of 4-warp CTAs hands
+    each CTA several units, with the next unit's lookups and first copies issued under the current one's last
+    steps; 16-warp CTAs forced run one a unit, in several waves. Hostile rows (padding rows, invalid indices,
+    NaN-filled unused pages) land in later units too."""
     rows, _, hkv = shape[:3]
     assert rows * hkv > sm_count(None)
     _check(_case(shape, seed=rows), warps=warps)

@@ -19,7 +19,7 @@ from dsa_ops.ops.sparse_attention import reference  # noqa: E402
 scales = (128**-0.5, 0.7, 1.9)
 ok = True
 # (rows, hq, hkv, page, topk, max_pages). The 280-row case has more (row, KV head) items than the H200's 528 slots
-# of 4-warp CTAs, the 140-row one (96 steps) more than its 132 16-warp CTAs: CTAs take several units.
+# of 4-warp CTAs: CTAs take several units. The 140-row one runs 16-warp CTAs in two waves.
 for rows, hq, hkv, page, topk, mp in ((7, 24, 2, 64, 300, 8), (5, 16, 1, 16, 77, 8), (3, 8, 8, 48, 40, 8),
                                       (280, 24, 2, 64, 400, 8), (140, 8, 1, 64, 1536, 32)):
     case = cases.make_case(rows, hq, hkv, 128, 128, page=page, num_blocks=40, num_reqs=3, max_pages=mp, topk=topk,

@@ -11,7 +11,6 @@ namespace k = smxx_sparse_attention;
 
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int64_t kWideMinSteps = k::Cta<16>::kMultiUnitMinSteps;  // one split of this many steps: 16-warp CTAs
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
@@ -127,17 +126,16 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
 
   a.whole = whole;
   a.units = whole + split_items * used;
-  // One split: CTAs of 16 warps, one an SM, each unit's steps spread over all 16 (kWideMinSteps or more: a
-  // persistent grid of one CTA an SM). Splits: CTAs of 4 warps, one a unit. (The rule's measurements:
-  // docs/design_attention.md, "Wide CTAs".)
-  const int warps = p.cta_warps != 0 ? int(p.cta_warps) : used == 1 && steps >= kWideMinSteps ? 16 : 4;
+  // CTAs of 16 warps (one an SM, a unit's steps over all 16) for one split of at most one unit an SM, else of 4
+  // warps (4 an SM). Past one wave the 16-warp CTAs lose: every unit's merge syncs the whole SM (H200, 400 rows
+  // x 2 KV heads: 155.6 us against 128.7; providers_sparse_attention.WIDE_MIN_ITEMS has the one-wave figures).
   int sms = 0;
   DSA_CUDA_CHECK(current_sm_count(&sms));
-  if (warps == 16) {
+  const int warps = p.cta_warps != 0 ? int(p.cta_warps) : used == 1 && a.units <= sms ? 16 : 4;
+  if (warps == 16) {  // one CTA a unit
     using C = k::Cta<16>;
-    const int64_t ctas = used == 1 && steps >= C::kMultiUnitMinSteps ? std::min<int64_t>(a.units, sms) : a.units;
     DSA_CUDA_CHECK((launch_pdl_smem<&k::sparse_attention_fp8_kernel<16>>(
-        dim3(static_cast<unsigned>(ctas)), dim3(C::kThreads), C::kSmemBytes, stream, a)));
+        dim3(static_cast<unsigned>(a.units)), dim3(C::kThreads), C::kSmemBytes, stream, a)));
   } else {
     // A persistent grid (a CTA per slot, each taking units in turn with the next unit's lookups and first copies
     // under the current one's last steps) where the rule allows several units a CTA; else one CTA a unit.

@@ -2,16 +2,17 @@
 // accumulate), cp.async gathers, no CTA barrier in the main loop. sm_90a runs it (the H200); sm_100a and
 // sm_107a compile the same code (compiled, not run).
 //
-// - Occupancy: 128 registers and 53 KiB of shared memory, 4 CTAs (16 warps) an SM; q's MMA fragments sit in
-//   shared memory (an LDS.128 a k step) to free 32 registers (H200 1600 rows: 563.0 -> 531.8 us against 3 CTAs
-//   with q in registers and 4 stages).
+// - Occupancy: 128 registers and 16 warps an SM: CTAs of 4 warps (53 KiB of shared memory, 4 an SM) or of 16
+//   (200 KiB, one an SM); q's MMA fragments sit in shared memory (an LDS.128 a k step) to free 32 registers (H200
+//   1600 rows: 563.0 -> 531.8 us against 3 CTAs with q in registers and 4 stages).
 // - Work: a unit is one query row x one KV head x one split of its top-k positions, unit (row * Hkv + kv
-//   head) * splits + split. A CTA's 4 warps take a unit's 16-token steps in turn (warp w: steps w, w + 4,
-//   ...), each with its own online softmax, and merge the 4 at the unit's end.
+//   head) * splits + split. A CTA's warps take a unit's 16-token steps in turn (warp w: steps w, w + kWarps,
+//   ...), each with its own online softmax, and merge at the unit's end. The launcher runs 16-warp CTAs for one
+//   wave of unsplit units (a unit alone on an SM gathers with 16 warps, not 4), 4-warp CTAs otherwise.
 // - Split tail (whole > 0): units 0 .. whole - 1 are items 0 .. whole - 1 unsplit (written out directly),
 //   unit whole + v is item whole + v / splits, split v % splits (a partial). One CTA a unit, so the block
 //   scheduler hands the tail's small units to slots as the first wave's CTAs end.
-// - Persistent grid (one split and 24 steps or more): a CTA per slot (4 an SM) takes units blockIdx.x +
+// - Persistent grid (4-warp CTAs, one split and 24 steps or more): a CTA per slot (4 an SM) takes units blockIdx.x +
 //   k gridDim.x. A warp's lookahead runs on into the next unit, so its positions, block ids and first two
 //   copies are in flight under the current unit's last steps: a CTA's start and end had cost its slot
 //   ~20 us of ~80 under load (H200, 264 rows: 1 / 2 / 4 / 8 splits 97.6 / 130.4 / 173.3 / 268.3 us). The

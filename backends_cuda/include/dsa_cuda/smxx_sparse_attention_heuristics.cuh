@@ -18,6 +18,7 @@ constexpr int64_t kCtasPerSm = 4;
 constexpr int64_t kMultiUnitMinSteps = 24;
 constexpr int64_t kTailSplits = 4;
 constexpr int64_t kTailMaxShareInv = 4;  // a split tail serves at most 1 / 4 of a wave past the first
+constexpr int64_t kWideMinItems = 64;    // from this many items up to one an SM: one split in 16-warp CTAs
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -35,9 +36,13 @@ struct SplitPlan {
 };
 
 // The split count and, with a split tail, the items of the first wave of `sms` x kCtasPerSm slots that run unsplit.
+// kWideMinItems to `sms` items: one split (the launcher runs one 16-warp CTA an item).
 inline SplitPlan split_plan(int64_t rows, int64_t kv_heads, int64_t topk, int64_t sms) {
-  const int64_t splits = split_count(rows, kv_heads, topk);
   const int64_t items = rows * kv_heads, slots = sms * kCtasPerSm;
+  if (items >= kWideMinItems && items <= sms) {
+    return {1, 0};
+  }
+  const int64_t splits = split_count(rows, kv_heads, topk);
   const bool persistent = splits == 1 && ceil_div(topk, kStep) >= kMultiUnitMinSteps;
   if (kTailSplits > 0 && persistent && items > slots && kTailMaxShareInv * (items - slots) <= slots) {
     return {kTailSplits, slots};

@@ -39,7 +39,7 @@ struct SparseAttentionParams {
   // With splits > 1, the first `whole` (row, KV head) items run unsplit, the rest split (a split tail: the
   // items past the first wave cut into small units for the slots the first wave frees). 0: all split.
   int64_t whole;
-  // Warps a CTA: 0 the launcher's rule (16 for one split of at least 96 steps, else 4); 4 or 16 forced.
+  // Warps a CTA: 0 the launcher's rule (16 for one split of at most one unit an SM, else 4); 4 or 16 forced.
   int64_t cta_warps;
 };
 
