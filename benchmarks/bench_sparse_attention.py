@@ -126,7 +126,7 @@ def test_sparse_attention(bench, dtype, rows):
 
 
 
-CUDA_ROWS = (1, 16, 64, 300, 400, 1600, 4096)
+CUDA_ROWS = (1, 16, 32, 64, 300, 400, 1600, 4096)
 
 
 @pytest.mark.parametrize("rows", CUDA_ROWS)
