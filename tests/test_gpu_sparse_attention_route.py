@@ -56,7 +56,7 @@ def test_cpp_kernels_serve_eager_calls_bitwise_as_the_provider(rows, layout):
 
 
 def test_small_captures_go_to_the_router_large_ones_not():
-    for rows, routed in ((8, True), (40, False)):
+    for rows, routed in ((8, True), (31, True), (32, False), (40, False)):  # the rule: rows x 2 KV heads < 64
         case = _case(rows, seed=5)
         out = torch.empty((rows, 24, 128), dtype=torch.bfloat16, device=DEV)
         s = torch.cuda.Stream()

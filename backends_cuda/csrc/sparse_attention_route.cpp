@@ -5,7 +5,7 @@
 // `out` fine, pick the cuda provider and the binding accept it) allocates `out` (the functional form) and the
 // split workspace and launches through the binding entry (csrc/sparse_attention.cpp) with the provider's split
 // plan. Any other call goes to the Python router, dsa_route::sparse_attention[.out] (ops_core/_route.py), which
-// gives today's result or error; so does a call of at most 64 rows x KV heads inside a CUDA-graph capture,
+// gives today's result or error; so does a call of at most 63 rows x KV heads inside a CUDA-graph capture,
 // where the op's rule (ops_core/ops/sparse_attention.py, `prefer`) may pick Triton's split-K kernel. Python
 // says which devices the fast path may serve (sparse_attention_route_set; providers_sparse_attention.take_route).
 //
@@ -46,7 +46,7 @@ using dsa_route_common::empty_contiguous;
 using dsa_route_common::same_device;
 
 constexpr int64_t kInt31 = int64_t{1} << 31;
-constexpr int64_t kTritonMaxPrograms = 64;  // ops_core/ops/sparse_attention.py TRITON_MAX_PROGRAMS
+constexpr int64_t kTritonMaxPrograms = 63;  // ops_core/ops/sparse_attention.py TRITON_MAX_PROGRAMS
 
 #ifdef DSA_SA_ROUTE_CPU_TEST
 dsa_route_common::ServedDevices g_served{aoti_torch_device_type_cpu()};

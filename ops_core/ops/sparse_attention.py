@@ -144,13 +144,14 @@ OP = define_op(
 # Which GPU provider serves a call (the automatic order puts CUDA first; it serves fp8 caches only).
 # In a CUDA-graph capture, by GPU time: H200, 24 q / 2 KV heads, top-k 2048 of 65536-token requests, fp8,
 # cold-L2 graph replay (benchmarks/bench_sparse_attention.py), us CUDA / Triton: 1 row 18.2 / 11.6, 16 rows
-# 23.4 / 21.2, 64 rows 40.7 / 49.7, 400 rows 128.7 / 193.9, 1600 rows 437.5 / 675.4; 32 rows 30.2 / 31.0 (the
-# sweep in docs/design_attention.md). Triton's split-K path wins while it serves (rows x KV heads <= 64).
+# 23.4 / 21.2, 64 rows 40.7 / 49.7, 400 rows 128.7 / 193.9, 1600 rows 437.5 / 675.4. Triton's split-K path wins
+# below 64 rows x KV heads; from 64 the CUDA kernel runs one split in 16-warp CTAs (H100, same benchmark: 32 rows
+# 28.6 against Triton's 32.3, 64 rows 36.6 against 50.2).
 # Outside a capture, by host time, which an eager call of these rows waits on (H100, the op's host time a call
 # of back-to-back calls, 1 / 16 / 64 rows; `test_sparse_attention_op`): CUDA 55.6 / 51.7 / 48.3 us against vLLM's
 # wrapper 86.6 / 84.9 / 92.6; our Triton launcher alone costs 82 us (two launches of 34 and 7 arguments). So CUDA
 # there, and in a capture Triton only for a specialisation already compiled (`warmup`): no JIT inside a capture.
-TRITON_MAX_PROGRAMS = 64
+TRITON_MAX_PROGRAMS = 63
 PREFER_SUMMARY = (f"in a CUDA-graph capture, triton while rows x KV heads <= {TRITON_MAX_PROGRAMS} (its split-K path) "
                   "once warmed up; else the order")
 _capturing = torch.cuda.is_current_stream_capturing
