@@ -234,7 +234,7 @@ def test_sparse_attention_cuda_splits_sweep(bench, rows):
 
 
 @pytest.mark.skipif(not os.environ.get("DSA_BENCH_SWEEP"), reason="set DSA_BENCH_SWEEP=1 for the CTA-shape sweep")
-@pytest.mark.parametrize("rows", (1, 4, 16, 32, 64, 128, 264, 300, 400, 528, 800, 1600, 4096))
+@pytest.mark.parametrize("rows", (1, 4, 16, 24, 32, 48, 64, 128, 264, 300, 400, 528, 800, 1600, 4096))
 def test_sparse_attention_cuda_cta_sweep(bench, rows):
     """The CUDA kernel's plans side by side, one (splits, whole, warps a CTA) a column: `plan` the launcher's own
     choice, `w4` CTAs of 4 warps (4 an SM), `w16` CTAs of 16 warps (one an SM), with S splits (`w4sS`, `w16sS`) at
