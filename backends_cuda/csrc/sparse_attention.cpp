@@ -38,8 +38,8 @@ std::tuple<int64_t, int64_t> sparse_attention_split_plan(int64_t rows, int64_t k
 
 void dsa_cuda_binding::sparse_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor indices,
                                             Tensor block_table, Tensor token_to_req, double softmax_scale,
-                                            double k_scale, double v_scale, int64_t splits, int64_t whole, int64_t cta_warps, Tensor out,
-                                            Tensor workspace) {
+                                            double k_scale, double v_scale, int64_t splits, int64_t whole,
+                                            int64_t cta_warps, Tensor out, Tensor workspace) {
   STD_TORCH_CHECK(q.dim() == 3 && q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.size(2) == 128 &&
                       q.stride(2) == 1,
                   kOp, ": `q` must be a bfloat16 [T, Hq, 128] CUDA tensor with unit last stride");

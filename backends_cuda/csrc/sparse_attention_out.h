@@ -13,6 +13,7 @@ namespace dsa_cuda_binding {
 void sparse_attention_out(torch::stable::Tensor q, torch::stable::Tensor k_cache, torch::stable::Tensor v_cache,
                           torch::stable::Tensor indices, torch::stable::Tensor block_table,
                           torch::stable::Tensor token_to_req, double softmax_scale, double k_scale, double v_scale,
-                          int64_t splits, int64_t whole, int64_t cta_warps, torch::stable::Tensor out, torch::stable::Tensor workspace);
+                          int64_t splits, int64_t whole, int64_t cta_warps, torch::stable::Tensor out,
+                          torch::stable::Tensor workspace);
 
 }  // namespace dsa_cuda_binding

@@ -160,8 +160,8 @@ cudaError_t launch_sparse_attention(const SparseAttentionParams& p, cudaStream_t
   c.hkv = a.hkv;
   c.splits = a.splits;
   c.out_scale = a.out_scale;
-  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(split_items)), dim3(k::kCombineThreads), 0, stream,
-                    c);
+  return launch_pdl(&k::sparse_attention_combine_kernel, dim3(unsigned(split_items)), dim3(k::kCombineThreads), 0,
+                    stream, c);
 }
 
 }  // namespace dsa_cuda
