@@ -91,6 +91,8 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
            splits: Optional[int] = None, whole: int = 0, warps: int = 0):
     """Kernel form of dsa::sparse_attention.out (arguments validated by the op); `splits` forces a split count
     (and `whole` the unsplit items of a split tail), `warps` the warps a CTA (4 or 16; 0: the launcher's rule)."""
+    if (splits is not None and int(splits) < 1) or int(whole) < 0 or warps not in (0, 4, 16):
+        raise ValueError(f"`splits` must be >= 1, `whole` >= 0 and `warps` 0, 4 or 16, got {splits}, {whole}, {warps}")
     global _fn
     fn = _fn
     if fn is None:
@@ -102,8 +104,6 @@ def launch(q, k_cache, v_cache, indices, block_table, token_to_req, softmax_scal
     if splits is None:
         splits, whole = split_plan(t, hkv, indices.shape[1], sm_count(q.device.index))
     splits, whole = int(splits), int(whole)
-    if splits < 1 or whole < 0 or warps not in (0, 4, 16):
-        raise ValueError(f"`splits` must be >= 1, `whole` >= 0 and `warps` 0, 4 or 16, got {splits}, {whole}, {warps}")
     ws = torch.empty((workspace_floats(t, hkv, splits, whole),), dtype=torch.float32, device=q.device)
     fn(q, k_cache, v_cache, indices, block_table, token_to_req, float(softmax_scale), float(k_scale), float(v_scale),
        splits, whole, int(warps), out, ws)

@@ -62,6 +62,15 @@ def test_split_counts():
     assert psa.split_count(1, 2, 0) == 1
 
 
+@pytest.mark.parametrize("kw", [dict(warps=8), dict(warps=2), dict(splits=0), dict(whole=-1)])
+def test_launch_refuses_forced_values_it_cannot_take(kw):
+    """Forced `splits`, `whole` and `warps` are checked before the kernel library is looked up (CPU here)."""
+    q, kc, vc, idx, bt = _args(rows=2)
+    t2r = torch.zeros(2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="`warps` 0, 4 or 16"):
+        psa.launch(q, kc, vc, idx, bt, t2r, 1.0, 1.0, 1.0, torch.empty_like(q), **kw)
+
+
 def test_arch_rule():
     assert psa.unsupported_arch((9, 0), None) is None
     assert "compiled" in psa.unsupported_arch((10, 0), None)
