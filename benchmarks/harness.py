@@ -23,6 +23,10 @@ class Timer:
         self._flush = torch.ones(_L2_FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
         self._flush_sink = torch.empty((), dtype=torch.float32, device=self.device)
 
+    def flush_l2(self) -> None:
+        """Evict L2 (enqueued on the current stream) by reading a buffer larger than it."""
+        torch.amax(self._flush, dim=0, out=self._flush_sink)
+
     def median_us(self, fn: Callable, *, warmup: int = 5, iters: int = 30, cold_l2: bool = True) -> float:
         """Median device time of fn() over `iters` runs, each after an L2 flush (not timed)."""
         for _ in range(warmup):
@@ -31,7 +35,7 @@ class Timer:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         for s, e in zip(starts, ends):
             if cold_l2:
-                torch.amax(self._flush, dim=0, out=self._flush_sink)
+                self.flush_l2()
             s.record()
             fn()
             e.record()

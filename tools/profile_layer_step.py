@@ -18,16 +18,14 @@ import bench_layer_step as bls  # noqa: E402
 from harness import Timer, capture_graph  # noqa: E402
 
 
-def kernels_of_replays(graph, replays: int = 3) -> list:
+def kernels_of_replays(timer: Timer, graph, replays: int = 3) -> list:
     """[(name, start us, duration us)] of the last replay's kernels (torch's own, the L2 flush, left out), in start
     order."""
     from torch.profiler import ProfilerActivity, profile
 
-    flush = torch.ones(256 << 18, dtype=torch.float32, device="cuda")  # 256 MiB, read (harness.Timer's flush)
-    sink = torch.empty((), dtype=torch.float32, device="cuda")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
-            torch.amax(flush, dim=0, out=sink)
+            timer.flush_l2()
             torch.cuda.synchronize()
             graph.replay()
             torch.cuda.synchronize()
@@ -70,7 +68,7 @@ def main(batch: int = 64, s_q: int = 2) -> None:
     for name, g in graphs.items():
         print(f"{name}: graph replay median {timer.median_us(g.replay, iters=20):.1f} us")
     for name, g in graphs.items():
-        show(f"{name} (batch {batch}, s_q {s_q})", kernels_of_replays(g))
+        show(f"{name} (batch {batch}, s_q {s_q})", kernels_of_replays(timer, g))
 
 
 if __name__ == "__main__":

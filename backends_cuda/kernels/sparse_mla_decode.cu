@@ -41,11 +41,9 @@ cudaError_t zero_row(const uint8_t** row) {
 template <bool kV4, bool kSplit>
 cudaError_t launch_decode(const k::KernelArgs& a, int64_t grid, bool sm100, int64_t variant, cudaStream_t stream) {
   if (variant == 3) {  // the three-role SM90 kernel
-    k::KernelArgs b = a;
-    DSA_CUDA_CHECK(zero_row(&b.zero_row));
     constexpr auto kernel = &k90ws::sparse_mla_decode_ws_kernel<kV4, kSplit>;
     return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(k90ws::kThreads), k90ws::Cfg<kV4>::kSmemBytes,
-                                   stream, b);
+                                   stream, a);
   }
   if (sm100) {
     constexpr auto kernel = &k100::sparse_mla_decode_kernel<kV4, kSplit>;
@@ -156,7 +154,10 @@ cudaError_t launch_sparse_mla_decode(const SparseMlaDecodeParams& p, cudaStream_
   a.splits = int32_t(splits);
   a.tiles_per_split = int32_t(per);
   a.qk_scale = p.softmax_scale * k::kLog2e;
-  a.zero_row = nullptr;  // variant 3's, set by launch_decode
+  a.zero_row = nullptr;  // variant 3's only
+  if (p.variant == 3) {
+    DSA_CUDA_CHECK(zero_row(&a.zero_row));
+  }
   const int64_t grid = programs * splits;
 
   if (splits == 1) {
