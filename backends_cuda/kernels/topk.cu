@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kMaxThreads) topk_kernel(const __grid_constant
   uint32_t* list = total + radix::kBins;
 
   pdl_wait();
-  pdl_launch_dependents();
+  // No early pdl_launch_dependents (topk_filter.cu says why).
 
   const int64_t r = blockIdx.x / csize;
   const uint32_t rank = csize > 1 ? radix::cluster_rank() : 0u;

@@ -1844,7 +1844,8 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : kCtasPerSm)
   __shared__ Counters cnt;
   extern __shared__ __align__(128) uint4 dyn_smem[];  // (aligned: the cp.async stages' 32-byte sectors)
   pdl_wait();
-  pdl_launch_dependents();
+  // No early pdl_launch_dependents: the next kernel (the MLA decode in a layer step) would pack onto
+  // the SMs this grid frees first (sm90_paged_indexer_logits.cuh says what it measured).
   trace_begin();
   if constexpr (kSplit) {
     __shared__ Exchange ex;

@@ -465,7 +465,9 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   // kBulk: `full` completes on the producer's one arrival plus the bytes of the stage's bulk copies.
   init_stage_barriers<C::kStages, kMathThreads, kBulk ? 1 : 32>(full, empty);
   pdl_wait();
-  pdl_launch_dependents();
+  // No early pdl_launch_dependents: this grid's CTAs end over ~50 us, and an early launch packs the
+  // top-k's CTAs onto the SMs freed first (layer step, H100 b64 s_q2: 449.4 -> 443.0 us without it
+  // here and in the top-k kernels).
 
   const int warp = threadIdx.x >> 5;
   const auto produce = [&] {
