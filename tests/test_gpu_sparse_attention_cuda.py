@@ -65,13 +65,14 @@ def test_matches_reference(shape, splits, warps):
                                    (80, 64, 8, 128, 128, 16, 900, 5, 90, 500),
                                    (300, 24, 2, 128, 128, 64, 1500, 11, 64, 2048),
                                    (150, 12, 2, 128, 128, 64, 1500, 11, 64, 1536),
-                                   (170, 8, 1, 128, 128, 32, 3000, 13, 80, 1551)])
+                                   (170, 8, 1, 128, 128, 32, 3000, 13, 80, 1551),
+                                   (560, 16, 1, 128, 128, 64, 900, 9, 40, 641)])
 @pytest.mark.parametrize("warps", WARPS)
 def test_several_units_a_cta(shape, warps):
     """More (row, KV head) items than CTA slots (4 a multiprocessor): the persistent grid of 4-warp CTAs hands
     each CTA several units, with the next unit's lookups and first copies issued under the current one's last
-    steps; 16-warp CTAs forced run one a unit, in several waves. Hostile rows (padding rows, invalid indices,
-    NaN-filled unused pages) land in later units too."""
+    steps (top-k 641: 41 steps, 10 or 11 a warp); 16-warp CTAs forced run one a unit, in several waves. Hostile rows
+    (padding rows, invalid indices, NaN-filled unused pages) land in later units too."""
     rows, _, hkv = shape[:3]
     assert rows * hkv > sm_count(None)
     _check(_case(shape, seed=rows), warps=warps)
@@ -233,8 +234,9 @@ def test_bf16_cache_declined_with_reason():
 
 
 def test_cuda_graph_capture():
-    """Capture the single pass and the split path; replays follow new inputs written into the captured buffers."""
-    for rows in (4, 300):
+    """Capture the split path, the split tail and the persistent grid (400 rows: 800 items past one wave); replays
+    follow new inputs written into the captured buffers, twice."""
+    for rows in (4, 300, 400):
         case = _case((rows, 24, 2, 128, 128, 64, 1500, 5, 256, 2048), seed=rows)
         q, kc, vc, idx, bt, t2r = case
         out = torch.empty((rows, 24, 128), dtype=torch.bfloat16, device="cuda")
@@ -249,7 +251,9 @@ def test_cuda_graph_capture():
         fresh = _case((rows, 24, 2, 128, 128, 64, 1500, 5, 256, 2048), seed=rows + 1)
         for dst, src in zip(case, fresh):
             dst.copy_(src)
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        assert compare(out, reference(*fresh, *SCALES)) is None
+        want = reference(*fresh, *SCALES)
+        for _ in range(2):
+            out.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            assert compare(out, want) is None
