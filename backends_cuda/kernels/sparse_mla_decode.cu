@@ -24,16 +24,13 @@ cudaError_t zero_row(const uint8_t** row) {
   static std::atomic<const void*> cache[kMaxDevices] = {};
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
-  const bool cached = device >= 0 && device < kMaxDevices;
-  const void* hit = cached ? cache[device].load(std::memory_order_relaxed) : nullptr;
-  if (hit == nullptr) {
+  const void* hit = nullptr;
+  DSA_CUDA_CHECK(per_device(cache, device, &hit, [](int, const void** v) {
     void* p = nullptr;
-    DSA_CUDA_CHECK(cudaGetSymbolAddress(&p, k90ws::kZeroRow));
-    hit = p;
-    if (cached) {
-      cache[device].store(hit, std::memory_order_relaxed);
-    }
-  }
+    const cudaError_t e = cudaGetSymbolAddress(&p, k90ws::kZeroRow);
+    *v = p;
+    return e;
+  }));
   *row = static_cast<const uint8_t*>(hit);
   return cudaSuccess;
 }

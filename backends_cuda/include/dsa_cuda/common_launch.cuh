@@ -40,25 +40,32 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Device attributes are cached for up to this many devices (launchers ask on every call).
+// Per-device values are cached for up to this many devices (launchers ask on every call).
 constexpr int kMaxDevices = 64;
+
+// `device`'s entry of `cache` (a static array of kMaxDevices; T{} means not yet known), filled by
+// `make(device, &value)` on first use; devices past kMaxDevices call `make` every time.
+template <typename T, typename Make>
+cudaError_t per_device(std::atomic<T> (&cache)[kMaxDevices], int device, T* value, Make&& make) {
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    *value = cache[device].load(std::memory_order_acquire);
+    if (*value != T{}) {
+      return cudaSuccess;
+    }
+  }
+  DSA_CUDA_CHECK(make(device, value));
+  if (cached) {
+    cache[device].store(*value, std::memory_order_release);
+  }
+  return cudaSuccess;
+}
 
 // A device attribute, cached per device.
 template <cudaDeviceAttr kAttr>
 cudaError_t device_attr(int device, int* value) {
   static std::atomic<int> cache[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices) {
-    const int hit = cache[device].load(std::memory_order_relaxed);
-    if (hit != 0) {
-      *value = hit;
-      return cudaSuccess;
-    }
-  }
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(value, kAttr, device));
-  if (device >= 0 && device < kMaxDevices) {
-    cache[device].store(*value, std::memory_order_relaxed);
-  }
-  return cudaSuccess;
+  return per_device(cache, device, value, [](int d, int* v) { return cudaDeviceGetAttribute(v, kAttr, d); });
 }
 
 // Compute capability major of the current device.
@@ -240,13 +247,11 @@ cudaError_t launch_pdl_smem(dim3 grid, dim3 block, int smem_bytes, cudaStream_t 
   static std::atomic<bool> configured[kMaxDevices] = {};
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (!cached || !configured[device].load(std::memory_order_acquire)) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    if (cached) {
-      configured[device].store(true, std::memory_order_release);
-    }
-  }
+  bool done = false;
+  DSA_CUDA_CHECK(per_device(configured, device, &done, [&](int, bool* v) {
+    *v = true;
+    return cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  }));
   return launch_pdl(kKernel, grid, block, size_t(smem_bytes), stream, std::forward<Args>(args)...);
 }
 
