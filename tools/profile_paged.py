@@ -1,27 +1,41 @@
-"""Runs the CUDA paged_indexer_logits kernel a few times at the benchmark's decode size, for ncu:
+"""Runs the CUDA paged_indexer_logits kernel (or DeepGEMM's, from .peer/) a few times at the benchmark's decode
+size, for ncu:
 
     ncu -k regex:paged_indexer_logits_kernel --launch-skip 2 --launch-count 1 \\
         python tools/profile_paged.py CONFIG [NEXT_N]
+    ncu -k regex:paged_mqa_logits --launch-skip 2 --launch-count 1 python tools/profile_paged.py deepgemm [NEXT_N]
 
 CONFIG is providers_paged_indexer.make_config's int (0: the defaults; 224: 3 math warpgroups fed by a
-producer warpgroup, balanced, bulk). 64 requests x 65536 positions, H 64, fp8 mode.
+producer warpgroup, balanced, bulk); `deepgemm`: DeepGEMM's fp8_fp4_paged_mqa_logits on the same inputs (its
+schedule metadata made once, before the launches). 64 requests x 65536 positions, H 64, fp8 mode.
 """
 
 import os
 import sys
 
 import torch
-from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-from bench_indexer_logits import _paged_inputs  # noqa: E402
+from bench_indexer_logits import _paged_inputs, deep_gemm, deepgemm_paged_ctx  # noqa: E402
 
-config = int(sys.argv[1])
+which = sys.argv[1]
 next_n = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 b, h, L = 64, 64, 65536
 args = _paged_inputs(b, next_n, h, L)
-out = torch.empty(b * next_n, L, dtype=torch.float32, device="cuda")
-for _ in range(4):
-    ppi.run(*args, L, True, False, config=config, out=out)
+if which == "deepgemm":
+    dg, why = deep_gemm()
+    if dg is None:
+        raise SystemExit(f"deepgemm: {why}")
+    q, cache, w, _, table = args
+    ctx_dg, sms = deepgemm_paged_ctx(args)
+    meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
+    for _ in range(4):
+        dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
+else:
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    out = torch.empty(b * next_n, L, dtype=torch.float32, device="cuda")
+    for _ in range(4):
+        ppi.run(*args, L, True, False, config=int(which), out=out)
 torch.cuda.synchronize()
-print(f"config {config} next_n {next_n}: ok")
+print(f"{which} next_n {next_n}: ok")
