@@ -3,7 +3,9 @@ size, for ncu:
 
     ncu -k regex:paged_indexer_logits_kernel --launch-skip 2 --launch-count 1 \\
         python tools/profile_paged.py CONFIG [NEXT_N]
-    ncu -k regex:paged_mqa_logits --launch-skip 2 --launch-count 1 python tools/profile_paged.py deepgemm [NEXT_N]
+    ncu -k regex:paged_mqa_logits --launch-skip 3 --launch-count 1 python tools/profile_paged.py deepgemm [NEXT_N]
+
+(skip 3: the regex may match DeepGEMM's metadata kernel too; either way a logits launch is profiled).
 
 CONFIG is providers_paged_indexer.make_config's int (0: the defaults; 224: 3 math warpgroups fed by a
 producer warpgroup, balanced, bulk); `deepgemm`: DeepGEMM's fp8_fp4_paged_mqa_logits on the same inputs (its
