@@ -4,9 +4,7 @@ Hopper only; the scoring core is indexer_logits' own, sm90_indexer_core.cuh).
 Calls ``torch.ops.dsa_cuda.paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table,
 max_context_len, clean, fp8_mma, config, out)`` with ``fp8_mma = not precise``; ``config`` picks the
 kernel variant (`make_config`), 0 the launcher's defaults (``resolve`` in kernels/paged_indexer_logits.cu,
-the one place they are chosen). Every variant gives the same scores bit for bit, but loader TMA's: its MMAs read
-the keys from shared memory in natural D order (the others permute D in A and Q alike), so its fp8 MMAs
-accumulate the products in another grouping, within the fp8 mode's bound.
+the one place they are chosen). Every variant gives the same scores bit for bit.
 
 precise=False (the op's default) feeds e4m3 to the fp8 tensor cores (2x the rate, ~14-bit accumulation
 inside the MMA); precise=True widens it to fp16 in registers (exact) for fp16 MMAs with fp32
@@ -25,16 +23,12 @@ from . import aligned16, route_following_registry, sm90_only
 
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
-# Page loaders and schedules of `make_config` (PagedIndexerLogitsParams::config). TMA: each page's values one
-# TMA box into 128-byte-swizzled rows, which the MMAs read as A from shared memory (no A fragments in
-# registers); with PRODUCER_WG in the fp8 mode only (`tma_offered`).
-CP_ASYNC, BULK, TMA = 1, 2, 3
+# Page loaders and schedules of `make_config` (PagedIndexerLogitsParams::config).
+CP_ASYNC, BULK = 1, 2
 CHUNKS, BALANCED = 1, 2
 # The warpgroups field's 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg 40 / 152), offered at
 # MMA N = 128 only (`producer_warpgroup_offered`), the default there.
 PRODUCER_WG = 4
-# 5: 4 math warpgroups fed by a producer warpgroup (setmaxnreg 32 / 112), with loader TMA only.
-PRODUCER_WG4 = 5
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128
 BLOCK = 64
@@ -42,13 +36,13 @@ BLOCK = 64
 
 def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) -> int:
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`; PRODUCER_WG:
-    3 fed by a producer warpgroup, see `producer_warpgroup_offered`), page loader (CP_ASYNC, BULK or TMA) and
+    3 fed by a producer warpgroup, see `producer_warpgroup_offered`), page loader (CP_ASYNC or BULK) and
     schedule (CHUNKS or BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, 3 math
     warpgroups: fed by a producer warp at MMA N <= 64, by PRODUCER_WG at N = 128)."""
-    if math_warpgroups not in (0, 2, 3, PRODUCER_WG, PRODUCER_WG4):
-        raise ValueError(f"math_warpgroups must be 0, 2, 3, PRODUCER_WG (4) or PRODUCER_WG4 (5), got {math_warpgroups}")
-    if loader not in (0, CP_ASYNC, BULK, TMA):
-        raise ValueError(f"loader must be 0, CP_ASYNC (1), BULK (2) or TMA (3), got {loader}")
+    if math_warpgroups not in (0, 2, 3, PRODUCER_WG):
+        raise ValueError(f"math_warpgroups must be 0, 2, 3 or PRODUCER_WG (4), got {math_warpgroups}")
+    if loader not in (0, CP_ASYNC, BULK):
+        raise ValueError(f"loader must be 0, CP_ASYNC (1) or BULK (2), got {loader}")
     if schedule not in (0, CHUNKS, BALANCED):
         raise ValueError(f"schedule must be 0, CHUNKS (1) or BALANCED (2), got {schedule}")
     return math_warpgroups + 10 * loader + 100 * schedule
@@ -75,18 +69,11 @@ def producer_warpgroup_offered(heads: int, next_n: int) -> bool:
     return heads * rows_per_item(heads, next_n) == 128
 
 
-def tma_offered(heads: int, next_n: int, precise: bool) -> bool:
-    """Whether the launcher offers loader TMA: with PRODUCER_WG (MMA N = 128) in the fp8 mode only."""
-    return producer_warpgroup_offered(heads, next_n) and not precise
-
-
-def variants(next_n: int, heads: int = 64, precise: bool = False) -> list[int]:
-    """Every distinct explicit config the launcher takes for a shape and mode."""
-    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK, TMA)
-            for g in (2, 3, PRODUCER_WG, PRODUCER_WG4)
-            if (ld != TMA and (g == 2 or (g == 3 and three_warpgroups_fit(heads, next_n))
-                               or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))))
-            or (ld == TMA and g in (PRODUCER_WG, PRODUCER_WG4) and tma_offered(heads, next_n, precise))]
+def variants(next_n: int, heads: int = 64) -> list[int]:
+    """Every distinct explicit config the launcher takes for a shape."""
+    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK) for g in (2, 3, PRODUCER_WG)
+            if g == 2 or (g == 3 and three_warpgroups_fit(heads, next_n))
+            or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))]
 
 
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *,

@@ -459,11 +459,11 @@ PAGED_CASES = [
 
 # (backend, variant): the CUDA kernel's config (providers_paged_indexer.make_config): 2 or 3 math
 # warpgroups with the default loader and schedule, then explicit ones (hundreds digit 1: chunks, 2:
-# balanced; tens 1: cp.async, 2: bulk, 3: TMA pages with A from shared memory; units 4: 3 math warpgroups fed
-# by a producer warpgroup). A config the launcher does not offer for a case (3 warpgroups with a producer warp
-# at MMA N = 128, 4 at N <= 64, loader 3 but with 4 in the fp8 mode) must be refused by name.
+# balanced; tens 1: cp.async, 2: bulk; units 4: 3 math warpgroups fed by a producer warpgroup). A config
+# the launcher does not offer for a case (3 warpgroups with a producer warp at MMA N = 128, 4 at N <= 64)
+# must be refused by name.
 PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 113), ("cuda", 213), ("cuda", 222),
-                  ("cuda", 223), ("cuda", 224), ("cuda", 134), ("cuda", 234), ("cuda", 235)]
+                  ("cuda", 223), ("cuda", 224)]
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -483,13 +483,7 @@ def test_paged_indexer_logits(backend, wg, case, precise):
             _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
         return
     _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
-    if backend == "cuda" and wg // 10 % 10 == 3:
-        # Loader 3's MMAs read the keys in natural D order (the others permute D in A and Q alike): the fp8
-        # MMAs group the products otherwise, so its scores are checked against the reference, every element.
-        _check_mode(poisoned, ref, precise, args=_paged_condition(args, L))
-        assert torch.equal(torch.isfinite(poisoned), torch.isfinite(out))  # the same -inf pattern
-        return
-    # Every element written, and bitwise the op's result: every other config of the CUDA kernel runs the same
+    # Every element written, and bitwise the op's result: every config of the CUDA kernel runs the same
     # per-page arithmetic.
     assert torch.equal(poisoned, out)
 
@@ -499,10 +493,6 @@ def _offered(config, next_n, h, precise):
     producer warpgroup at N = 128 only)."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
-    if config // 10 % 10 == ppi.TMA:
-        return config % 10 in (ppi.PRODUCER_WG, ppi.PRODUCER_WG4) and ppi.tma_offered(h, next_n, precise)
-    if config % 10 == ppi.PRODUCER_WG4:
-        return False
     if config % 10 == ppi.PRODUCER_WG:
         return ppi.producer_warpgroup_offered(h, next_n)
     return config % 10 != 3 or ppi.three_warpgroups_fit(h, next_n)
@@ -677,23 +667,17 @@ PAGED_CONFIG_CASES = [
 def test_cuda_paged_configs_bitwise(case, precise):
     """Every config of the CUDA paged kernel (math warpgroups x page loader x schedule) writes every
     element of a poisoned output, bitwise equal to the default config's, on hostile block tables (ids
-    -1, past num_blocks, INT32_MIN); the default is checked against the reference. Loader 3 (natural D order
-    in its MMAs) is checked against the reference, with the default's -inf pattern."""
+    -1, past num_blocks, INT32_MIN); the default is checked against the reference."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     b, next_n, h, ctx, nb, mb, L = case
     args = _paged(b, next_n, h, ctx, nb, mb, hostile=True, seed=71)
     ref_out = ppi.run(*args, L, True, precise)
-    ref = ref_paged(*args, L, True)
-    _check_mode(ref_out, ref, precise, args=_paged_condition(args, L))
-    for config in ppi.variants(next_n, h, precise):
+    _check_mode(ref_out, ref_paged(*args, L, True), precise, args=_paged_condition(args, L))
+    for config in ppi.variants(next_n, h):
         out = torch.full((b * next_n, L), POISON, device="cuda")
         ppi.run(*args, L, True, precise, config=config, out=out)
-        if config // 10 % 10 == ppi.TMA:
-            _check_mode(out, ref, precise, args=_paged_condition(args, L))
-            assert torch.equal(torch.isfinite(out), torch.isfinite(ref_out)), f"config {config}"
-        else:
-            assert torch.equal(out, ref_out), f"config {config}"
+        assert torch.equal(out, ref_out), f"config {config}"
 
 
 def test_cuda_paged_config_rejected():
@@ -703,12 +687,11 @@ def test_cuda_paged_config_rejected():
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
-    for bad in (4, 224, 5, 1, 31, 300, -1, 234, 233):
+    for bad in (4, 224, 5, 1, 31, 300, -1):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
     args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)
-    for bad, precise in ((3, False), (223, False), (213, False), (113, True), (234, True), (232, False), (235, True),
-                         (225, False)):
+    for bad, precise in ((3, False), (223, False), (213, False), (113, True)):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args2, 128, True, precise, config=bad)
     with pytest.raises(ValueError, match="loader"):

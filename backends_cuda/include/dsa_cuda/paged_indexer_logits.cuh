@@ -53,13 +53,9 @@ struct PagedIndexerLogitsParams {
   //         MMA N = next_n tokens x H <= 64 (416 threads get 128 registers a thread, too few at N = 128);
   //         elsewhere 3 is refused by name. 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg
   //         40 / 152), offered at N = 128 only (the default there), refused by name elsewhere.
-  //         5: 4 math warpgroups fed by a producer warpgroup (setmaxnreg 32 / 112), with loader 3 only.
-  //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA) into plain
-  //         rows, 3 a TMA box a page into swizzled rows read by the MMAs as A from shared memory (with ones 4
-  //         and fp8_mma only; refused by name elsewhere).
+  //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA).
   //   hundreds: schedule: 1 fixed chunks strided over the grid, 2 balanced contiguous tile ranges.
-  // Every variant computes the same scores bit for bit, but loader 3's (natural D order in its MMAs: the fp8
-  // MMAs group the products otherwise; within the fp8 mode's bound).
+  // Every variant computes the same scores bit for bit.
   int32_t config;
 };
 

@@ -27,25 +27,19 @@
 //   last visible position are never looked up; a block id outside [0, num_blocks) is never read, its
 //   positions score -inf.
 // - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
-//   relu / weights / head sum / key scale), then a store masked by each token's visible length. Loader 3
-//   (kTma, with the producer warpgroup at N = 128, fp8): a page is one TMA box into 128-byte-swizzled rows and
-//   the MMAs read it as A from shared memory, as the dense TMA kernel does: no A-fragment loads and no
-//   chunk-order selects on a warpgroup's serial page chain (ncu, H100, next_n 2: 4 LDS.128 and 18 SEL a page
-//   a warp there, the SELs 4.7% of the stall samples), the stage released once the MMAs completed.
+//   relu / weights / head sum / key scale), then a store masked by each token's visible length.
 // - Tiles past the item's last visible position are not loaded or multiplied; their scores are
 //   written -inf directly when `clean`.
 //
 // Torch-free. Included by paged_indexer_logits.cuh under __CUDACC__.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "common_launch.cuh"
 #include "sm90_indexer_core.cuh"
-#include "smxx_tma.cuh"
 
 namespace dsa_cuda {
 namespace sm90_paged_indexer {
@@ -75,13 +69,10 @@ struct Cfg {
   // 128 x 40 + 384 x 152 = 63488 <= 65536. 152 against the 157-164 the 2-warpgroup N = 128 kernels use
   // unconstrained (ptxas caps them at 224): 64 accumulators, 32 weights, 16 A-fragment words (32 in
   // the fp16 mode), addresses; at 128 (416 threads) the weights had to go to shared memory.
-  // 4 math warpgroups (config digit 5, loader 3 only: A from shared memory): 640 threads start at 96;
-  // 128 x 32 + 512 x 112 = 61440 = 640 x 96.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
-  static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
-  static_assert(!kWgProducer || ((kWgs == 3 || kWgs == 4) &&
-                                 128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs),
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kMathRegs = 152;
+  static_assert(!kWgProducer || (kWgs == 3 && 128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs),
                 "setmaxnreg asks for more registers than the CTA starts with");
   static constexpr int kTileKeys = kPage * kWgs;
   static constexpr int kMaxChunkTiles = kItemPages / kWgs;
@@ -332,13 +323,11 @@ __device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lan
 }
 
 // The kBulk producer: the warp walks the items (the block ids are spread over its lanes) and lane 0
-// issues two copies a valid page, the 8 KB of values and the 256 bytes of scales (a bulk copy), after
-// announcing the stage's byte count on its full barrier. The values: a bulk copy into plain 128-byte rows, or
-// (kTma) one TMA box of `map` ([blocks][64 rows][128 bytes]) into 128-byte-swizzled rows, the K-major layout
-// the MMA's A descriptor reads.
-template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer, bool kTma>
-__device__ __forceinline__ void producer_bulk(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
-                                              uint32_t scales, uint32_t full, uint32_t empty) {
+// issues two bulk copies a valid page, the 8 KB of values into plain 128-byte rows and the 256 bytes of
+// scales, after announcing the stage's byte count on its full barrier.
+template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer>
+__device__ __forceinline__ void producer_bulk(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
+                                              uint32_t empty) {
   using C = Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
   static_assert(C::kKvRowBytes == kDim, "bulk pages hold fp8 rows");
   const int lane = threadIdx.x & 31;
@@ -360,11 +349,7 @@ __device__ __forceinline__ void producer_bulk(const KernelArgs& a, const CUtenso
       for (int w = 0; w < kWgs; ++w) {
         if (id[w] >= 0 && id[w] < a.num_blocks) {
           const uint8_t* blk = a.cache + int64_t(id[w]) * a.block_stride;
-          if constexpr (kTma) {
-            smxx::tma_load_3d(stages + stage * C::kStageBytes + w * kPageBytes, map, 0, 0, id[w], bar);
-          } else {
-            bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
-          }
+          bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
           bulk_copy(scales + stage * C::kScaleBytes + w * kPageScaleBytes, blk + kPageBytes, kPageScaleBytes, bar,
                     policy);
         }
@@ -459,16 +444,11 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kBulk: the page loader (bulk copies into plain rows, or cp.async into swizzled rows); kWgProducer: a
-// producer warpgroup and setmaxnreg (Cfg); kTma (with both, fp8 MMAs at N = 128): each page's values one TMA
-// box of kv_map into swizzled rows, read by the MMAs from shared memory (no A fragments in registers), Q in
-// natural D order. kv_map is unused without kTma. See the top.
-template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false, bool kTma = false>
+// producer warpgroup and setmaxnreg (Cfg); see the top.
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false>
 __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>::kThreads, 1)
-    paged_indexer_logits_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
+    paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  static_assert(kWgs != 4 || kTma, "4 math warpgroups read A from shared memory (loader 3)");
-  static_assert(!kTma || (kBulk && kWgProducer && kMode == kFp8Mma && kHeads * kRows == 128),
-                "TMA pages with A from shared memory: the producer-warpgroup kernel's fp8 MMAs at N = 128");
   constexpr int kN = kHeads * kRows;
   using C = Cfg<kMode, kN, kWgs, kWgProducer>;
   constexpr int kTileKeys = C::kTileKeys;
@@ -492,10 +472,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   const int warp = threadIdx.x >> 5;
   const auto produce = [&] {
     if constexpr (kBulk) {
-      if constexpr (kTma) {
-        smxx::prefetch_tensormap(&kv_map);
-      }
-      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer, kTma>(a, &kv_map, stages, scales, full, empty);
+      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
     } else {
       producer<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
     }
@@ -541,11 +518,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
         const int r = n / kHeads;
         const uint8_t* src = a.q + int64_t(t.b) * a.q_batch_stride + int64_t(t.i0 + r) * a.q_token_stride +
                              int64_t(n % kHeads) * a.q_head_stride;
-        if constexpr (kTma) {
-          stage_q_row_natural(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
-        } else {
-          stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
-        }
+        stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
       }
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i) {
@@ -597,17 +570,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
         stage = 0;
         phase ^= 1u;
       }
-      if constexpr (kTma) {
-        // The warpgroup's page as A from shared memory; the stage is released once its MMAs completed.
-        // (Q's descriptor rebuilt here from the base, not held across the loop: at 112 registers, 4 warpgroups.)
-        mma_tile_ss(acc, sw128_desc(tile_smem + uint32_t(wg * kPageBytes)), sw128_desc(q_smem));
-        mbar_arrive(empty_bar);
-        if (any_negative_scale<true>(s0, s1, acc[0])) {
-          head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-        } else {
-          head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-        }
-      } else if constexpr (kBulk) {
+      if constexpr (kBulk) {
         score_tile_rows<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
       } else {
         score_tile<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
@@ -622,15 +585,12 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
       } else {
         float total[2 * kRows / 4];
         quad_reduce_scatter<2 * kRows>(part, c, total);
-        // 4 math warpgroups rebuild the row pointer here: held across the tile loop, it spilled 4 bytes at 112.
-        float* const out_row =
-            kWgs == 4 ? (my_r < t.ntok ? a.out + (t.row0 + my_r) * a.out_row_stride : nullptr) : row_out;
         // Lane c stores value 4 b + c = (key half (4 b + c) / kRows, row c % kRows).
 #pragma unroll
         for (int b = 0; b < 2 * kRows / 4; ++b) {
           const int32_t key = key0 + my_kr + 8 * b;
-          if (out_row != nullptr && key < a.width) {
-            out_row[key] = page_ok && key < row_hi ? total[b] : kNegInf;
+          if (row_out != nullptr && key < a.width) {
+            row_out[key] = page_ok && key < row_hi ? total[b] : kNegInf;
           }
         }
       }
