@@ -43,7 +43,8 @@ MULTI_UNIT_MIN_STEPS = 24  # the kernel's kMultiUnitMinSteps: fewer steps, one C
 # Split tail: when the items past one wave of slots are at most TAIL_MAX_SHARE of a wave, the first wave's
 # items run unsplit (one CTA each) and the rest are cut into TAIL_SPLITS units that the block scheduler hands to
 # the slots the first wave frees; the persistent grid would run those few second units nearly alone. Tail sweep
-# (2026-12-05; now `-k cta_sweep`, its `w4` and `slots4` columns), persistent -> 4 splits, us:
+# (`DSA_BENCH_SWEEP=1 pytest benchmarks/bench_sparse_attention.py -k cta_sweep`, its `w4` and `slots4` columns),
+# persistent -> 4 splits, us:
 # H200 300 rows 109.9 -> 99.3, 400 126.9 -> 132.8; H100 270 138.3 -> 118.3, 300 139.4 -> 129.1, 330 144.5 ->
 # 141.3, 360 155.5 -> 152.4, 400 162.3 -> 170.5 (docs/design_attention.md).
 TAIL_SPLITS = 4
