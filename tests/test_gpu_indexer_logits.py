@@ -346,6 +346,24 @@ def test_indexer_logits_tma_f16_config(case, precise):
     _check_mode(out, _ref_dense_cached(case, args), True, fp8=True, args=args)
 
 
+@pytest.mark.parametrize("windows", ["hostile", "causal"])
+@pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("h", [64, 32])
+def test_indexer_logits_tma_tail_split(h, config, windows):
+    """The TMA kernels' last partial round of items cut into equal tile shares (TailSplitCursor): rows chosen
+    from this GPU's SM count so that the items are 8.5 rounds of whole-key chunks, the tail's pieces start
+    and end inside items, into a poisoned output. Config 4 (exact mode) bitwise config 3's."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t, n = (128 // h) * (8 * sms + sms // 2), 3000  # one chunk a row block: 12 (16) key tiles at config 1 (2, 4)
+    precise = config == 4
+    args = _dense(t, n, h, FP8, windows, seed=23)
+    out = torch.full((t, n), POISON, device="cuda")
+    _run_config(args, precise, out, config)
+    _check_mode(out, ref_dense(*args, True), precise, args=args)
+    if precise:
+        assert torch.equal(out, _run_config(args, True, torch.full_like(out, POISON), 3))  # CP_ASYNC
+
+
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_overlapping_kv_rows(h):
     """kv rows 64 bytes apart (overlapping: no tensor map takes them): the TMA configs refuse by name, the

@@ -240,6 +240,13 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   a.chunk_tiles = int32_t(chunk_tiles);
   a.clean = p.clean;
   const int grid = int(std::min<int64_t>(items, sms));
+  // TailSplitCursor's share arithmetic is 32-bit: grid x tail_tiles < sms^2 x 342 (chunk_tiles <= 65536 / 192).
+  a.tail_item = int32_t(items / grid * grid);
+  a.tail_tiles = int32_t((items - a.tail_item) * chunk_tiles);
+  if (int64_t(grid) * a.tail_tiles >= int64_t{INT32_MAX}) {
+    a.tail_item = int32_t(items);  // no split (not reached below ~2500 SMs)
+    a.tail_tiles = 0;
+  }
 
   if (sm100) {
     return launch_sm100(a, p.heads, grid, stream);

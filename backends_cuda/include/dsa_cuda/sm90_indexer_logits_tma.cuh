@@ -161,8 +161,8 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
                                              uint32_t full, uint32_t empty) {
   constexpr int kRows = kN / kHeads;
   uint32_t it = 0;
-  for (LinearCursor cur; cur.valid(a); cur.next()) {
-    const Item<kRows> t = decode_item<kRows, C::kTileKeys>(a, cur.rb(a), cur.kc(a));
+  for (TailSplitCursor cur; cur.valid(a); cur.next()) {
+    const Item<kRows> t = cur.decode<kRows, C::kTileKeys>(a);
     for (int32_t tile = t.t0; tile < t.t1; ++tile, ++it) {
       const uint32_t stage = it % C::kStages;
       if (it >= uint32_t(C::kStages)) {  // every math warp has finished its MMAs on the previous use
@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
   float acc[64];
   float w[32];
   uint32_t stage = 0, phase = 0;
-  for (LinearCursor cur; cur.valid(a); cur.next()) {
-    const Item<kRows> t = decode_item<kRows, kTileKeys>(a, cur.rb(a), cur.kc(a));
+  for (TailSplitCursor cur; cur.valid(a); cur.next()) {
+    const Item<kRows> t = cur.decode<kRows, kTileKeys>(a);
     math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
     if constexpr (kMode == kFp8Mma) {
       stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
