@@ -180,7 +180,7 @@ struct LeanCursor {
 // one or two items (decode_item's [tile_lo, tile_hi)). Whole items alone leave the SMs without a tail item
 // idle for the last round: 4096 x 32768, H 64, 2048 items on 132 SMs are 16 items on 68 SMs and 15 on 64.
 // A score tile depends on nothing outside it, so a split item costs only its Q and weights staged twice.
-// H100, exact mode (config 4), the split against the same build without it, two calls: 4096 x 32768
+// H100, exact mode (config 4), the split against the same build without it, two runs: 4096 x 32768
 // 3318 -> 3231 and 3317 -> 3293 us, 4096 x 131072 13253 -> 13002 and 13448 -> 13383; the fp8 mode within its
 // spread (docs/design_indexer.md, "The split tail").
 // One register across the item loop (the step), the piece recomputed at each item: the 4-warpgroup
