@@ -386,6 +386,31 @@ def test_indexer_logits_overlapping_kv_rows(h):
     _check_default(out, ref_dense(*args, True), args=args)
 
 
+@pytest.mark.parametrize("layout", ["strided", "misaligned"])
+@pytest.mark.parametrize("h", [64, 32])
+def test_indexer_logits_scales_not_tma(h, layout):
+    """kv_scale strided (every other float) or 4 bytes off a 16-byte boundary: no 1-D tensor map takes it, so
+    configs 1 and 2 (each stage's scales copied by TMA) refuse by name and the default runs the cp.async
+    kernel, within the default mode's bound. N off the 256-key stage (the scale box's zero-filled tail)."""
+    t, n = 300, 2001
+    q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=23)
+    wide = torch.full((2 * n + 1,), float("nan"), device="cuda")
+    if layout == "strided":
+        wide[0 : 2 * n : 2] = s
+        s = wide[0 : 2 * n : 2]
+    else:
+        wide[1 : n + 1] = s
+        s = wide[1 : n + 1]
+    args = (q, kv, s, w, ks, ke)
+    out = torch.full((t, n), POISON, device="cuda")
+    for config in TMA_CONFIGS:
+        with pytest.raises(RuntimeError, match="contiguous, 16-byte aligned kv_scale"):
+            _run_config(args, False, out, config)
+    _run_config(args, False, out, 0)
+    torch.cuda.synchronize()
+    _check_default(out, ref_dense(*args, True), args=args)
+
+
 @pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):

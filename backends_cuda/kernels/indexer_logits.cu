@@ -54,6 +54,19 @@ cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_ro
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// The key scales as a 1-D fp32 tensor, boxes of `box` keys, past N zero-filled (contiguous and 16-byte aligned:
+// scales_by_tma).
+cudaError_t scale_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box, CUtensorMap* map) {
+  const cuuint64_t dims[1] = {cuuint64_t(a.keys)};
+  const cuuint64_t strides[1] = {0};  // rank 1: no stride is read
+  const cuuint32_t boxes[1] = {cuuint32_t(box)};
+  const cuuint32_t elem_strides[1] = {1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, const_cast<float*>(a.kv_scale), dims, strides,
+                            boxes, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 template <int kWgs, int kMode = k::kFp8Mma>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
   using C = k::TmaCfg<kWgs, kMode>;
@@ -61,15 +74,20 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   if (encode == nullptr) {  // not cudaErrorNotSupported: the binding reads that as "not an SM90 GPU"
     return cudaErrorSymbolNotFound;
   }
-  CUtensorMap map;
+  CUtensorMap map, scale_map;
   DSA_CUDA_CHECK(kv_tensor_map(encode, a, C::kTileKeys, &map));
+  if constexpr (C::kScaleBytes > 0) {
+    DSA_CUDA_CHECK(scale_tensor_map(encode, a, C::kTileKeys, &scale_map));
+  } else {
+    scale_map = map;  // not read
+  }
   const dim3 block(C::kThreads);
   if (heads == 64) {
     return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64, kMode>>(dim3(unsigned(grid)), block,
-                                                                           C::kSmemBytes, stream, map, a);
+                                                                           C::kSmemBytes, stream, map, scale_map, a);
   }
   return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32, kMode>>(dim3(unsigned(grid)), block,
-                                                                         C::kSmemBytes, stream, map, a);
+                                                                         C::kSmemBytes, stream, map, scale_map, a);
 }
 
 // SM100: the keys' map with 128-key boxes and q as [T][H][128] bytes, boxes of the item's 128 / H rows x H
@@ -114,6 +132,11 @@ bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
 }
 
+// The SM90 fp8-MMA TMA kernels copy each stage's key scales by TMA: contiguous and 16-byte aligned.
+bool scales_by_tma(const IndexerLogitsParams& p) {
+  return p.kv_scale != nullptr && p.kv_scale_stride == 1 && is_aligned16(p.kv_scale);
+}
+
 bool tma_f16_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && !p.fp8_mma && p.kv_row_stride >= k::kDim;
 }
@@ -129,7 +152,10 @@ Kernel resolve(const IndexerLogitsParams& p) {
     case 4:
       return Kernel::kTma3F16;
     default:
-      return tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
+      if (tma_takes(p)) {
+        return scales_by_tma(p) ? Kernel::kTma4 : Kernel::kCpAsync;
+      }
+      return tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
 }
 
@@ -163,9 +189,9 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
            "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
-  if ((p.config == 1 || p.config == 2) && !tma_takes(p)) {
-    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False) "
-           "and kv rows that do not overlap (row stride >= 128)";
+  if ((p.config == 1 || p.config == 2) && !(tma_takes(p) && scales_by_tma(p))) {
+    return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False), "
+           "kv rows that do not overlap (row stride >= 128) and contiguous, 16-byte aligned kv_scale";
   }
   if (p.config == 4 && !tma_f16_takes(p)) {
     return "config 4 (TMA key tiles, A widened to fp16 in registers) takes fp8 operands in the exact mode "

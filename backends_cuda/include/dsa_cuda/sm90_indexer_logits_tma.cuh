@@ -80,7 +80,10 @@ struct TmaCfg {
   // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB): one more passes 227 KB.
   static constexpr int kStages = kWgs == 4 ? 6 : 8;
   static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
-  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 2 * kStages * 8;
+  // fp8 MMAs: the stage's key scales (fp32) come with it by TMA (a 1-D box of kv_scale) and are read from
+  // shared memory. Global loads there made the wgmma fence wait for them (see the tile loop).
+  static constexpr int kScaleBytes = kMode == kFp8Mma ? kTileKeys * 4 : 0;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
   static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
   // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
@@ -94,6 +97,7 @@ struct TmaCfg {
 #if DSA_SM90_INDEXER_DEVICE
 
 using smxx::prefetch_tensormap;  // smxx_tma.cuh
+using smxx::tma_load_1d;
 using smxx::tma_load_2d;
 using smxx::ldg_if;  // smxx_memory.cuh
 
@@ -155,10 +159,11 @@ __device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row
   }
 }
 
-// One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage.
+// One thread: every tile of the CTA's items, in the math warps' order, one TMA copy a stage (and with fp8 MMAs
+// a second, of the stage's key scales from scale_map).
 template <class C, int kHeads>
-__device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
-                                             uint32_t full, uint32_t empty) {
+__device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, const CUtensorMap* scale_map,
+                                             uint32_t stages, uint32_t scales, uint32_t full, uint32_t empty) {
   constexpr int kRows = kN / kHeads;
   uint32_t it = 0;
   for (TailSplitCursor cur; cur.valid(a); cur.next()) {
@@ -168,8 +173,12 @@ __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensor
       if (it >= uint32_t(C::kStages)) {  // every math warp has finished its MMAs on the previous use
         mbar_wait(empty + stage * 8, ((it / C::kStages) - 1) & 1);
       }
-      mbar_arrive_expect_tx(full + stage * 8, C::kStageBytes);  // a box past N still counts all its bytes
+      // A box past N still counts all its bytes (zero-filled).
+      mbar_arrive_expect_tx(full + stage * 8, C::kStageBytes + C::kScaleBytes);
       tma_load_2d(stages + stage * C::kStageBytes, map, 0, tile * C::kTileKeys, full + stage * 8);
+      if constexpr (C::kScaleBytes > 0) {
+        tma_load_1d(scales + stage * C::kScaleBytes, scale_map, tile * C::kTileKeys, full + stage * 8);
+      }
     }
   }
 }
@@ -233,7 +242,8 @@ struct ScoreSlots {
 // swizzle, zero fill (the launcher builds it).
 template <int kWgs, int kHeads, int kMode = kFp8Mma>
 __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
-    indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
+    indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
+                              const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
   using C = TmaCfg<kWgs, kMode>;
   constexpr int kTileKeys = C::kTileKeys;
@@ -246,7 +256,8 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
   asm volatile("" : "+r"(base));
   const uint32_t q_smem = base;
   const uint32_t stages = base + C::kQBytes;
-  const uint32_t full = stages + C::kStages * C::kStageBytes;
+  const uint32_t scales = stages + C::kStages * C::kStageBytes;  // fp8 MMAs: each stage's key scales
+  const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
 
   // full: the producer's one expect_tx arrival; empty: one arrival a math warp.
@@ -259,7 +270,10 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     setmaxnreg_dec<C::kProducerRegs>();
     if (threadIdx.x == kMathThreads) {
       prefetch_tensormap(&kv_map);
-      tma_producer<C, kHeads>(a, &kv_map, stages, full, empty);
+      if constexpr (C::kScaleBytes > 0) {
+        prefetch_tensormap(&scale_map);
+      }
+      tma_producer<C, kHeads>(a, &kv_map, &scale_map, stages, scales, full, empty);
     }
     return;
   }
@@ -301,13 +315,20 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     const ScoreSlots<kRows> slots(a, t, c, kr0);
     for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
-      const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-      const float s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
-      const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-      mbar_wait(full + stage * 8, phase);
+      float s0, s1;  // 0 past N (scores not stored)
       if constexpr (kMode == kFp8Mma) {
+        // The scales from the stage: loaded from global memory, the wgmma fence (WARPGROUP.ARRIVE) waited for
+        // them, as it waits for every load in flight (ptxas hoists the loads above it wherever they are
+        // written; ncu, H100, 4096 x 32768 H 64: 21.7% of the stall samples on the fence, long scoreboard).
+        mbar_wait(full + stage * 8, phase);
+        s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
+        s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
         mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
       } else {
+        const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+        s0 = ldg_if(key0 + kr0 < a.keys, scale);
+        s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+        mbar_wait(full + stage * 8, phase);
         uint32_t fa[ModeTraits<kMode>::kSteps][4];
         load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
         mma_tile<kMode, kN>(acc, fa, q_desc);
