@@ -5,8 +5,10 @@
 // MMAs with A from registers (see "Exact mode" below). Every other mode runs the cp.async kernel,
 // sm90_indexer_logits.cuh (config 3).
 //
-// H200, 4096 rows, H 64 (benchmarks/results/h200.md, 64c6640): 32768 keys causal 2049 us, 131072 causal 8874
-// (DeepGEMM 1990, 9324). What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp
+// H100, 4096 rows, H 64, interleaved processes beside DeepGEMM (benchmarks/results/
+// h100_indexer_scales_tma_593fd98.log): 32768 keys full 1900-1941 us (DeepGEMM 2134-2193), 131072 full 8049-8060
+// (9301-9351): 0.86-0.91x DeepGEMM's time since the key scales come by TMA (below), 1.00-1.02x before.
+// What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp
 // instructions a 64-key tile (4 MMAs, 64 relu, 64 weight FMAs; the rest addresses, scales, quad sums, the
 // store) against DeepGEMM's 246; stalls: waiting on the MMAs 18% of samples, on the key-scale loads 9%.
 // Keeping in the tile loop only what changes per tile (descriptors from warp-uniform values, the item's
@@ -18,12 +20,18 @@
 // Same items, windows, tile skipping, epilogue and stores as the cp.async kernel; what differs is how a
 // key tile reaches the tensor cores and how many warpgroups share an SM:
 // - Producer warpgroup (setmaxnreg down to 32): one thread issues one TMA copy
-//   (cp.async.bulk.tensor.2d) of a 256-key x 128-byte box a stage, 128-byte swizzle, after expect_tx
-//   on the stage's full mbarrier. Rows past N are zero-filled by the TMA unit (no tail path).
+//   (cp.async.bulk.tensor.2d) of a 256-key x 128-byte box a stage, 128-byte swizzle, and one of the stage's
+//   256 fp32 key scales (a 1-D box of kv_scale), after expect_tx on the stage's full mbarrier. Rows and
+//   scales past N are zero-filled by the TMA unit (no tail path).
 // - 4 math warpgroups (setmaxnreg up to 112): warpgroup w takes keys [64w, 64w + 64) of the stage as the
 //   MMA's A through a shared-memory descriptor (wgmma SS: the box lands in the K-major 128-byte-swizzle
 //   layout the descriptor reads), Q as B in natural D order; one arrival a warp releases the stage once
-//   its MMAs complete. The item's weights and windows stay in registers.
+//   its MMAs complete. The item's weights and windows stay in registers; the key scales are read from the
+//   stage. Loaded from global memory as before, they stalled every tile: the wgmma fence waits for all of
+//   the warp's loads in flight, and ptxas hoists the scale loads above it wherever the source puts them
+//   (ncu, H100, 4096 x 32768: 21.7% of the stall samples on WARPGROUP.ARRIVE, long scoreboard).
+//   H100: 10-12% faster at H 64, 2-5% at H 32. kv_scale must be contiguous and 16-byte aligned for the
+//   tensor map: otherwise the launcher's default runs the cp.async kernel and configs 1 and 2 refuse.
 //
 // Why (docs/design_indexer.md): the cp.async kernel is 1.26-1.47x DeepGEMM's time on the H200 (fp8, 4096
 // rows, H 64); ncu: 9 warps an SM, IPC 1.80, 43.5% of issue slots, against DeepGEMM's 17 warps (TMA
