@@ -30,8 +30,9 @@
 //   stage. Loaded from global memory as before, they stalled every tile: the wgmma fence waits for all of
 //   the warp's loads in flight, and ptxas hoists the scale loads above it wherever the source puts them
 //   (ncu, H100, 4096 x 32768: 21.7% of the stall samples on WARPGROUP.ARRIVE, long scoreboard).
-//   H100: 10-12% faster at H 64, 2-5% at H 32. kv_scale must be contiguous and 16-byte aligned for the
-//   tensor map: otherwise the launcher's default runs the cp.async kernel and configs 1 and 2 refuse.
+//   H100: 10-12% faster at H 64; at H 32 within the spread (0.93x DeepGEMM, 0.96-0.99x before). kv_scale
+//   must be contiguous and 16-byte aligned for the tensor map: otherwise the launcher's default runs the
+//   cp.async kernel and configs 1 and 2 refuse.
 //
 // Why (docs/design_indexer.md): the cp.async kernel is 1.26-1.47x DeepGEMM's time on the H200 (fp8, 4096
 // rows, H 64); ncu: 9 warps an SM, IPC 1.80, 43.5% of issue slots, against DeepGEMM's 17 warps (TMA
