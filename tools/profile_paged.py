@@ -10,6 +10,13 @@ size, for ncu:
 CONFIG is providers_paged_indexer.make_config's int (0: the defaults; 224: 3 math warpgroups fed by a
 producer warpgroup, balanced, bulk); `deepgemm`: DeepGEMM's fp8_fp4_paged_mqa_logits on the same inputs (its
 schedule metadata made once, before the launches). 64 requests x 65536 positions, H 64, fp8 mode.
+
+POOL=N (environment): the block tables drawn from the first N pages (N = 2048: 17 MB, L2-resident), which takes
+memory out of the way on an H100 and leaves the math bound that the H200's faster memory exposes (H100, next_n
+2, the same tables timed beside DeepGEMM: 224 / the 4-warpgroup prototype of 6745a64 / DeepGEMM 161.4 / 143.2 /
+131.1 us there, against 206.5 / 211.9 / 203.3 on distinct pages). The
+bulk loader's evict-first hint lowers its L2 hits there (63.6% against 92.5% for the TMA loader), so compare
+loaders on distinct pages.
 """
 
 import os
@@ -24,6 +31,11 @@ which = sys.argv[1]
 next_n = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 b, h, L = 64, 64, 65536
 args = _paged_inputs(b, next_n, h, L)
+pool = int(os.environ.get("POOL", "0"))
+if pool:
+    g = torch.Generator(device="cuda").manual_seed(1)
+    table = torch.randint(0, pool, args[4].shape, device="cuda", generator=g, dtype=torch.int32)
+    args = (*args[:4], table)
 if which == "deepgemm":
     dg, why = deep_gemm()
     if dg is None:
