@@ -7,7 +7,7 @@
 //
 // H100, 4096 rows, H 64, interleaved processes beside DeepGEMM (benchmarks/results/
 // h100_indexer_scales_tma_593fd98.log): 32768 keys full 1900-1941 us (DeepGEMM 2134-2193), 131072 full 8049-8060
-// (9301-9351): 0.86-0.91x DeepGEMM's time since the key scales come by TMA (below), 1.00-1.02x before.
+// (9301-9351): 0.86-0.91x DeepGEMM's time since the key scales come by TMA (below), 0.99-1.02x before.
 // What bounds it is issue and latency, not memory: ncu at 32768 keys, 259 warp
 // instructions a 64-key tile (4 MMAs, 64 relu, 64 weight FMAs; the rest addresses, scales, quad sums, the
 // store) against DeepGEMM's 246; stalls: waiting on the MMAs 18% of samples, on the key-scale loads 9%.
@@ -30,7 +30,7 @@
 //   stage. Loaded from global memory as before, they stalled every tile: the wgmma fence waits for all of
 //   the warp's loads in flight, and ptxas hoists the scale loads above it wherever the source puts them
 //   (ncu, H100, 4096 x 32768: 21.7% of the stall samples on WARPGROUP.ARRIVE, long scoreboard).
-//   H100: 10-12% faster at H 64; at H 32 within the spread (0.93x DeepGEMM, 0.96-0.99x before). kv_scale
+//   H100: 0.86-0.91x DeepGEMM at H 64 (0.99-1.02x before), 0.93x at H 32 (0.96-0.99x). kv_scale
 //   must be contiguous and 16-byte aligned for the tensor map: otherwise the launcher's default runs the
 //   cp.async kernel and configs 1 and 2 refuse.
 //
