@@ -319,8 +319,8 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
       fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
-    // The score slots are the item's; the scale address is rebuilt per tile (a pointer stepped instead
-    // takes two more registers, which spill at 112).
+    // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
+    // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
     const ScoreSlots<kRows> slots(a, t, c, kr0);
     for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
