@@ -27,8 +27,10 @@ _KERNEL = "paged_indexer_logits_out"
 CP_ASYNC, BULK = 1, 2
 CHUNKS, BALANCED = 1, 2
 # The warpgroups field's 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg 40 / 152), offered at
-# MMA N = 128 only (`producer_warpgroup_offered`), the default there.
+# MMA N = 128 only (`producer_warpgroup_offered`), the default there; 5: 4 math warpgroups fed by a producer
+# warpgroup (setmaxnreg 32 / 112), offered at N <= 64 only (`four_warpgroups_offered`).
 PRODUCER_WG = 4
+FOUR_WGS = 5
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128
 BLOCK = 64
@@ -36,11 +38,12 @@ BLOCK = 64
 
 def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) -> int:
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`; PRODUCER_WG:
-    3 fed by a producer warpgroup, see `producer_warpgroup_offered`), page loader (CP_ASYNC or BULK) and
-    schedule (CHUNKS or BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, 3 math
-    warpgroups: fed by a producer warp at MMA N <= 64, by PRODUCER_WG at N = 128)."""
-    if math_warpgroups not in (0, 2, 3, PRODUCER_WG):
-        raise ValueError(f"math_warpgroups must be 0, 2, 3 or PRODUCER_WG (4), got {math_warpgroups}")
+    3 fed by a producer warpgroup, see `producer_warpgroup_offered`; FOUR_WGS: 4 fed by a producer
+    warpgroup, see `four_warpgroups_offered`), page loader (CP_ASYNC or BULK) and schedule (CHUNKS or
+    BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, 3 math warpgroups: fed by a
+    producer warp at MMA N <= 64, by PRODUCER_WG at N = 128)."""
+    if math_warpgroups not in (0, 2, 3, PRODUCER_WG, FOUR_WGS):
+        raise ValueError(f"math_warpgroups must be 0, 2, 3, PRODUCER_WG (4) or FOUR_WGS (5), got {math_warpgroups}")
     if loader not in (0, CP_ASYNC, BULK):
         raise ValueError(f"loader must be 0, CP_ASYNC (1) or BULK (2), got {loader}")
     if schedule not in (0, CHUNKS, BALANCED):
@@ -69,11 +72,20 @@ def producer_warpgroup_offered(heads: int, next_n: int) -> bool:
     return heads * rows_per_item(heads, next_n) == 128
 
 
+def four_warpgroups_offered(heads: int, next_n: int) -> bool:
+    """Whether the launcher offers FOUR_WGS (4 math warpgroups fed by a producer warpgroup, setmaxnreg giving
+    the math threads 112 registers): at MMA N = rows x heads <= 64 only (N = 128's 64 accumulators and 32
+    weights do not fit 112)."""
+    return heads * rows_per_item(heads, next_n) <= 64
+
+
 def variants(next_n: int, heads: int = 64) -> list[int]:
     """Every distinct explicit config the launcher takes for a shape."""
-    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK) for g in (2, 3, PRODUCER_WG)
+    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK)
+            for g in (2, 3, PRODUCER_WG, FOUR_WGS)
             if g == 2 or (g == 3 and three_warpgroups_fit(heads, next_n))
-            or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))]
+            or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))
+            or (g == FOUR_WGS and four_warpgroups_offered(heads, next_n))]
 
 
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *,

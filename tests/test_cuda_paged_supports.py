@@ -67,4 +67,15 @@ def test_producer_warpgroup_config():
         assert all(c % 10 != 4 for c in ppi.variants(next_n, h)) is not offered
     assert ppi.variants(2, 64) == [112, 114, 122, 124, 212, 214, 222, 224]
     with pytest.raises(ValueError, match="math_warpgroups"):
-        ppi.make_config(5)
+        ppi.make_config(6)
+
+
+def test_four_warpgroups_config():
+    """Config digit 5 (4 math warpgroups fed by a producer warpgroup) is offered at MMA N <= 64 only, and in
+    variants() there."""
+    assert ppi.make_config(ppi.FOUR_WGS, ppi.BULK, ppi.BALANCED) == 225
+    for h, next_n, offered in ((64, 1, True), (64, 2, False), (32, 1, True), (32, 2, True), (32, 3, False)):
+        assert ppi.four_warpgroups_offered(h, next_n) is offered
+        assert (225 in ppi.variants(next_n, h)) is offered
+        assert any(c % 10 == 5 for c in ppi.variants(next_n, h)) is offered
+    assert ppi.variants(1, 64) == [112, 113, 115, 122, 123, 125, 212, 213, 215, 222, 223, 225]

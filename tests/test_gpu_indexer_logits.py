@@ -502,11 +502,11 @@ PAGED_CASES = [
 
 # (backend, variant): the CUDA kernel's config (providers_paged_indexer.make_config): 2 or 3 math
 # warpgroups with the default loader and schedule, then explicit ones (hundreds digit 1: chunks, 2:
-# balanced; tens 1: cp.async, 2: bulk; units 4: 3 math warpgroups fed by a producer warpgroup). A config
-# the launcher does not offer for a case (3 warpgroups with a producer warp at MMA N = 128, 4 at N <= 64)
-# must be refused by name.
+# balanced; tens 1: cp.async, 2: bulk; units 4: 3 math warpgroups fed by a producer warpgroup, 5: 4 fed by
+# one). A config the launcher does not offer for a case (3 warpgroups with a producer warp at MMA N = 128, 4
+# at N <= 64, 5 at N = 128) must be refused by name.
 PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 113), ("cuda", 213), ("cuda", 222),
-                  ("cuda", 223), ("cuda", 224)]
+                  ("cuda", 223), ("cuda", 224), ("cuda", 115), ("cuda", 225)]
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -533,11 +533,13 @@ def test_paged_indexer_logits(backend, wg, case, precise):
 
 def _offered(config, next_n, h, precise):
     """Whether the CUDA launcher takes `config` for the shape (3 warpgroups at MMA N <= 64 only, 3 fed by a
-    producer warpgroup at N = 128 only)."""
+    producer warpgroup at N = 128 only, 4 fed by one at N <= 64 only)."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     if config % 10 == ppi.PRODUCER_WG:
         return ppi.producer_warpgroup_offered(h, next_n)
+    if config % 10 == ppi.FOUR_WGS:
+        return ppi.four_warpgroups_offered(h, next_n)
     return config % 10 != 3 or ppi.three_warpgroups_fit(h, next_n)
 
 
@@ -725,16 +727,16 @@ def test_cuda_paged_configs_bitwise(case, precise):
 
 def test_cuda_paged_config_rejected():
     """A config outside the three digits, 3 math warpgroups with a producer warp where they are not offered
-    (MMA N = 128), or 3 fed by a producer warpgroup (4) where not offered (N <= 64), is refused by name,
-    never run as another variant."""
+    (MMA N = 128), 3 fed by a producer warpgroup (4) where not offered (N <= 64), or 4 fed by one (5) where
+    not offered (N = 128), is refused by name, never run as another variant."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
-    for bad in (4, 224, 5, 1, 31, 300, -1):
+    for bad in (4, 224, 6, 1, 31, 300, -1):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
     args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)
-    for bad, precise in ((3, False), (223, False), (213, False), (113, True)):
+    for bad, precise in ((3, False), (223, False), (213, False), (113, True), (5, False), (225, True)):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args2, 128, True, precise, config=bad)
     with pytest.raises(ValueError, match="loader"):

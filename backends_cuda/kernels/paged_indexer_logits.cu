@@ -27,11 +27,20 @@ constexpr bool three_wgs_fit(int heads, int rows) { return heads * rows <= 64; }
 // N <= 64 digit 3 already runs 3 math warpgroups.
 constexpr bool producer_wg_offered(int heads, int rows) { return heads * rows == 128; }
 
+// Whether config digit 5 (4 math warpgroups fed by a producer warpgroup, setmaxnreg 32 / 112) is offered:
+// at MMA N <= 64, where 112 registers hold a math thread's 32 accumulators and 16 weights.
+constexpr bool four_wgs_offered(int heads, int rows) { return heads * rows <= 64; }
+
 template <int kMode, int kHeads, int kRows, bool kBulk>
 cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, bool producer_wg, int grid, cudaStream_t stream) {
   if constexpr (three_wgs_fit(kHeads, kRows)) {
     if (wgs == 3 && !producer_wg) {
       return launch<kMode, kHeads, kRows, 3, kBulk>(a, grid, stream);
+    }
+  }
+  if constexpr (four_wgs_offered(kHeads, kRows)) {
+    if (wgs == 4 && producer_wg) {
+      return launch<kMode, kHeads, kRows, 4, kBulk, true>(a, grid, stream);
     }
   }
   if constexpr (producer_wg_offered(kHeads, kRows)) {
@@ -44,7 +53,7 @@ cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, bool producer_wg, int gr
 
 // heads, rows and wgs as paged_indexer_logits_unsupported and resolve leave them: H 32 or 64,
 // rows * H <= 128, 2 or 3 warpgroups where three_wgs_fit, 3 with a producer warpgroup where
-// producer_wg_offered.
+// producer_wg_offered, 4 with one where four_wgs_offered.
 template <int kMode, bool kBulk>
 cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, bool producer_wg, int grid,
                            cudaStream_t stream) {
@@ -76,8 +85,8 @@ struct Variant {
 Variant resolve(int32_t config, int64_t heads, int rows) {
   const int wgs = config % 10, loader = config / 10 % 10, schedule = config / 100;
   const bool bulk = loader != 1;
-  const bool producer_wg = wgs == 4 || (wgs == 0 && heads * rows == 128);
-  const int math_wgs = wgs == 0 || wgs == 4 ? 3 : wgs;
+  const bool producer_wg = wgs == 4 || wgs == 5 || (wgs == 0 && heads * rows == 128);
+  const int math_wgs = wgs == 5 ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
   return Variant{math_wgs, producer_wg, bulk, schedule != 1};
 }
 
@@ -100,9 +109,9 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.head_dim != k::kDim) {
     return "the CUDA paged indexer kernel takes head dim 128";
   }
-  if (p.config < 0 || p.config > 299 || p.config % 10 == 1 || p.config % 10 > 4 || p.config / 10 % 10 > 2) {
-    return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2, 3 or 4 (3 fed by a "
-           "producer warpgroup)";
+  if (p.config < 0 || p.config > 299 || p.config % 10 == 1 || p.config % 10 > 5 || p.config / 10 % 10 > 2) {
+    return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2, 3, 4 (3 fed by a "
+           "producer warpgroup) or 5 (4 fed by a producer warpgroup)";
   }
   // The math threads' -inf fill (fill_neg_inf) strides up to 512 keys past the last one in int32.
   if (p.max_context_len > int64_t{INT32_MAX} - 16 * k::kPage) {
@@ -117,7 +126,11 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.batch > 0 && p.next_n > 0 && p.max_context_len > 0) {
     const int rows = rows_per_item(p.heads, p.next_n);
     const Variant v = resolve(p.config, p.heads, rows);
-    if (v.producer_wg && !producer_wg_offered(int(p.heads), rows)) {
+    if (v.wgs == 4 && !four_wgs_offered(int(p.heads), rows)) {
+      return "config: 5 (4 math warpgroups fed by a producer warpgroup) is offered at MMA N = next_n tokens x "
+             "heads <= 64 only (next_n 1 at 64 heads, <= 2 at 32)";
+    }
+    if (v.wgs == 3 && v.producer_wg && !producer_wg_offered(int(p.heads), rows)) {
       return "config: 4 (3 math warpgroups fed by a producer warpgroup) is offered at MMA N = next_n tokens x "
              "heads = 128 only (next_n >= 2 at 64 heads, >= 3 at 32); at N <= 64 config 3 runs 3 math warpgroups";
     }

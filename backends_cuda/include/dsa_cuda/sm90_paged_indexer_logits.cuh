@@ -14,7 +14,8 @@
 // 40 / 152 (Cfg), weights in registers, the same core calls. At N = 128 a page is a serial MMA +
 // epilogue chain per warpgroup, and 2 warpgroups measured 207.7 us against DeepGEMM's 150.5 (H200, fp8,
 // H 64, 64 x 65536, next_n 2); 3 warpgroups with a producer warp (416 threads: 128 registers, weights in
-// shared memory) measured 276.4; 3 fed by a producer warpgroup 182.4 (DeepGEMM 153.3, same run).
+// shared memory) measured 276.4; 3 fed by a producer warpgroup 182.4 (DeepGEMM 153.3, same run). Config
+// digit 5: 4 math warpgroups at N <= 64 fed by a producer warpgroup (setmaxnreg 32 / 112).
 // - A tile is kWgs cache blocks (pages of 64 positions): warpgroup w's 64 keys are logical page
 //   kWgs * tile + w, the dense kernel's 64-key warpgroup tile. The producer looks up an item's block ids
 //   (at most 64 pages: two loads per lane, the next item's in flight while this item is copied),
@@ -57,22 +58,27 @@ enum Schedule : int32_t {
   kBalanced = 1,  // the row blocks' key tiles end to end, one contiguous range of total_tiles / grid a CTA
 };
 
-// kWgs math warpgroups (2 or 3), each one page of every kWgs-page tile. kWgProducer (config digit 4,
-// 3 math warpgroups at N = 128, the default there): the producer is a whole warpgroup, so setmaxnreg can
-// move its registers to the math threads; its first warp copies, the other three exit.
+// kWgs math warpgroups (2, 3 or 4), each one page of every kWgs-page tile. kWgProducer: the producer is
+// a whole warpgroup, so setmaxnreg can move its registers to the math threads; its first warp copies, the
+// other three exit. Config digit 4 (3 math warpgroups at N = 128, the default there) and digit 5 (4 math
+// warpgroups at N <= 64, four pages in flight an SM as DeepGEMM's paged kernel keeps).
 template <int kMode, int kN, int kWgs, bool kWgProducer = false>
 struct Cfg {
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + (kWgProducer ? 128 : 32);  // + the producer warp(group)
   static constexpr int kProducerWarp = kMathThreads / 32;
-  // kWgProducer registers: 512 threads start at 65536 / 512 = 128 (the launch bound), the CTA's pool;
-  // 128 x 40 + 384 x 152 = 63488 <= 65536. 152 against the 157-164 the 2-warpgroup N = 128 kernels use
-  // unconstrained (ptxas caps them at 224): 64 accumulators, 32 weights, 16 A-fragment words (32 in
-  // the fp16 mode), addresses; at 128 (416 threads) the weights had to go to shared memory.
+  // kWgProducer registers, from the CTA's pool of kThreads x the launch bound's registers:
+  // - 3 math warpgroups (512 threads start at 128): 128 x 40 + 384 x 152 = 63488 <= 65536. 152 against the
+  //   157-164 the 2-warpgroup N = 128 kernels use unconstrained: 64 accumulators, 32 weights, 16 A-fragment
+  //   words (32 in the fp16 mode), addresses; at 128 (416 threads) the weights had to go to shared memory.
+  // - 4 math warpgroups (640 threads start at 96): 128 x 32 + 512 x 112 = 61440 <= 61440. N <= 64 uses
+  //   117-124 unconstrained and none spill at 112; with a producer warp (544 threads, 96 a thread) the fp8
+  //   kernel spilled 40 bytes.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kMathRegs = 152;
-  static_assert(!kWgProducer || (kWgs == 3 && 128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs),
+  static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
+  static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
+  static_assert(kWgs == 4 ? kWgProducer && kN <= 64 : kWgs == 2 || kWgs == 3, "math warpgroups");
+  static_assert(!kWgProducer || (kWgs >= 3 && 128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs),
                 "setmaxnreg asks for more registers than the CTA starts with");
   static constexpr int kTileKeys = kPage * kWgs;
   static constexpr int kMaxChunkTiles = kItemPages / kWgs;
@@ -80,7 +86,8 @@ struct Cfg {
   static constexpr int kStageBytes = kTileKeys * kKvRowBytes;
   static constexpr int kScaleBytes = kTileKeys * 4;
   static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
-  // 8, or as many as fit: 7 for 3 warpgroups at N = 128 in the fp16 mode (32 KB of Q; 8 would need 236672 B).
+  // 8, or as many as fit: 7 for 3 warpgroups at N = 128 in the fp16 mode (32 KB of Q; 8 would need 236672 B),
+  // 6 for 4 warpgroups (24 pages, as 8 stages of 3).
   static constexpr int kFitStages = (227 * 1024 - 1024 - kQBytes) / (kStageBytes + kScaleBytes + 16);
   static constexpr int kStages = kFitStages < 8 ? kFitStages : 8;
   // 1024 of slack: the swizzled tiles start 1024-aligned. Then Q, the key stages, the scale stages,
