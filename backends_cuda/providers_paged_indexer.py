@@ -8,9 +8,11 @@ the one place they are chosen). Every variant gives the same scores bit for bit.
 
 precise=False (the op's default) feeds e4m3 to the fp8 tensor cores (2x the rate, ~14-bit accumulation
 inside the MMA); precise=True widens it to fp16 in registers (exact) for fp16 MMAs with fp32
-accumulation. H200, 64 requests x 65536 positions, fp8: next_n 1 138.6 us with the defaults (balanced
-schedule, bulk loader, 3 math warpgroups) against 162.3 with chunks, cp.async and 3; next_n 2 (MMA N = 128)
-182.4 us with 3 math warpgroups fed by a producer warpgroup against 212.8 with 2.
+accumulation. H200, 64 requests x 65536 positions, fp8: next_n 1 138.6 us with balanced schedule, bulk
+loader and 3 math warpgroups against 162.3 with chunks, cp.async and 3; next_n 2 (MMA N = 128) 182.4 us with
+3 math warpgroups fed by a producer warpgroup against 212.8 with 2. At N <= 64 the default is 4 math
+warpgroups fed by a producer warpgroup (H100, next_n 1: 195.7 against 196.9 us with 3 on distinct pages,
+117.1 against 131.1 on L2-resident ones).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ CP_ASYNC, BULK = 1, 2
 CHUNKS, BALANCED = 1, 2
 # The warpgroups field's 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg 40 / 152), offered at
 # MMA N = 128 only (`producer_warpgroup_offered`), the default there; 5: 4 math warpgroups fed by a producer
-# warpgroup (setmaxnreg 32 / 112), offered at N <= 64 only (`four_warpgroups_offered`).
+# warpgroup (setmaxnreg 32 / 112), offered at N <= 64 only (`four_warpgroups_offered`), the default there.
 PRODUCER_WG = 4
 FOUR_WGS = 5
 _fn = None  # the loaded OpOverload, resolved on the first call
@@ -40,8 +42,8 @@ def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) ->
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`; PRODUCER_WG:
     3 fed by a producer warpgroup, see `producer_warpgroup_offered`; FOUR_WGS: 4 fed by a producer
     warpgroup, see `four_warpgroups_offered`), page loader (CP_ASYNC or BULK) and schedule (CHUNKS or
-    BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, 3 math warpgroups: fed by a
-    producer warp at MMA N <= 64, by PRODUCER_WG at N = 128)."""
+    BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, FOUR_WGS at MMA N <= 64,
+    PRODUCER_WG at N = 128)."""
     if math_warpgroups not in (0, 2, 3, PRODUCER_WG, FOUR_WGS):
         raise ValueError(f"math_warpgroups must be 0, 2, 3, PRODUCER_WG (4) or FOUR_WGS (5), got {math_warpgroups}")
     if loader not in (0, CP_ASYNC, BULK):

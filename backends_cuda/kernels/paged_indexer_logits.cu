@@ -72,8 +72,11 @@ cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int 
 // defaults are chosen. Measured on the H200, fp8 mode, H 64, 64 x 65536 (docs/design_indexer.md, Paged
 // CUDA kernel), next_n 1: balanced + bulk + 3 warpgroups 141.8 us against 163.9 for chunks + cp.async +
 // 3 (2 warpgroups: 153.4 balanced + bulk); next_n 2 (MMA N = 128): balanced + bulk + 3 math warpgroups fed
-// by a producer warpgroup 182.4 us against 212.8 with 2 warpgroups (chunks + cp.async + 2: 220.7).
-// Defaults: balanced, bulk, 3 math warpgroups at MMA N <= 64, 3 fed by a producer warpgroup at N = 128.
+// by a producer warpgroup 182.4 us against 212.8 with 2 warpgroups (chunks + cp.async + 2: 220.7). 4 math
+// warpgroups fed by a producer warpgroup at N <= 64 against 3 with a producer warp (H100, next_n 1, the
+// same process): 195.7 against 196.9 us on distinct pages (the copy rate binds), 117.1 against 131.1 with
+// the tables drawn from 2048 L2-resident pages (the math bound, which the H200's faster memory exposes).
+// Defaults: balanced, bulk, 4 math warpgroups fed by a producer warpgroup at MMA N <= 64, 3 at N = 128.
 // Only for a valid config (the caller checks).
 struct Variant {
   int wgs;  // math warpgroups
@@ -85,8 +88,8 @@ struct Variant {
 Variant resolve(int32_t config, int64_t heads, int rows) {
   const int wgs = config % 10, loader = config / 10 % 10, schedule = config / 100;
   const bool bulk = loader != 1;
-  const bool producer_wg = wgs == 4 || wgs == 5 || (wgs == 0 && heads * rows == 128);
-  const int math_wgs = wgs == 5 ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
+  const bool producer_wg = wgs == 0 || wgs == 4 || wgs == 5;
+  const int math_wgs = wgs == 5 || (wgs == 0 && heads * rows <= 64) ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
   return Variant{math_wgs, producer_wg, bulk, schedule != 1};
 }
 
