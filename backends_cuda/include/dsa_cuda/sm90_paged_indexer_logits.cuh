@@ -9,14 +9,14 @@
 // above the mean, and a CTA keeps one Q tile for its whole range but where the range crosses a
 // request). Both come from the arguments alone: no schedule is computed by another kernel.
 //
-// CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits, or a producer warpgroup (below). Config digit 4
-// (kWgProducer; the default at N = 128): 3 math warpgroups at N = 128 with a producer warpgroup, setmaxnreg
-// 40 / 152 (Cfg), weights in registers, the same core calls. At N = 128 a page is a serial MMA +
-// epilogue chain per warpgroup, and 2 warpgroups measured 207.7 us against DeepGEMM's 150.5 (H200, fp8,
-// H 64, 64 x 65536, next_n 2); 3 warpgroups with a producer warp (416 threads: 128 registers, weights in
-// shared memory) measured 276.4; 3 fed by a producer warpgroup 182.4 (DeepGEMM 153.3, same run). Config
-// digit 5 (the default at N <= 64): 4 math warpgroups fed by a producer warpgroup (setmaxnreg 32 / 112); H100,
-// next_n 1 on L2-resident pages (the math bound): 131.1 us with 3 warpgroups and a producer warp -> 117.1.
+// CTA: kWgs (2 or 3) math warpgroups + 1 producer warp, as in indexer_logits, or math warpgroups fed by a
+// producer warpgroup. Config digit 4 (kWgProducer; the default at N = 128): 3 math warpgroups at N = 128 with a
+// producer warpgroup, setmaxnreg 40 / 152 (Cfg), weights in registers, the same core calls. At N = 128 a page is
+// a serial MMA + epilogue chain per warpgroup, and 2 warpgroups measured 207.7 us against DeepGEMM's 150.5
+// (H200, fp8, H 64, 64 x 65536, next_n 2); 3 warpgroups with a producer warp (416 threads: 128 registers,
+// weights in shared memory) measured 276.4; 3 fed by a producer warpgroup 182.4 (DeepGEMM 153.3, same run).
+// Config digit 5 (the default at N <= 64): 4 math warpgroups fed by a producer warpgroup (setmaxnreg 32 / 112);
+// H100, next_n 1 on L2-resident pages (the math bound): 131.1 us with 3 warpgroups and a producer warp -> 117.1.
 // - A tile is kWgs cache blocks (pages of 64 positions): warpgroup w's 64 keys are logical page
 //   kWgs * tile + w, the dense kernel's 64-key warpgroup tile. The producer looks up an item's block ids
 //   (at most 64 pages: two loads per lane, the next item's in flight while this item is copied),
