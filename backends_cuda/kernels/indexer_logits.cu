@@ -55,7 +55,7 @@ cudaError_t kv_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box_ro
 }
 
 // The key scales as a 1-D fp32 tensor, boxes of `box` keys, past N zero-filled (contiguous and 16-byte aligned:
-// scales_by_tma).
+// sm90_tma_takes).
 cudaError_t scale_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box, CUtensorMap* map) {
   const cuuint64_t dims[1] = {cuuint64_t(a.keys)};
   const cuuint64_t strides[1] = {0};  // rank 1: no stride is read
@@ -132,9 +132,10 @@ bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
 }
 
-// The SM90 fp8-MMA TMA kernels copy each stage's key scales by TMA: contiguous and 16-byte aligned.
-bool scales_by_tma(const IndexerLogitsParams& p) {
-  return p.kv_scale != nullptr && p.kv_scale_stride == 1 && is_aligned16(p.kv_scale);
+// The SM90 fp8-MMA TMA kernels (configs 1 and 2): tma_takes, and each stage's key scales copied by TMA, so
+// kv_scale contiguous and 16-byte aligned.
+bool sm90_tma_takes(const IndexerLogitsParams& p) {
+  return tma_takes(p) && p.kv_scale != nullptr && p.kv_scale_stride == 1 && is_aligned16(p.kv_scale);
 }
 
 bool tma_f16_takes(const IndexerLogitsParams& p) {
@@ -152,10 +153,7 @@ Kernel resolve(const IndexerLogitsParams& p) {
     case 4:
       return Kernel::kTma3F16;
     default:
-      if (tma_takes(p)) {
-        return scales_by_tma(p) ? Kernel::kTma4 : Kernel::kCpAsync;
-      }
-      return tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
+      return sm90_tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
 }
 
@@ -189,7 +187,7 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
            "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
-  if ((p.config == 1 || p.config == 2) && !(tma_takes(p) && scales_by_tma(p))) {
+  if ((p.config == 1 || p.config == 2) && !sm90_tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False), "
            "kv rows that do not overlap (row stride >= 128) and contiguous, 16-byte aligned kv_scale";
   }

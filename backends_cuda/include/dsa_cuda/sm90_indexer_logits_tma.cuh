@@ -326,9 +326,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
       const int32_t key0 = tile * kTileKeys;
       float s0, s1;  // 0 past N (scores not stored)
       if constexpr (kMode == kFp8Mma) {
-        // The scales from the stage: loaded from global memory, the wgmma fence (WARPGROUP.ARRIVE) waited for
-        // them, as it waits for every load in flight (ptxas hoists the loads above it wherever they are
-        // written; ncu, H100, 4096 x 32768 H 64: 21.7% of the stall samples on the fence, long scoreboard).
+        // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
         mbar_wait(full + stage * 8, phase);
         s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
         s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
