@@ -200,6 +200,14 @@ def _paged_inputs(b, next_n, h, L):
     return q, cache, w, ctx, table
 
 
+def pool_block_table(table, pool):
+    """A block table of `table`'s shape drawn from the first `pool` pages (pool 2048: 17 MB, L2-resident on
+    Hopper): the paged kernels' math bound, with memory out of the way (tools/profile_paged.py,
+    tools/ab_paged_indexer.py)."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    return torch.randint(0, pool, table.shape, device="cuda", generator=g, dtype=torch.int32)
+
+
 def torch_paged_indexer_logits(q, cache, w, ctx, table, L):
     """Plain torch: gather each request's pages, dequantise to bf16, matmul, relu, head-weighted sum."""
     b, next_n, h, d = q.shape

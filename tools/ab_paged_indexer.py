@@ -30,8 +30,7 @@ CONFIGS = [int(c) for c in os.environ.get("CONFIGS", "0").split(",")]
 
 args = b._paged_inputs(B, NN, H, L)
 q, cache, w, ctx, table = args
-g = torch.Generator(device="cuda").manual_seed(1)
-table_pool = torch.randint(0, POOL, table.shape, device="cuda", generator=g, dtype=torch.int32)
+table_pool = b.pool_block_table(table, POOL)
 dg, why = b.deep_gemm()
 if dg is None:
     print(f"DeepGEMM left out: {why}")

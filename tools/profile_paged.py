@@ -25,7 +25,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-from bench_indexer_logits import _paged_inputs, deep_gemm, deepgemm_paged_ctx  # noqa: E402
+from bench_indexer_logits import _paged_inputs, deep_gemm, deepgemm_paged_ctx, pool_block_table  # noqa: E402
 
 which = sys.argv[1]
 next_n = int(sys.argv[2]) if len(sys.argv) > 2 else 2
@@ -33,9 +33,7 @@ b, h, L = 64, 64, 65536
 args = _paged_inputs(b, next_n, h, L)
 pool = int(os.environ.get("POOL", "0"))
 if pool:
-    g = torch.Generator(device="cuda").manual_seed(1)
-    table = torch.randint(0, pool, args[4].shape, device="cuda", generator=g, dtype=torch.int32)
-    args = (*args[:4], table)
+    args = (*args[:4], pool_block_table(args[4], pool))
 if which == "deepgemm":
     dg, why = deep_gemm()
     if dg is None:
