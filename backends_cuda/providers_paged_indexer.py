@@ -4,7 +4,9 @@ Hopper only; the scoring core is indexer_logits' own, sm90_indexer_core.cuh).
 Calls ``torch.ops.dsa_cuda.paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table,
 max_context_len, clean, fp8_mma, config, out)`` with ``fp8_mma = not precise``; ``config`` picks the
 kernel variant (`make_config`), 0 the launcher's defaults (``resolve`` in kernels/paged_indexer_logits.cu,
-the one place they are chosen). Every variant gives the same scores bit for bit.
+the one place they are chosen). Every variant gives the same scores bit for bit, but loader TMA's: its MMAs read
+the keys from shared memory in natural D order (the others permute D in A and Q alike), so its fp8 MMAs
+accumulate the products in another grouping, within the fp8 mode's bound.
 
 precise=False (the op's default) feeds e4m3 to the fp8 tensor cores (2x the rate, ~14-bit accumulation
 inside the MMA); precise=True widens it to fp16 in registers (exact) for fp16 MMAs with fp32
@@ -25,12 +27,15 @@ from . import aligned16, route_following_registry, sm90_only
 
 OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
-# Page loaders and schedules of `make_config` (PagedIndexerLogitsParams::config).
-CP_ASYNC, BULK = 1, 2
+# Page loaders and schedules of `make_config` (PagedIndexerLogitsParams::config). TMA: each page's values one
+# TMA box into 128-byte-swizzled rows, which the MMAs read as A from shared memory (no A fragments in
+# registers); in the fp8 mode with a producer warpgroup only (`tma_offered`).
+CP_ASYNC, BULK, TMA = 1, 2, 3
 CHUNKS, BALANCED = 1, 2
 # The warpgroups field's 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg 40 / 152), offered at
 # MMA N = 128 only (`producer_warpgroup_offered`), the default there; 5: 4 math warpgroups fed by a producer
-# warpgroup (setmaxnreg 32 / 112), offered at N <= 64 only (`four_warpgroups_offered`), the default there.
+# warpgroup (setmaxnreg 32 / 112), offered at N <= 64 (`four_warpgroups_offered`), the default there, and at
+# any N with loader TMA.
 PRODUCER_WG = 4
 FOUR_WGS = 5
 _fn = None  # the loaded OpOverload, resolved on the first call
@@ -41,13 +46,14 @@ BLOCK = 64
 def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) -> int:
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`; PRODUCER_WG:
     3 fed by a producer warpgroup, see `producer_warpgroup_offered`; FOUR_WGS: 4 fed by a producer
-    warpgroup, see `four_warpgroups_offered`), page loader (CP_ASYNC or BULK) and schedule (CHUNKS or
+    warpgroup, see `four_warpgroups_offered`), page loader (CP_ASYNC, BULK or TMA, see `tma_offered`) and
+    schedule (CHUNKS or
     BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, FOUR_WGS at MMA N <= 64,
     PRODUCER_WG at N = 128)."""
     if math_warpgroups not in (0, 2, 3, PRODUCER_WG, FOUR_WGS):
         raise ValueError(f"math_warpgroups must be 0, 2, 3, PRODUCER_WG (4) or FOUR_WGS (5), got {math_warpgroups}")
-    if loader not in (0, CP_ASYNC, BULK):
-        raise ValueError(f"loader must be 0, CP_ASYNC (1) or BULK (2), got {loader}")
+    if loader not in (0, CP_ASYNC, BULK, TMA):
+        raise ValueError(f"loader must be 0, CP_ASYNC (1), BULK (2) or TMA (3), got {loader}")
     if schedule not in (0, CHUNKS, BALANCED):
         raise ValueError(f"schedule must be 0, CHUNKS (1) or BALANCED (2), got {schedule}")
     return math_warpgroups + 10 * loader + 100 * schedule
@@ -81,13 +87,22 @@ def four_warpgroups_offered(heads: int, next_n: int) -> bool:
     return heads * rows_per_item(heads, next_n) <= 64
 
 
-def variants(next_n: int, heads: int = 64) -> list[int]:
-    """Every distinct explicit config the launcher takes for a shape."""
-    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK)
+def tma_offered(heads: int, next_n: int, precise: bool, math_warpgroups: int) -> bool:
+    """Whether the launcher offers loader TMA with `math_warpgroups` (make_config's field): in the fp8 mode,
+    FOUR_WGS at any MMA N, PRODUCER_WG at N = 128 (where it is offered at all)."""
+    if precise:
+        return False
+    return math_warpgroups == FOUR_WGS or (math_warpgroups == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))
+
+
+def variants(next_n: int, heads: int = 64, precise: bool = False) -> list[int]:
+    """Every distinct explicit config the launcher takes for a shape and mode."""
+    return [make_config(g, ld, sc) for sc in (CHUNKS, BALANCED) for ld in (CP_ASYNC, BULK, TMA)
             for g in (2, 3, PRODUCER_WG, FOUR_WGS)
-            if g == 2 or (g == 3 and three_warpgroups_fit(heads, next_n))
-            or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))
-            or (g == FOUR_WGS and four_warpgroups_offered(heads, next_n))]
+            if (ld != TMA and (g == 2 or (g == 3 and three_warpgroups_fit(heads, next_n))
+                               or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))
+                               or (g == FOUR_WGS and four_warpgroups_offered(heads, next_n))))
+            or (ld == TMA and tma_offered(heads, next_n, precise, g))]
 
 
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *,

@@ -322,6 +322,17 @@ def deepgemm_paged_ctx(args):
     return ctx_dg.to(torch.int32).contiguous(), torch.cuda.get_device_properties(q.device).multi_processor_count
 
 
+def _row_rel_err(out, ref):
+    """max over rows of max |out - ref| / max |ref| over the positions finite in both (inf when the -inf
+    patterns differ)."""
+    fin = torch.isfinite(ref)
+    if not torch.equal(fin, torch.isfinite(out)):
+        return float("inf")
+    diff = torch.where(fin, (out - ref).abs(), 0).amax(1)
+    scale = torch.where(fin, ref.abs(), 0).amax(1).clamp_min(1e-30)
+    return float((diff / scale).max())
+
+
 def deepgemm_paged_us(bench, label, args, L):
     """DeepGEMM's fp8_fp4_paged_mqa_logits time on the paged inputs, and apart from it the time of the
     schedule-metadata kernel it needs (computed once per batch, outside the timed call, as vLLM does);
@@ -412,9 +423,12 @@ def test_paged_config_sweep(bench, case):
         fn = lambda c=config: ppi.run(*args, L, True, False, config=c, out=out)  # noqa: E731
         fn()
         same = torch.equal(out, ref)
+        # Loader TMA (natural D order in the MMAs): within twice the fp8 bound of the default's scores.
+        tma_err = _row_rel_err(out, ref) if config // 10 % 10 == ppi.TMA else None
         us = bench.timer.median_us(fn, warmup=3, iters=30)
         vs = "" if dg_us is None else f"  {us / dg_us:.3f}x deepgemm"
-        print(f"  config {config:3d}: {us:7.1f} us  {floor / us:.3f} of floor{vs}  bitwise default: {same}")
+        err = "" if tma_err is None else f"  max err / row max vs default {tma_err:.1e}"
+        print(f"  config {config:3d}: {us:7.1f} us  {floor / us:.3f} of floor{vs}  bitwise default: {same}{err}")
         bench.add(record(
             "paged_indexer_logits", "cuda",
             {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
@@ -422,9 +436,10 @@ def test_paged_config_sweep(bench, case):
             us, floor_us=floor, floor_kind="memory (kv cache read once + logits write + q)",
             baselines={} if dg_us is None else {"deepgemm": dg_us},
             of_floor=round(floor / us, 3), bitwise_default=same,
+            **({} if tma_err is None else {"max_err_vs_default": float(f"{tma_err:.2e}")}),
             **({} if dg_meta_us is None else {"deepgemm_metadata_us": round(dg_meta_us, 2)}),
         ))
-        assert same, f"config {config} differs from the default config's scores"
+        assert same or (tma_err is not None and tma_err <= 2e-3), f"config {config} differs from the default's scores"
 
 
 # (T, N, H, windows): the dense fp8 shapes of docs/design_indexer.md's table against DeepGEMM, and two of few

@@ -65,17 +65,32 @@ def test_producer_warpgroup_config():
         assert ppi.producer_warpgroup_offered(h, next_n) is offered
         assert (224 in ppi.variants(next_n, h)) is offered
         assert all(c % 10 != 4 for c in ppi.variants(next_n, h)) is not offered
-    assert ppi.variants(2, 64) == [112, 114, 122, 124, 212, 214, 222, 224]
+    assert ppi.variants(2, 64) == [112, 114, 122, 124, 134, 135, 212, 214, 222, 224, 234, 235]
+    assert ppi.variants(2, 64, precise=True) == [112, 114, 122, 124, 212, 214, 222, 224]
     with pytest.raises(ValueError, match="math_warpgroups"):
         ppi.make_config(6)
 
 
 def test_four_warpgroups_config():
-    """Config digit 5 (4 math warpgroups fed by a producer warpgroup) is offered at MMA N <= 64 only, and in
-    variants() there."""
+    """Config digit 5 (4 math warpgroups fed by a producer warpgroup) is offered at MMA N <= 64 with the
+    A-in-registers loaders (at N = 128 with loader TMA only, test_tma_loader_config), and in variants() there."""
     assert ppi.make_config(ppi.FOUR_WGS, ppi.BULK, ppi.BALANCED) == 225
     for h, next_n, offered in ((64, 1, True), (64, 2, False), (32, 1, True), (32, 2, True), (32, 3, False)):
         assert ppi.four_warpgroups_offered(h, next_n) is offered
         assert (225 in ppi.variants(next_n, h)) is offered
-        assert any(c % 10 == 5 for c in ppi.variants(next_n, h)) is offered
-    assert ppi.variants(1, 64) == [112, 113, 115, 122, 123, 125, 212, 213, 215, 222, 223, 225]
+        assert any(c % 10 == 5 and c // 10 % 10 != ppi.TMA for c in ppi.variants(next_n, h)) is offered
+    assert ppi.variants(1, 64) == [112, 113, 115, 122, 123, 125, 135, 212, 213, 215, 222, 223, 225, 235]
+
+
+def test_tma_loader_config():
+    """Loader TMA (pages as A from shared memory) is offered in the fp8 mode with a producer warpgroup only:
+    FOUR_WGS at any MMA N, PRODUCER_WG at N = 128."""
+    assert ppi.make_config(ppi.FOUR_WGS, ppi.TMA, ppi.BALANCED) == 235
+    for h, next_n, n128 in ((64, 1, False), (64, 2, True), (32, 1, False), (32, 2, False), (32, 4, True)):
+        assert ppi.tma_offered(h, next_n, False, ppi.FOUR_WGS)
+        assert ppi.tma_offered(h, next_n, False, ppi.PRODUCER_WG) is n128
+        assert not any(ppi.tma_offered(h, next_n, False, g) for g in (0, 2, 3))
+        assert not any(ppi.tma_offered(h, next_n, True, g) for g in (ppi.PRODUCER_WG, ppi.FOUR_WGS))
+        tma = [c for c in ppi.variants(next_n, h) if c // 10 % 10 == ppi.TMA]
+        assert tma == ([134, 135, 234, 235] if n128 else [135, 235])
+        assert not [c for c in ppi.variants(next_n, h, precise=True) if c // 10 % 10 == ppi.TMA]

@@ -502,11 +502,13 @@ PAGED_CASES = [
 
 # (backend, variant): the CUDA kernel's config (providers_paged_indexer.make_config): 2 or 3 math
 # warpgroups with the default loader and schedule, then explicit ones (hundreds digit 1: chunks, 2:
-# balanced; tens 1: cp.async, 2: bulk; units 4: 3 math warpgroups fed by a producer warpgroup, 5: 4 fed by
-# one). A config the launcher does not offer for a case (3 warpgroups with a producer warp at MMA N = 128, 4
-# at N <= 64, 5 at N = 128) must be refused by name.
+# balanced; tens 1: cp.async, 2: bulk, 3: TMA pages read by the MMAs from shared memory; units 4: 3 math
+# warpgroups fed by a producer warpgroup, 5: 4 fed by one). A config the launcher does not offer for a case (3
+# warpgroups with a producer warp at MMA N = 128, 4 at N <= 64, 5 at N = 128 but with loader 3, loader 3 but
+# in the fp8 mode with 5, or with 4 at N = 128) must be refused by name.
 PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 113), ("cuda", 213), ("cuda", 222),
-                  ("cuda", 223), ("cuda", 224), ("cuda", 115), ("cuda", 225)]
+                  ("cuda", 223), ("cuda", 224), ("cuda", 115), ("cuda", 225), ("cuda", 134), ("cuda", 234),
+                  ("cuda", 235)]
 
 
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
@@ -526,16 +528,25 @@ def test_paged_indexer_logits(backend, wg, case, precise):
             _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
         return
     _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
-    # Every element written, and bitwise the op's result: every config of the CUDA kernel runs the same
+    if backend == "cuda" and wg // 10 % 10 == 3:
+        # Loader 3's MMAs read the keys in natural D order (the others permute D in A and Q alike): the fp8
+        # MMAs group the products otherwise, so its scores are checked against the reference, every element.
+        _check_mode(poisoned, ref, precise, args=_paged_condition(args, L))
+        assert torch.equal(torch.isfinite(poisoned), torch.isfinite(out))  # the same -inf pattern
+        return
+    # Every element written, and bitwise the op's result: every other config of the CUDA kernel runs the same
     # per-page arithmetic.
     assert torch.equal(poisoned, out)
 
 
 def _offered(config, next_n, h, precise):
     """Whether the CUDA launcher takes `config` for the shape (3 warpgroups at MMA N <= 64 only, 3 fed by a
-    producer warpgroup at N = 128 only, 4 fed by one at N <= 64 only)."""
+    producer warpgroup at N = 128 only, 4 fed by one at N <= 64 only but with loader 3; loader 3 in the fp8 mode
+    with 4 fed by a producer warpgroup, or 3 at N = 128)."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
+    if config // 10 % 10 == ppi.TMA:
+        return ppi.tma_offered(h, next_n, precise, config % 10)
     if config % 10 == ppi.PRODUCER_WG:
         return ppi.producer_warpgroup_offered(h, next_n)
     if config % 10 == ppi.FOUR_WGS:
@@ -712,17 +723,23 @@ PAGED_CONFIG_CASES = [
 def test_cuda_paged_configs_bitwise(case, precise):
     """Every config of the CUDA paged kernel (math warpgroups x page loader x schedule) writes every
     element of a poisoned output, bitwise equal to the default config's, on hostile block tables (ids
-    -1, past num_blocks, INT32_MIN); the default is checked against the reference."""
+    -1, past num_blocks, INT32_MIN); the default is checked against the reference. Loader 3 (natural D order
+    in its MMAs) is checked against the reference, with the default's -inf pattern."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     b, next_n, h, ctx, nb, mb, L = case
     args = _paged(b, next_n, h, ctx, nb, mb, hostile=True, seed=71)
     ref_out = ppi.run(*args, L, True, precise)
-    _check_mode(ref_out, ref_paged(*args, L, True), precise, args=_paged_condition(args, L))
-    for config in ppi.variants(next_n, h):
+    ref = ref_paged(*args, L, True)
+    _check_mode(ref_out, ref, precise, args=_paged_condition(args, L))
+    for config in ppi.variants(next_n, h, precise):
         out = torch.full((b * next_n, L), POISON, device="cuda")
         ppi.run(*args, L, True, precise, config=config, out=out)
-        assert torch.equal(out, ref_out), f"config {config}"
+        if config // 10 % 10 == ppi.TMA:
+            _check_mode(out, ref, precise, args=_paged_condition(args, L))
+            assert torch.equal(torch.isfinite(out), torch.isfinite(ref_out)), f"config {config}"
+        else:
+            assert torch.equal(out, ref_out), f"config {config}"
 
 
 def test_cuda_paged_config_rejected():
@@ -732,15 +749,18 @@ def test_cuda_paged_config_rejected():
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
-    for bad in (4, 224, 6, 1, 31, 300, -1):
+    for bad in (4, 224, 6, 1, 31, 300, -1, 234, 233, 232):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
     args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)
-    for bad, precise in ((3, False), (223, False), (213, False), (113, True), (5, False), (225, True)):
+    for bad, precise in ((3, False), (223, False), (213, False), (113, True), (5, False), (225, True), (234, True),
+                         (235, True), (232, False), (233, False)):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args2, 128, True, precise, config=bad)
     with pytest.raises(ValueError, match="loader"):
         ppi.make_config(3, 5, 2)
+    with pytest.raises(ValueError, match="loader"):
+        ppi.make_config(3, 4, 2)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -34,7 +34,7 @@ for h in (64, 32):
                 table[r, pages:] = torch.tensor([-1, 2**31 - 1, -(2**31)], device="cuda").repeat(mb)[: mb - pages]
             table[0, 3] = nb  # a visible page outside the cache: -inf, never read
             ref = reference(q, cache, w, ctx, table, L, True)
-            for config in ppi.variants(next_n, h):  # every schedule x loader x warpgroups the launcher offers
+            for config in ppi.variants(next_n, h, precise):  # every schedule x loader x warpgroups offered
                 out = torch.full((b * next_n, L), 12345.0, device="cuda")
                 ppi.run(q, cache, w, ctx, table, L, True, precise, config=config, out=out)
                 score_error(f"H{h} next_n {next_n} precise={precise} config {config}", out, ref, not precise, failed)

@@ -23,22 +23,8 @@ cudaError_t launch_mode(const k::KernelArgs& a, int64_t heads, int grid, cudaStr
   return heads == 64 ? launch<kMode, 64>(a, grid, stream) : launch<kMode, 32>(a, grid, stream);
 }
 
-// cuTensorMapEncodeTiled, reached through cudart as common_launch.cuh reaches cuLaunchKernelEx (the
-// library does not link the driver); nullptr where the driver does not give it (before CUDA 12.0).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(p) : nullptr;
-  }();
-  return fn;
-}
+using smxx::EncodeTiled;
+using smxx::encode_tiled;
 
 // The keys as a [N, 128] byte tensor, boxes of `box_rows` keys x 128 bytes with the 128-byte swizzle (the
 // MMA descriptors' K-major layout), rows past N zero-filled. Encoded on every launch (host work, no device

@@ -9,11 +9,11 @@ namespace {
 
 namespace k = sm90_paged_indexer;
 
-template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false>
-cudaError_t launch(const k::KernelArgs& a, int grid, cudaStream_t stream) {
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false, bool kTma = false>
+cudaError_t launch(const CUtensorMap& map, const k::KernelArgs& a, int grid, cudaStream_t stream) {
   using C = k::Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
-  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs, kBulk, kWgProducer>;
-  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, a);
+  constexpr auto kernel = &k::paged_indexer_logits_kernel<kMode, kHeads, kRows, kWgs, kBulk, kWgProducer, kTma>;
+  return launch_pdl_smem<kernel>(dim3(unsigned(grid)), dim3(C::kThreads), C::kSmemBytes, stream, map, a);
 }
 
 // Whether 3 math warpgroups are offered: at MMA N <= 64. 416 threads get 128 registers a thread, too few
@@ -27,45 +27,86 @@ constexpr bool three_wgs_fit(int heads, int rows) { return heads * rows <= 64; }
 // N <= 64 digit 3 already runs 3 math warpgroups.
 constexpr bool producer_wg_offered(int heads, int rows) { return heads * rows == 128; }
 
-// Whether config digit 5 (4 math warpgroups fed by a producer warpgroup, setmaxnreg 32 / 112) is offered:
-// at MMA N <= 64, where 112 registers hold a math thread's 32 accumulators and 16 weights.
+// Whether config digit 5 (4 math warpgroups fed by a producer warpgroup, setmaxnreg 32 / 112) is offered
+// with the A-in-registers loaders (1, 2): at MMA N <= 64, where 112 registers hold a math thread's 32
+// accumulators and 16 weights. At N = 128 it is offered with loader 3 (A from shared memory) only.
 constexpr bool four_wgs_offered(int heads, int rows) { return heads * rows <= 64; }
 
-template <int kMode, int kHeads, int kRows, bool kBulk>
-cudaError_t launch_wgs(const k::KernelArgs& a, int wgs, bool producer_wg, int grid, cudaStream_t stream) {
-  if constexpr (three_wgs_fit(kHeads, kRows)) {
-    if (wgs == 3 && !producer_wg) {
-      return launch<kMode, kHeads, kRows, 3, kBulk>(a, grid, stream);
+// Whether loader 3 (TMA pages into swizzled rows, the MMAs' A read from shared memory) is offered with `wgs`
+// math warpgroups fed by a producer warpgroup, in the fp8 mode only: 4 at any N, 3 at N = 128.
+constexpr bool tma_offered(int mode, int heads, int rows, int wgs) {
+  return mode == k::kFp8Mma && (wgs == 4 || (wgs == 3 && producer_wg_offered(heads, rows)));
+}
+
+template <int kMode, int kHeads, int kRows, bool kBulk, bool kTma>
+cudaError_t launch_wgs(const CUtensorMap& map, const k::KernelArgs& a, int wgs, bool producer_wg, int grid,
+                       cudaStream_t stream) {
+  if constexpr (kTma) {
+    if constexpr (tma_offered(kMode, kHeads, kRows, 3)) {
+      if (wgs == 3 && producer_wg) {
+        return launch<kMode, kHeads, kRows, 3, true, true, true>(map, a, grid, stream);
+      }
     }
-  }
-  if constexpr (four_wgs_offered(kHeads, kRows)) {
-    if (wgs == 4 && producer_wg) {
-      return launch<kMode, kHeads, kRows, 4, kBulk, true>(a, grid, stream);
+    if constexpr (tma_offered(kMode, kHeads, kRows, 4)) {
+      if (wgs == 4 && producer_wg) {
+        return launch<kMode, kHeads, kRows, 4, true, true, true>(map, a, grid, stream);
+      }
     }
-  }
-  if constexpr (producer_wg_offered(kHeads, kRows)) {
-    if (wgs == 3 && producer_wg) {
-      return launch<kMode, kHeads, kRows, 3, kBulk, true>(a, grid, stream);
+    return cudaErrorNotSupported;
+  } else {
+    if constexpr (three_wgs_fit(kHeads, kRows)) {
+      if (wgs == 3 && !producer_wg) {
+        return launch<kMode, kHeads, kRows, 3, kBulk>(map, a, grid, stream);
+      }
     }
+    if constexpr (four_wgs_offered(kHeads, kRows)) {
+      if (wgs == 4 && producer_wg) {
+        return launch<kMode, kHeads, kRows, 4, kBulk, true>(map, a, grid, stream);
+      }
+    }
+    if constexpr (producer_wg_offered(kHeads, kRows)) {
+      if (wgs == 3 && producer_wg) {
+        return launch<kMode, kHeads, kRows, 3, kBulk, true>(map, a, grid, stream);
+      }
+    }
+    return wgs == 2 && !producer_wg ? launch<kMode, kHeads, kRows, 2, kBulk>(map, a, grid, stream)
+                                    : cudaErrorNotSupported;
   }
-  return wgs == 2 && !producer_wg ? launch<kMode, kHeads, kRows, 2, kBulk>(a, grid, stream) : cudaErrorNotSupported;
 }
 
 // heads, rows and wgs as paged_indexer_logits_unsupported and resolve leave them: H 32 or 64,
 // rows * H <= 128, 2 or 3 warpgroups where three_wgs_fit, 3 with a producer warpgroup where
-// producer_wg_offered, 4 with one where four_wgs_offered.
-template <int kMode, bool kBulk>
-cudaError_t launch_variant(const k::KernelArgs& a, int64_t heads, int rows, int wgs, bool producer_wg, int grid,
-                           cudaStream_t stream) {
+// producer_wg_offered, 4 with one where four_wgs_offered; loader 3 (kTma) where tma_offered.
+template <int kMode, bool kBulk, bool kTma = false>
+cudaError_t launch_variant(const CUtensorMap& map, const k::KernelArgs& a, int64_t heads, int rows, int wgs,
+                           bool producer_wg, int grid, cudaStream_t stream) {
   if (heads == 64) {
-    return rows == 1 ? launch_wgs<kMode, 64, 1, kBulk>(a, wgs, producer_wg, grid, stream)
-                     : launch_wgs<kMode, 64, 2, kBulk>(a, wgs, producer_wg, grid, stream);
+    return rows == 1 ? launch_wgs<kMode, 64, 1, kBulk, kTma>(map, a, wgs, producer_wg, grid, stream)
+                     : launch_wgs<kMode, 64, 2, kBulk, kTma>(map, a, wgs, producer_wg, grid, stream);
   }
   if (rows == 1) {
-    return launch_wgs<kMode, 32, 1, kBulk>(a, wgs, producer_wg, grid, stream);
+    return launch_wgs<kMode, 32, 1, kBulk, kTma>(map, a, wgs, producer_wg, grid, stream);
   }
-  return rows == 2 ? launch_wgs<kMode, 32, 2, kBulk>(a, wgs, producer_wg, grid, stream)
-                   : launch_wgs<kMode, 32, 4, kBulk>(a, wgs, producer_wg, grid, stream);
+  return rows == 2 ? launch_wgs<kMode, 32, 2, kBulk, kTma>(map, a, wgs, producer_wg, grid, stream)
+                   : launch_wgs<kMode, 32, 4, kBulk, kTma>(map, a, wgs, producer_wg, grid, stream);
+}
+
+// The cache's values as a [blocks][64 rows][128 bytes] tensor (rows 128 bytes apart, blocks block_stride),
+// boxes of one block's 64 rows with the 128-byte swizzle (the MMA descriptors' K-major layout). Encoded on
+// every launch (host work, no device call); the map travels as a kernel parameter.
+cudaError_t page_tensor_map(const k::KernelArgs& a, CUtensorMap* map) {
+  const smxx::EncodeTiled encode = smxx::encode_tiled();
+  if (encode == nullptr) {  // not cudaErrorNotSupported: the binding reads that as "not an SM90 GPU"
+    return cudaErrorSymbolNotFound;
+  }
+  const cuuint64_t dims[3] = {cuuint64_t(k::kDim), cuuint64_t(k::kPage), cuuint64_t(a.num_blocks)};
+  const cuuint64_t strides[2] = {cuuint64_t(k::kDim), cuuint64_t(a.block_stride)};  // bytes, multiples of 16
+  const cuuint32_t box[3] = {cuuint32_t(k::kDim), cuuint32_t(k::kPage), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.cache), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 // The variant a config runs (PagedIndexerLogitsParams::config), defaults filled in: the one place the
@@ -82,6 +123,7 @@ struct Variant {
   int wgs;  // math warpgroups
   bool producer_wg;
   bool bulk;
+  bool tma;  // loader 3: TMA pages, A from shared memory (with bulk scales)
   bool balanced;
 };
 
@@ -90,7 +132,7 @@ Variant resolve(int32_t config, int64_t heads, int rows) {
   const bool bulk = loader != 1;
   const bool producer_wg = wgs == 0 || wgs == 4 || wgs == 5;
   const int math_wgs = wgs == 5 || (wgs == 0 && heads * rows <= 64) ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
-  return Variant{math_wgs, producer_wg, bulk, schedule != 1};
+  return Variant{math_wgs, producer_wg, bulk, loader == 3, schedule != 1};
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
@@ -112,8 +154,8 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.head_dim != k::kDim) {
     return "the CUDA paged indexer kernel takes head dim 128";
   }
-  if (p.config < 0 || p.config > 299 || p.config % 10 == 1 || p.config % 10 > 5 || p.config / 10 % 10 > 2) {
-    return "config must be 3 decimal digits: schedule 0-2, loader 0-2, math warpgroups 0, 2, 3, 4 (3 fed by a "
+  if (p.config < 0 || p.config > 299 || p.config % 10 == 1 || p.config % 10 > 5 || p.config / 10 % 10 > 3) {
+    return "config must be 3 decimal digits: schedule 0-2, loader 0-3, math warpgroups 0, 2, 3, 4 (3 fed by a "
            "producer warpgroup) or 5 (4 fed by a producer warpgroup)";
   }
   // The math threads' -inf fill (fill_neg_inf) strides up to 512 keys past the last one in int32.
@@ -129,9 +171,15 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.batch > 0 && p.next_n > 0 && p.max_context_len > 0) {
     const int rows = rows_per_item(p.heads, p.next_n);
     const Variant v = resolve(p.config, p.heads, rows);
-    if (v.wgs == 4 && !four_wgs_offered(int(p.heads), rows)) {
+    const int mode = p.fp8_mma ? k::kFp8Mma : k::kFp8AsF16;
+    if (v.tma && !(v.producer_wg && tma_offered(mode, int(p.heads), rows, v.wgs))) {
+      return "config: loader 3 (TMA pages, the MMAs' A from shared memory) is offered in the fp8 mode "
+             "(precise=False) with math warpgroups fed by a producer warpgroup only: 5 (4 of them) at any MMA N, 4 "
+             "(3 of them) at N = next_n tokens x heads = 128";
+    }
+    if (v.wgs == 4 && !v.tma && !four_wgs_offered(int(p.heads), rows)) {
       return "config: 5 (4 math warpgroups fed by a producer warpgroup) is offered at MMA N = next_n tokens x "
-             "heads <= 64 only (next_n 1 at 64 heads, <= 2 at 32)";
+             "heads <= 64 (next_n 1 at 64 heads, <= 2 at 32), and at N = 128 with loader 3 only";
     }
     if (v.wgs == 3 && v.producer_wg && !producer_wg_offered(int(p.heads), rows)) {
       return "config: 4 (3 math warpgroups fed by a producer warpgroup) is offered at MMA N = next_n tokens x "
@@ -225,12 +273,17 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   // kBalanced: every CTA gets at least one tile.
   const int grid = int(std::min<int64_t>(v.balanced ? total_tiles : items, sms));
 
-  if (v.bulk) {
-    return p.fp8_mma ? launch_variant<k::kFp8Mma, true>(a, p.heads, rows, wgs, v.producer_wg, grid, stream)
-                     : launch_variant<k::kFp8AsF16, true>(a, p.heads, rows, wgs, v.producer_wg, grid, stream);
+  CUtensorMap map{};  // unused but by loader 3
+  if (v.tma && a.num_blocks > 0) {  // (with no blocks no page is read: the bulk kernel writes the same -inf)
+    DSA_CUDA_CHECK(page_tensor_map(a, &map));
+    return launch_variant<k::kFp8Mma, true, true>(map, a, p.heads, rows, wgs, v.producer_wg, grid, stream);
   }
-  return p.fp8_mma ? launch_variant<k::kFp8Mma, false>(a, p.heads, rows, wgs, v.producer_wg, grid, stream)
-                   : launch_variant<k::kFp8AsF16, false>(a, p.heads, rows, wgs, v.producer_wg, grid, stream);
+  if (v.bulk) {
+    return p.fp8_mma ? launch_variant<k::kFp8Mma, true>(map, a, p.heads, rows, wgs, v.producer_wg, grid, stream)
+                     : launch_variant<k::kFp8AsF16, true>(map, a, p.heads, rows, wgs, v.producer_wg, grid, stream);
+  }
+  return p.fp8_mma ? launch_variant<k::kFp8Mma, false>(map, a, p.heads, rows, wgs, v.producer_wg, grid, stream)
+                   : launch_variant<k::kFp8AsF16, false>(map, a, p.heads, rows, wgs, v.producer_wg, grid, stream);
 }
 
 }  // namespace dsa_cuda

@@ -314,6 +314,112 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&
   fence_acc(acc);
 }
 
+// D[64 x 128] (+)= A[64 x 32] * B[32 x 128], e4m3, both operands in shared memory (descriptors);
+// accumulate iff `acc` (0 on a tile's first step zeroes D inside the MMA, as in the core's wgmma_rs).
+__device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
+      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(acc));
+}
+
+// As wgmma_ss_e4m3_n128, at N = 64.
+__device__ __forceinline__ void wgmma_ss_e4m3_n64(float (&d)[32], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a_desc), "l"(b_desc), "r"(acc));
+}
+
+// As wgmma_ss_e4m3_n128, at N = 32.
+__device__ __forceinline__ void wgmma_ss_e4m3_n32(float (&d)[16], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a_desc), "l"(b_desc), "r"(acc));
+}
+
+// acc = the warpgroup's 64 key rows (descriptor a_desc) times the Q tile of N = 2 kRegs rows (q_desc), both
+// K-major with the 128-byte swizzle and one 128-byte K block, so k-step s starts 32 s bytes in (descriptor +
+// 2 s); returns once the MMAs have completed.
+template <int kRegs>
+__device__ __forceinline__ void mma_tile_ss(float (&acc)[kRegs], uint64_t a_desc, uint64_t q_desc) {
+  static_assert(kRegs == 64 || kRegs == 32 || kRegs == 16, "N = 128, 64 or 32");
+  fence_acc(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < kDim / 32; ++s) {
+    if constexpr (kRegs == 64) {
+      wgmma_ss_e4m3_n128(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
+    } else if constexpr (kRegs == 32) {
+      wgmma_ss_e4m3_n64(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
+    } else {
+      wgmma_ss_e4m3_n32(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  fence_acc(acc);
+}
+
+// Whether some key of the warp has a negative scale (the signed epilogue). kLate (config 1): the test takes the
+// MMA result's first element too; |x| >= 0 and fminf drops a NaN, so the answer is that of s0 < 0 || s1 < 0,
+// but the test now follows the MMA wait. The early test lets ptxas hoist the scale compares, and with them the
+// wait on the two scale loads, in front of the tile's 4th wgmma (static SASS: VOTE.ANY between the 3rd and
+// 4th QGMMA; late: the 4 back to back). H200, 4096 x 32768 H 64, interleaved rounds beside DeepGEMM
+// (tools/ab_indexer_logits.py): full 2371 -> 2199 us, causal 2258 -> 2116, 131072 causal 9475 -> 8989; H 32
+// full within the rounds' spread (1145 -> 1260 us there, 1287 -> 1167 in the sweep). Scores bitwise the early
+// test's. Configs 2 and 4 keep the early test (not measured with the late one).
+template <bool kLate>
+__device__ __forceinline__ bool any_negative_scale(float s0, float s1, float acc0) {
+  if constexpr (kLate) {
+    return __any_sync(0xffffffffu, fminf(fminf(s0, fabsf(acc0)), s1) < 0.f);
+  } else {
+    return __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
+  }
+}
+
+// Writes Q row n of the MMA's B operand (fp8, [kN x 128] bytes) into shared memory at q_smem in natural D order,
+// for A read by the tensor core from a stage as TMA stored it (mma_tile_ss): this thread's half (bytes [64 half,
+// 64 half + 64)) of `src_row` (zeros when !valid, and src_row is not read), 128-byte swizzle. Two threads a row.
+__device__ __forceinline__ void stage_q_row_natural(bool valid, const uint8_t* src_row, int n, int half,
+                                                    uint32_t q_smem) {
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const int j = 4 * half + v;  // 16-byte chunk of the row
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) {
+      x = __ldg(reinterpret_cast<const uint4*>(src_row) + j);
+    }
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(q_smem + uint32_t(n * 128 + ((j ^ (n & 7)) << 4))),
+                 "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
+                 : "memory");
+  }
+}
+
 // relu, weight, sum this thread's heads of each (key, row), then scale. v[kh * kRows + r], kh = 0 for
 // key g, 1 for key g + 8; kRows = kN / kHeads.
 // w[2 i + e] weights column 8 i + 2 c + e.

@@ -29,19 +29,25 @@
 //   last visible position are never looked up; a block id outside [0, num_blocks) is never read, its
 //   positions score -inf.
 // - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
-//   relu / weights / head sum / key scale), then a store masked by each token's visible length.
+//   relu / weights / head sum / key scale), then a store masked by each token's visible length. Loader 3
+//   (kTma, with a producer warpgroup, fp8): a page is one TMA box into 128-byte-swizzled rows and the MMAs
+//   read it as A from shared memory, as the dense TMA kernel does: no A-fragment loads and no chunk-order
+//   selects on a warpgroup's serial page chain, the stage released once the MMAs completed; with A out of the
+//   registers, 4 math warpgroups fit at N = 128 too.
 // - Tiles past the item's last visible position are not loaded or multiplied; their scores are
 //   written -inf directly when `clean`.
 //
 // Torch-free. Included by paged_indexer_logits.cuh under __CUDACC__.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "common_launch.cuh"
 #include "sm90_indexer_core.cuh"
+#include "smxx_tma.cuh"
 
 namespace dsa_cuda {
 namespace sm90_paged_indexer {
@@ -78,7 +84,7 @@ struct Cfg {
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
   static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
-  static_assert(kWgs == 4 ? kWgProducer && kN <= 64 : kWgs == 2 || kWgs == 3, "math warpgroups");
+  static_assert(kWgs == 4 ? kWgProducer : kWgs == 2 || kWgs == 3, "math warpgroups");
   static_assert(!kWgProducer || (kWgs >= 3 && 128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs),
                 "setmaxnreg asks for more registers than the CTA starts with");
   static constexpr int kTileKeys = kPage * kWgs;
@@ -331,11 +337,15 @@ __device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lan
 }
 
 // The kBulk producer: the warp walks the items (the block ids are spread over its lanes) and lane 0
-// issues two bulk copies a valid page, the 8 KB of values into plain 128-byte rows and the 256 bytes of
-// scales, after announcing the stage's byte count on its full barrier.
-template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer>
-__device__ __forceinline__ void producer_bulk(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
-                                              uint32_t empty) {
+// issues two copies a valid page, the 8 KB of values and the 256 bytes of scales (a bulk copy), after
+// announcing the stage's byte count on its full barrier. The values: a bulk copy into plain 128-byte rows, or
+// (kTma) one TMA box of `map` ([blocks][64 rows][128 bytes]) into 128-byte-swizzled rows, the K-major layout
+// the MMA's A descriptor reads. Both evict-first in L2: H100, 64 x 65536 on distinct pages, evict-normal
+// bulk copies measured 196.2 -> 207.2 us at next_n 1 and 211.8 -> 218.1 at next_n 2 (the lines they evict
+// are then others' dirty ones, written back inside the kernel).
+template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer, bool kTma>
+__device__ __forceinline__ void producer_bulk(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
+                                              uint32_t scales, uint32_t full, uint32_t empty) {
   using C = Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
   static_assert(C::kKvRowBytes == kDim, "bulk pages hold fp8 rows");
   const int lane = threadIdx.x & 31;
@@ -357,7 +367,11 @@ __device__ __forceinline__ void producer_bulk(const KernelArgs& a, uint32_t stag
       for (int w = 0; w < kWgs; ++w) {
         if (id[w] >= 0 && id[w] < a.num_blocks) {
           const uint8_t* blk = a.cache + int64_t(id[w]) * a.block_stride;
-          bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
+          if constexpr (kTma) {
+            smxx::tma_load_3d_hint(stages + stage * C::kStageBytes + w * kPageBytes, map, 0, 0, id[w], bar, policy);
+          } else {
+            bulk_copy(stages + stage * C::kStageBytes + w * kPageBytes, blk, kPageBytes, bar, policy);
+          }
           bulk_copy(scales + stage * C::kScaleBytes + w * kPageScaleBytes, blk + kPageBytes, kPageScaleBytes, bar,
                     policy);
         }
@@ -452,11 +466,17 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kBulk: the page loader (bulk copies into plain rows, or cp.async into swizzled rows); kWgProducer: a
-// producer warpgroup and setmaxnreg (Cfg); see the top.
-template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false>
+// producer warpgroup and setmaxnreg (Cfg); kTma (with both, fp8 MMAs; 4 math warpgroups, or 3 at N = 128):
+// each page's values one TMA box of kv_map into swizzled rows, read by the MMAs from shared memory (no A
+// fragments in registers), Q in natural D order. kv_map is unused without kTma. See the top.
+template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false, bool kTma = false>
 __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>::kThreads, 1)
-    paged_indexer_logits_kernel(const __grid_constant__ KernelArgs a) {
+    paged_indexer_logits_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
+  static_assert(!kTma || (kBulk && kWgProducer && kMode == kFp8Mma && (kWgs == 4 || kHeads * kRows == 128)),
+                "TMA pages with A from shared memory: the producer-warpgroup kernels' fp8 MMAs (3 warpgroups at "
+                "N = 128)");
+  static_assert(kWgs != 4 || kTma || kHeads * kRows <= 64, "4 math warpgroups: A in registers fits N <= 64 only");
   constexpr int kN = kHeads * kRows;
   using C = Cfg<kMode, kN, kWgs, kWgProducer>;
   constexpr int kTileKeys = C::kTileKeys;
@@ -480,7 +500,10 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   const int warp = threadIdx.x >> 5;
   const auto produce = [&] {
     if constexpr (kBulk) {
-      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
+      if constexpr (kTma) {
+        smxx::prefetch_tensormap(&kv_map);
+      }
+      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer, kTma>(a, &kv_map, stages, scales, full, empty);
     } else {
       producer<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
     }
@@ -526,7 +549,11 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
         const int r = n / kHeads;
         const uint8_t* src = a.q + int64_t(t.b) * a.q_batch_stride + int64_t(t.i0 + r) * a.q_token_stride +
                              int64_t(n % kHeads) * a.q_head_stride;
-        stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
+        if constexpr (kTma) {
+          stage_q_row_natural(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
+        } else {
+          stage_q_row<kMode, kN>(r < t.ntok, src, n, threadIdx.x & 1, q_smem);
+        }
       }
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i) {
@@ -578,7 +605,17 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
         stage = 0;
         phase ^= 1u;
       }
-      if constexpr (kBulk) {
+      if constexpr (kTma) {
+        // The warpgroup's page as A from shared memory; the stage is released once its MMAs completed. Q's
+        // descriptor rebuilt from the base, not held across the loop (4 warpgroups: 112 registers).
+        mma_tile_ss(acc, sw128_desc(tile_smem + uint32_t(wg * kPageBytes)), sw128_desc(q_smem));
+        mbar_arrive(empty_bar);
+        if (any_negative_scale<true>(s0, s1, acc[0])) {
+          head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
+        } else {
+          head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
+        }
+      } else if constexpr (kBulk) {
         score_tile_rows<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
       } else {
         score_tile<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
@@ -593,12 +630,17 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
       } else {
         float total[2 * kRows / 4];
         quad_reduce_scatter<2 * kRows>(part, c, total);
+        // 4 math warpgroups at N = 128 rebuild the row pointer here: held across the tile loop, it spilled 4
+        // bytes at 112 registers.
+        float* const out_row = kTma && kWgs == 4
+                                   ? (my_r < t.ntok ? a.out + (t.row0 + my_r) * a.out_row_stride : nullptr)
+                                   : row_out;
         // Lane c stores value 4 b + c = (key half (4 b + c) / kRows, row c % kRows).
 #pragma unroll
         for (int b = 0; b < 2 * kRows / 4; ++b) {
           const int32_t key = key0 + my_kr + 8 * b;
-          if (row_out != nullptr && key < a.width) {
-            row_out[key] = page_ok && key < row_hi ? total[b] : kNegInf;
+          if (out_row != nullptr && key < a.width) {
+            out_row[key] = page_ok && key < row_hi ? total[b] : kNegInf;
           }
         }
       }

@@ -1,5 +1,6 @@
 // TMA tile loads (cp.async.bulk.tensor, sm_90 and newer) into shared memory, completing on an mbarrier,
-// for the SM90 and SM100 kernels. The tensor maps are encoded on the host (the launchers). Torch-free.
+// for the SM90 and SM100 kernels, and the host's entry to the map encoder (the launchers encode the maps).
+// Torch-free.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -41,7 +42,34 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// tma_load_3d with an L2 cache policy (createpolicy) for the box's lines.
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y, int32_t z,
+                                                 uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar), "l"(policy)
+      : "memory");
+}
+
 #endif
+
+// Host: cuTensorMapEncodeTiled, reached through cudart as common_launch.cuh reaches cuLaunchKernelEx (the
+// library does not link the driver); nullptr where the driver does not give it (before CUDA 12.0).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
 
 }  // namespace smxx
 }  // namespace dsa_cuda
