@@ -742,6 +742,25 @@ def test_cuda_paged_configs_bitwise(case, precise):
             assert torch.equal(out, ref_out), f"config {config}"
 
 
+def test_cuda_paged_empty_cache():
+    """An empty cache (0 blocks): every offered config, in both modes, writes -inf at every position, as the
+    reference does (no page id is valid, so no page is read; loader 3 launches with its tensor map unencoded)."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    for next_n, h in ((1, 64), (2, 64), (4, 32)):
+        q = (torch.randn(2, next_n, h, 128, device="cuda") * 2).to(FP8)
+        cache = torch.empty(0, 64, 1, 132, dtype=torch.uint8, device="cuda")
+        w = torch.randn(2 * next_n, h, device="cuda")
+        ctx = torch.tensor([100, 5], dtype=torch.int32, device="cuda")
+        table = torch.zeros(2, 4, dtype=torch.int32, device="cuda")
+        ref = ref_paged(q, cache, w, ctx, table, 256, True)
+        for precise in (False, True):
+            for config in [0] + ppi.variants(next_n, h, precise):
+                out = torch.full((2 * next_n, 256), POISON, device="cuda")
+                ppi.run(q, cache, w, ctx, table, 256, True, precise, config=config, out=out)
+                assert torch.equal(out, ref), (next_n, h, precise, config)
+
+
 def test_cuda_paged_config_rejected():
     """A config outside the three digits, 3 math warpgroups with a producer warp where they are not offered
     (MMA N = 128), 3 fed by a producer warpgroup (4) where not offered (N <= 64), or 4 fed by one (5) where

@@ -274,8 +274,12 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   const int grid = int(std::min<int64_t>(v.balanced ? total_tiles : items, sms));
 
   CUtensorMap map{};  // unused but by loader 3
-  if (v.tma && a.num_blocks > 0) {  // (with no blocks no page is read: the bulk kernel writes the same -inf)
-    DSA_CUDA_CHECK(page_tensor_map(a, &map));
+  if (v.tma) {
+    // With no blocks no page id is valid, so no TMA reads the map: it stays zero (a 0-block map cannot be
+    // encoded) and the kernel does not prefetch it.
+    if (a.num_blocks > 0) {
+      DSA_CUDA_CHECK(page_tensor_map(a, &map));
+    }
     return launch_variant<k::kFp8Mma, true, true>(map, a, p.heads, rows, wgs, v.producer_wg, grid, stream);
   }
   if (v.bulk) {

@@ -501,7 +501,9 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   const auto produce = [&] {
     if constexpr (kBulk) {
       if constexpr (kTma) {
-        smxx::prefetch_tensormap(&kv_map);
+        if (a.num_blocks > 0) {  // else the map is not encoded (and no page is read)
+          smxx::prefetch_tensormap(&kv_map);
+        }
       }
       producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer, kTma>(a, &kv_map, stages, scales, full, empty);
     } else {
@@ -630,8 +632,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
       } else {
         float total[2 * kRows / 4];
         quad_reduce_scatter<2 * kRows>(part, c, total);
-        // 4 math warpgroups at N = 128 rebuild the row pointer here: held across the tile loop, it spilled 4
-        // bytes at 112 registers.
+        // 4 math warpgroups with loader 3 rebuild the row pointer here: held across the tile loop, it spilled 4
+        // bytes at 112 registers (N = 128).
         float* const out_row = kTma && kWgs == 4
                                    ? (my_r < t.ntok ? a.out + (t.row0 + my_r) * a.out_row_stride : nullptr)
                                    : row_out;
