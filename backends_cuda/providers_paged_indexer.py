@@ -29,13 +29,13 @@ OP = "paged_indexer_logits"
 _KERNEL = "paged_indexer_logits_out"
 # Page loaders and schedules of `make_config` (PagedIndexerLogitsParams::config). TMA: each page's values one
 # TMA box into 128-byte-swizzled rows, which the MMAs read as A from shared memory (no A fragments in
-# registers); in the fp8 mode with a producer warpgroup only (`tma_offered`).
+# registers); with a producer warpgroup at MMA N = 128 in the fp8 mode only (`tma_offered`).
 CP_ASYNC, BULK, TMA = 1, 2, 3
 CHUNKS, BALANCED = 1, 2
 # The warpgroups field's 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg 40 / 152), offered at
 # MMA N = 128 only (`producer_warpgroup_offered`), the default there; 5: 4 math warpgroups fed by a producer
 # warpgroup (setmaxnreg 32 / 112), offered at N <= 64 (`four_warpgroups_offered`), the default there, and at
-# any N with loader TMA.
+# N = 128 with loader TMA.
 PRODUCER_WG = 4
 FOUR_WGS = 5
 _fn = None  # the loaded OpOverload, resolved on the first call
@@ -87,12 +87,10 @@ def four_warpgroups_offered(heads: int, next_n: int) -> bool:
     return heads * rows_per_item(heads, next_n) <= 64
 
 
-def tma_offered(heads: int, next_n: int, precise: bool, math_warpgroups: int) -> bool:
-    """Whether the launcher offers loader TMA with `math_warpgroups` (make_config's field): in the fp8 mode,
-    FOUR_WGS at any MMA N, PRODUCER_WG at N = 128 (where it is offered at all)."""
-    if precise:
-        return False
-    return math_warpgroups == FOUR_WGS or (math_warpgroups == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))
+def tma_offered(heads: int, next_n: int, precise: bool) -> bool:
+    """Whether the launcher offers loader TMA (with PRODUCER_WG or FOUR_WGS): at MMA N = 128 in the fp8 mode
+    only."""
+    return producer_warpgroup_offered(heads, next_n) and not precise
 
 
 def variants(next_n: int, heads: int = 64, precise: bool = False) -> list[int]:
@@ -102,7 +100,7 @@ def variants(next_n: int, heads: int = 64, precise: bool = False) -> list[int]:
             if (ld != TMA and (g == 2 or (g == 3 and three_warpgroups_fit(heads, next_n))
                                or (g == PRODUCER_WG and producer_warpgroup_offered(heads, next_n))
                                or (g == FOUR_WGS and four_warpgroups_offered(heads, next_n))))
-            or (ld == TMA and tma_offered(heads, next_n, precise, g))]
+            or (ld == TMA and g in (PRODUCER_WG, FOUR_WGS) and tma_offered(heads, next_n, precise))]
 
 
 def run(q, kv_cache, weights, context_lens, block_table, max_context_len, clean, precise, *,

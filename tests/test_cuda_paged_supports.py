@@ -79,18 +79,16 @@ def test_four_warpgroups_config():
         assert ppi.four_warpgroups_offered(h, next_n) is offered
         assert (225 in ppi.variants(next_n, h)) is offered
         assert any(c % 10 == 5 and c // 10 % 10 != ppi.TMA for c in ppi.variants(next_n, h)) is offered
-    assert ppi.variants(1, 64) == [112, 113, 115, 122, 123, 125, 135, 212, 213, 215, 222, 223, 225, 235]
+    assert ppi.variants(1, 64) == [112, 113, 115, 122, 123, 125, 212, 213, 215, 222, 223, 225]
 
 
 def test_tma_loader_config():
-    """Loader TMA (pages as A from shared memory) is offered in the fp8 mode with a producer warpgroup only:
-    FOUR_WGS at any MMA N, PRODUCER_WG at N = 128."""
+    """Loader TMA (pages as A from shared memory) is offered with a producer warpgroup (3 or 4 math
+    warpgroups) at MMA N = 128 in the fp8 mode only."""
     assert ppi.make_config(ppi.FOUR_WGS, ppi.TMA, ppi.BALANCED) == 235
-    for h, next_n, n128 in ((64, 1, False), (64, 2, True), (32, 1, False), (32, 2, False), (32, 4, True)):
-        assert ppi.tma_offered(h, next_n, False, ppi.FOUR_WGS)
-        assert ppi.tma_offered(h, next_n, False, ppi.PRODUCER_WG) is n128
-        assert not any(ppi.tma_offered(h, next_n, False, g) for g in (0, 2, 3))
-        assert not any(ppi.tma_offered(h, next_n, True, g) for g in (ppi.PRODUCER_WG, ppi.FOUR_WGS))
+    for h, next_n, offered in ((64, 1, False), (64, 2, True), (32, 2, False), (32, 4, True)):
+        assert ppi.tma_offered(h, next_n, False) is offered
+        assert not ppi.tma_offered(h, next_n, True)
         tma = [c for c in ppi.variants(next_n, h) if c // 10 % 10 == ppi.TMA]
-        assert tma == ([134, 135, 234, 235] if n128 else [135, 235])
+        assert tma == ([134, 135, 234, 235] if offered else [])
         assert not [c for c in ppi.variants(next_n, h, precise=True) if c // 10 % 10 == ppi.TMA]

@@ -505,7 +505,7 @@ PAGED_CASES = [
 # balanced; tens 1: cp.async, 2: bulk, 3: TMA pages read by the MMAs from shared memory; units 4: 3 math
 # warpgroups fed by a producer warpgroup, 5: 4 fed by one). A config the launcher does not offer for a case (3
 # warpgroups with a producer warp at MMA N = 128, 4 at N <= 64, 5 at N = 128 but with loader 3, loader 3 but
-# in the fp8 mode with 5, or with 4 at N = 128) must be refused by name.
+# with 4 or 5 at N = 128 in the fp8 mode) must be refused by name.
 PAGED_VARIANTS = [("triton", None), ("cuda", 2), ("cuda", 3), ("cuda", 113), ("cuda", 213), ("cuda", 222),
                   ("cuda", 223), ("cuda", 224), ("cuda", 115), ("cuda", 225), ("cuda", 134), ("cuda", 234),
                   ("cuda", 235)]
@@ -541,12 +541,12 @@ def test_paged_indexer_logits(backend, wg, case, precise):
 
 def _offered(config, next_n, h, precise):
     """Whether the CUDA launcher takes `config` for the shape (3 warpgroups at MMA N <= 64 only, 3 fed by a
-    producer warpgroup at N = 128 only, 4 fed by one at N <= 64 only but with loader 3; loader 3 in the fp8 mode
-    with 4 fed by a producer warpgroup, or 3 at N = 128)."""
+    producer warpgroup at N = 128 only, 4 fed by one at N <= 64 only but with loader 3; loader 3 with 3 or 4
+    fed by a producer warpgroup at N = 128 in the fp8 mode only)."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     if config // 10 % 10 == ppi.TMA:
-        return ppi.tma_offered(h, next_n, precise, config % 10)
+        return config % 10 in (ppi.PRODUCER_WG, ppi.FOUR_WGS) and ppi.tma_offered(h, next_n, precise)
     if config % 10 == ppi.PRODUCER_WG:
         return ppi.producer_warpgroup_offered(h, next_n)
     if config % 10 == ppi.FOUR_WGS:
@@ -768,7 +768,7 @@ def test_cuda_paged_config_rejected():
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
-    for bad in (4, 224, 6, 1, 31, 300, -1, 234, 233, 232):
+    for bad in (4, 224, 6, 1, 31, 300, -1, 234, 235, 233, 232):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
     args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)

@@ -335,50 +335,15 @@ __device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[64], uint64_t a_de
       : "l"(a_desc), "l"(b_desc), "r"(acc));
 }
 
-// As wgmma_ss_e4m3_n128, at N = 64.
-__device__ __forceinline__ void wgmma_ss_e4m3_n64(float (&d)[32], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a_desc), "l"(b_desc), "r"(acc));
-}
-
-// As wgmma_ss_e4m3_n128, at N = 32.
-__device__ __forceinline__ void wgmma_ss_e4m3_n32(float (&d)[16], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a_desc), "l"(b_desc), "r"(acc));
-}
-
-// acc = the warpgroup's 64 key rows (descriptor a_desc) times the Q tile of N = 2 kRegs rows (q_desc), both
-// K-major with the 128-byte swizzle and one 128-byte K block, so k-step s starts 32 s bytes in (descriptor +
-// 2 s); returns once the MMAs have completed.
-template <int kRegs>
-__device__ __forceinline__ void mma_tile_ss(float (&acc)[kRegs], uint64_t a_desc, uint64_t q_desc) {
-  static_assert(kRegs == 64 || kRegs == 32 || kRegs == 16, "N = 128, 64 or 32");
+// acc = the warpgroup's 64 key rows (descriptor a_desc) times the Q tile (q_desc), both K-major with the
+// 128-byte swizzle and one 128-byte K block, so k-step s starts 32 s bytes in (descriptor + 2 s);
+// returns once the MMAs have completed.
+__device__ __forceinline__ void mma_tile_ss(float (&acc)[64], uint64_t a_desc, uint64_t q_desc) {
   fence_acc(acc);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < kDim / 32; ++s) {
-    if constexpr (kRegs == 64) {
-      wgmma_ss_e4m3_n128(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
-    } else if constexpr (kRegs == 32) {
-      wgmma_ss_e4m3_n64(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
-    } else {
-      wgmma_ss_e4m3_n32(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
-    }
+    wgmma_ss_e4m3_n128(acc, a_desc + 2 * s, q_desc + 2 * s, s > 0 ? 1u : 0u);
   }
   wgmma_commit();
   wgmma_wait_all();

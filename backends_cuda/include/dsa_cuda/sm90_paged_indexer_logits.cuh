@@ -30,7 +30,7 @@
 //   positions score -inf.
 // - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
 //   relu / weights / head sum / key scale), then a store masked by each token's visible length. Loader 3
-//   (kTma, with a producer warpgroup, fp8): a page is one TMA box into 128-byte-swizzled rows and the MMAs
+//   (kTma, with a producer warpgroup, fp8, N = 128): a page is one TMA box into 128-byte-swizzled rows and the MMAs
 //   read it as A from shared memory, as the dense TMA kernel does: no A-fragment loads and no chunk-order
 //   selects on a warpgroup's serial page chain, the stage released once the MMAs completed; with A out of the
 //   registers, 4 math warpgroups fit at N = 128 too.
@@ -466,16 +466,15 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kBulk: the page loader (bulk copies into plain rows, or cp.async into swizzled rows); kWgProducer: a
-// producer warpgroup and setmaxnreg (Cfg); kTma (with both, fp8 MMAs; 4 math warpgroups, or 3 at N = 128):
-// each page's values one TMA box of kv_map into swizzled rows, read by the MMAs from shared memory (no A
-// fragments in registers), Q in natural D order. kv_map is unused without kTma. See the top.
+// producer warpgroup and setmaxnreg (Cfg); kTma (with both, fp8 MMAs at N = 128): each page's values one TMA
+// box of kv_map into swizzled rows, read by the MMAs from shared memory (no A fragments in registers), Q in
+// natural D order. kv_map is unused without kTma. See the top.
 template <int kMode, int kHeads, int kRows, int kWgs, bool kBulk, bool kWgProducer = false, bool kTma = false>
 __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>::kThreads, 1)
     paged_indexer_logits_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  static_assert(!kTma || (kBulk && kWgProducer && kMode == kFp8Mma && (kWgs == 4 || kHeads * kRows == 128)),
-                "TMA pages with A from shared memory: the producer-warpgroup kernels' fp8 MMAs (3 warpgroups at "
-                "N = 128)");
+  static_assert(!kTma || (kBulk && kWgProducer && kMode == kFp8Mma && kHeads * kRows == 128),
+                "TMA pages with A from shared memory: the producer-warpgroup kernels' fp8 MMAs at N = 128");
   static_assert(kWgs != 4 || kTma || kHeads * kRows <= 64, "4 math warpgroups: A in registers fits N <= 64 only");
   constexpr int kN = kHeads * kRows;
   using C = Cfg<kMode, kN, kWgs, kWgProducer>;
@@ -632,8 +631,8 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
       } else {
         float total[2 * kRows / 4];
         quad_reduce_scatter<2 * kRows>(part, c, total);
-        // 4 math warpgroups with loader 3 rebuild the row pointer here: held across the tile loop, it spilled 4
-        // bytes at 112 registers (N = 128).
+        // 4 math warpgroups at N = 128 rebuild the row pointer here: held across the tile loop, it spilled 4
+        // bytes at 112 registers.
         float* const out_row = kTma && kWgs == 4
                                    ? (my_r < t.ntok ? a.out + (t.row0 + my_r) * a.out_row_stride : nullptr)
                                    : row_out;
