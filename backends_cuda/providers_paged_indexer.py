@@ -47,9 +47,8 @@ def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) ->
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`; PRODUCER_WG:
     3 fed by a producer warpgroup, see `producer_warpgroup_offered`; FOUR_WGS: 4 fed by a producer
     warpgroup, see `four_warpgroups_offered`), page loader (CP_ASYNC, BULK or TMA, see `tma_offered`) and
-    schedule (CHUNKS or
-    BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, FOUR_WGS at MMA N <= 64,
-    PRODUCER_WG at N = 128)."""
+    schedule (CHUNKS or BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, FOUR_WGS at MMA
+    N <= 64, PRODUCER_WG at N = 128)."""
     if math_warpgroups not in (0, 2, 3, PRODUCER_WG, FOUR_WGS):
         raise ValueError(f"math_warpgroups must be 0, 2, 3, PRODUCER_WG (4) or FOUR_WGS (5), got {math_warpgroups}")
     if loader not in (0, CP_ASYNC, BULK, TMA):

@@ -54,10 +54,10 @@ struct PagedIndexerLogitsParams {
   //         elsewhere 3 is refused by name. 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg
   //         40 / 152), offered at N = 128 only (the default there), refused by name elsewhere. 5: 4 math
   //         warpgroups fed by a producer warpgroup (setmaxnreg 32 / 112), offered at N <= 64 (the default
-  //         there) and with loader 3 at any N.
+  //         there) and with loader 3 at N = 128.
   //   tens: page loader: 1 cp.async by the producer warp into swizzled rows, 2 bulk copies (TMA) into plain
   //         rows, 3 a TMA box a page into swizzled rows read by the MMAs as A from shared memory (fp8 mode,
-  //         with ones 5, or 4 at N = 128; refused by name elsewhere).
+  //         with ones 4 or 5, at N = 128; refused by name elsewhere).
   //   hundreds: schedule: 1 fixed chunks strided over the grid, 2 balanced contiguous tile ranges.
   // Every variant computes the same scores bit for bit, but loader 3's (natural D order in its MMAs: the fp8
   // MMAs group the products otherwise; within the fp8 mode's bound).

@@ -429,6 +429,18 @@ __device__ __forceinline__ void head_sums(const float (&d)[kN / 2], const float 
   }
 }
 
+// head_sums, its signed epilogue taken when any key of the warp has a negative scale (any_negative_scale;
+// kLate: the test after the MMA wait).
+template <int kHeads, int kN, bool kLate>
+__device__ __forceinline__ void head_sums_by_sign(const float (&d)[kN / 2], const float (&w)[kN / 4], float s0,
+                                                  float s1, float (&v)[2 * (kN / kHeads)]) {
+  if (any_negative_scale<kLate>(s0, s1, d[0])) {
+    head_sums<kHeads, kN, true>(d, w, s0, s1, v);
+  } else {
+    head_sums<kHeads, kN, false>(d, w, s0, s1, v);
+  }
+}
+
 // Sum each of the quad's values over its 4 lanes, leaving lane c with the totals of v[4 b + c]
 // (b < kValues / 4): a reduce-scatter, half the shuffles of an all-reduce.
 template <int kValues>
@@ -467,12 +479,7 @@ __device__ __forceinline__ void score_fragments(const uint32_t (&fa)[ModeTraits<
                                                 float s0, float s1, float (&part)[2 * (kN / kHeads)]) {
   mbar_arrive(empty_bar);  // the tile is in registers: the producer may refill the stage
   mma_tile<kMode, kN>(acc, fa, q_desc);
-  const bool any_negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
-  if (any_negative) {
-    head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-  } else {
-    head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-  }
+  head_sums_by_sign<kHeads, kN, false>(acc, w, s0, s1, part);
 }
 
 // One 64-key tile of a math warpgroup, from the stage in shared memory (load_a_fragments) through

@@ -295,11 +295,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
         phase ^= 1u;
       }
       float part[2 * kRows];
-      if (any_negative_scale<kMode == kFp8Mma && kWgs == 4>(s0, s1, acc[0])) {
-        head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-      } else {
-        head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-      }
+      head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
       slots.store(a, part, c, key0);
     }
   }

@@ -68,7 +68,8 @@ enum Schedule : int32_t {
 // kWgs math warpgroups (2, 3 or 4), each one page of every kWgs-page tile. kWgProducer: the producer is
 // a whole warpgroup, so setmaxnreg can move its registers to the math threads; its first warp copies, the
 // other three exit. Config digit 4 (3 math warpgroups at N = 128, the default there) and digit 5 (4 math
-// warpgroups at N <= 64, four pages in flight an SM as DeepGEMM's paged kernel keeps).
+// warpgroups at N <= 64, or at N = 128 with loader 3; four pages in flight an SM as DeepGEMM's paged kernel
+// keeps).
 template <int kMode, int kN, int kWgs, bool kWgProducer = false>
 struct Cfg {
   static constexpr int kMathThreads = 128 * kWgs;
@@ -611,11 +612,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
         // descriptor rebuilt from the base, not held across the loop (4 warpgroups: 112 registers).
         mma_tile_ss(acc, sw128_desc(tile_smem + uint32_t(wg * kPageBytes)), sw128_desc(q_smem));
         mbar_arrive(empty_bar);
-        if (any_negative_scale<true>(s0, s1, acc[0])) {
-          head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-        } else {
-          head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-        }
+        head_sums_by_sign<kHeads, kN, true>(acc, w, s0, s1, part);
       } else if constexpr (kBulk) {
         score_tile_rows<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
       } else {
