@@ -4,7 +4,8 @@ Hopper only; the scoring core is indexer_logits' own, sm90_indexer_core.cuh).
 Calls ``torch.ops.dsa_cuda.paged_indexer_logits_out(q, kv_cache, weights, context_lens, block_table,
 max_context_len, clean, fp8_mma, config, out)`` with ``fp8_mma = not precise``; ``config`` picks the
 kernel variant (`make_config`), 0 the launcher's defaults (``resolve`` in kernels/paged_indexer_logits.cu,
-the one place they are chosen). Every variant gives the same scores bit for bit, but loader TMA's: its MMAs read
+the one place they are chosen; `default_config` names them for the tests, which check that the two agree).
+Every variant gives the same scores bit for bit, but loader TMA's: its MMAs read
 the keys from shared memory in natural D order (the others permute D in A and Q alike), so its fp8 MMAs
 accumulate the products in another grouping, within the fp8 mode's bound.
 
@@ -14,7 +15,9 @@ accumulation. H200, 64 requests x 65536 positions, fp8: next_n 1 138.6 us with b
 loader and 3 math warpgroups against 162.3 with chunks, cp.async and 3; next_n 2 (MMA N = 128) 182.4 us with
 3 math warpgroups fed by a producer warpgroup against 212.8 with 2. At N <= 64 the default is 4 math
 warpgroups fed by a producer warpgroup (H100, next_n 1: 195.7 against 196.9 us with 3 on distinct pages,
-117.1 against 131.1 on L2-resident ones).
+117.1 against 131.1 on L2-resident ones); at N = 128 in the fp8 mode 4 math warpgroups with loader TMA (H100,
+next_n 2: 203.0 against 205.3 us with 3 and the bulk loader on distinct pages, 150.8 against 162.5 on
+L2-resident ones).
 """
 
 from __future__ import annotations
@@ -47,8 +50,7 @@ def make_config(math_warpgroups: int = 0, loader: int = 0, schedule: int = 0) ->
     """The kernel's config int: math warpgroups per CTA (2 or 3, see `three_warpgroups_fit`; PRODUCER_WG:
     3 fed by a producer warpgroup, see `producer_warpgroup_offered`; FOUR_WGS: 4 fed by a producer
     warpgroup, see `four_warpgroups_offered`), page loader (CP_ASYNC, BULK or TMA, see `tma_offered`) and
-    schedule (CHUNKS or BALANCED); 0 leaves a field to the launcher's default (BALANCED, BULK, FOUR_WGS at MMA
-    N <= 64, PRODUCER_WG at N = 128)."""
+    schedule (CHUNKS or BALANCED); 0 leaves a field to the launcher's default (`default_config`)."""
     if math_warpgroups not in (0, 2, 3, PRODUCER_WG, FOUR_WGS):
         raise ValueError(f"math_warpgroups must be 0, 2, 3, PRODUCER_WG (4) or FOUR_WGS (5), got {math_warpgroups}")
     if loader not in (0, CP_ASYNC, BULK, TMA):
@@ -90,6 +92,25 @@ def tma_offered(heads: int, next_n: int, precise: bool) -> bool:
     """Whether the launcher offers loader TMA (with PRODUCER_WG or FOUR_WGS): at MMA N = 128 in the fp8 mode
     only."""
     return producer_warpgroup_offered(heads, next_n) and not precise
+
+
+def default_config(heads: int, next_n: int, precise: bool) -> int:
+    """The explicit config the launcher's default (config 0) runs for a shape and mode, as `resolve` in
+    kernels/paged_indexer_logits.cu chooses it (a GPU test checks the two agree bitwise): balanced; FOUR_WGS and
+    BULK at MMA N <= 64; at N = 128 FOUR_WGS and TMA in the fp8 mode, PRODUCER_WG and BULK in the exact mode."""
+    if heads * rows_per_item(heads, next_n) <= 64:
+        return make_config(FOUR_WGS, BULK, BALANCED)
+    return make_config(PRODUCER_WG, BULK, BALANCED) if precise else make_config(FOUR_WGS, TMA, BALANCED)
+
+
+def natural_order(config: int, heads: int, next_n: int, precise: bool) -> bool:
+    """Whether `config` runs loader TMA for the shape (its default loader resolved as the launcher does): its MMAs
+    read the keys in natural D order, so its scores are bitwise those of the other TMA configs, not the others'."""
+    loader = config // 10 % 10
+    if loader == 0:
+        producer_wg = config % 10 in (0, PRODUCER_WG, FOUR_WGS)
+        loader = default_config(heads, next_n, precise) // 10 % 10 if producer_wg else BULK
+    return loader == TMA
 
 
 def variants(next_n: int, heads: int = 64, precise: bool = False) -> list[int]:

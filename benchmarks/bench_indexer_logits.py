@@ -423,8 +423,9 @@ def test_paged_config_sweep(bench, case):
         fn = lambda c=config: ppi.run(*args, L, True, False, config=c, out=out)  # noqa: E731
         fn()
         same = torch.equal(out, ref)
-        # Loader TMA (natural D order in the MMAs): within twice the fp8 bound of the default's scores.
-        tma_err = _row_rel_err(out, ref) if config // 10 % 10 == ppi.TMA else None
+        # Loader TMA (natural D order in the MMAs) against the others: within twice the fp8 bound of the default's.
+        other_class = ppi.natural_order(config, h, next_n, False) != ppi.natural_order(0, h, next_n, False)
+        tma_err = _row_rel_err(out, ref) if other_class else None
         us = bench.timer.median_us(fn, warmup=3, iters=30)
         vs = "" if dg_us is None else f"  {us / dg_us:.3f}x deepgemm"
         err = "" if tma_err is None else f"  max err / row max vs default {tma_err:.1e}"

@@ -92,3 +92,16 @@ def test_tma_loader_config():
         tma = [c for c in ppi.variants(next_n, h) if c // 10 % 10 == ppi.TMA]
         assert tma == ([134, 135, 234, 235] if offered else [])
         assert not [c for c in ppi.variants(next_n, h, precise=True) if c // 10 % 10 == ppi.TMA]
+
+
+def test_default_config_names():
+    """default_config mirrors the launcher's resolve (the GPU test test_cuda_paged_default_config checks them
+    bitwise); natural_order resolves a config's default loader the same way."""
+    assert ppi.default_config(64, 1, False) == ppi.default_config(64, 1, True) == 225
+    assert ppi.default_config(32, 2, False) == 225
+    assert ppi.default_config(64, 2, False) == ppi.default_config(32, 4, False) == 235
+    assert ppi.default_config(64, 2, True) == ppi.default_config(32, 3, True) == 224
+    assert ppi.natural_order(0, 64, 2, False) and ppi.natural_order(204, 64, 2, False)
+    assert not any(ppi.natural_order(c, 64, 2, False) for c in (224, 2, 3, 202, 212))
+    assert not ppi.natural_order(0, 64, 2, True) and not ppi.natural_order(0, 64, 1, False)
+    assert ppi.natural_order(235, 64, 1, False) and not ppi.natural_order(5, 64, 1, False)

@@ -528,15 +528,22 @@ def test_paged_indexer_logits(backend, wg, case, precise):
             _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
         return
     _paged_direct(backend, wg)(*args, L, True, precise, out=poisoned)
-    if backend == "cuda" and wg // 10 % 10 == 3:
+    if backend == "cuda" and _natural_order(wg, next_n, h, precise) != _natural_order(0, next_n, h, precise):
         # Loader 3's MMAs read the keys in natural D order (the others permute D in A and Q alike): the fp8
-        # MMAs group the products otherwise, so its scores are checked against the reference, every element.
+        # MMAs group the products otherwise, so across the two its scores are checked against the reference,
+        # every element, with the same -inf pattern.
         _check_mode(poisoned, ref, precise, args=_paged_condition(args, L))
-        assert torch.equal(torch.isfinite(poisoned), torch.isfinite(out))  # the same -inf pattern
+        assert torch.equal(torch.isfinite(poisoned), torch.isfinite(out))
         return
-    # Every element written, and bitwise the op's result: every other config of the CUDA kernel runs the same
+    # Every element written, and bitwise the op's result: every config of the op's loader class runs the same
     # per-page arithmetic.
     assert torch.equal(poisoned, out)
+
+
+def _natural_order(config, next_n, h, precise):
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    return ppi.natural_order(config or 0, h, next_n, precise)
 
 
 def _offered(config, next_n, h, precise):
@@ -722,9 +729,10 @@ PAGED_CONFIG_CASES = [
 @pytest.mark.parametrize("case", PAGED_CONFIG_CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}")
 def test_cuda_paged_configs_bitwise(case, precise):
     """Every config of the CUDA paged kernel (math warpgroups x page loader x schedule) writes every
-    element of a poisoned output, bitwise equal to the default config's, on hostile block tables (ids
-    -1, past num_blocks, INT32_MIN); the default is checked against the reference. Loader 3 (natural D order
-    in its MMAs) is checked against the reference, with the default's -inf pattern."""
+    element of a poisoned output, bitwise equal to the default config's where it runs the default's loader class,
+    on hostile block tables (ids -1, past num_blocks, INT32_MIN); the default is checked against the reference.
+    Across the classes (loader 3's natural D order in its MMAs against the others') a config is checked against
+    the reference, with the default's -inf pattern."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     b, next_n, h, ctx, nb, mb, L = case
@@ -735,11 +743,24 @@ def test_cuda_paged_configs_bitwise(case, precise):
     for config in ppi.variants(next_n, h, precise):
         out = torch.full((b * next_n, L), POISON, device="cuda")
         ppi.run(*args, L, True, precise, config=config, out=out)
-        if config // 10 % 10 == ppi.TMA:
+        if ppi.natural_order(config, h, next_n, precise) != ppi.natural_order(0, h, next_n, precise):
             _check_mode(out, ref, precise, args=_paged_condition(args, L))
             assert torch.equal(torch.isfinite(out), torch.isfinite(ref_out)), f"config {config}"
         else:
             assert torch.equal(out, ref_out), f"config {config}"
+
+
+@pytest.mark.parametrize("precise", MODES, ids=_mode_id)
+@pytest.mark.parametrize("case", PAGED_CONFIG_CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-H{c[2]}-L{c[6]}")
+def test_cuda_paged_default_config(case, precise):
+    """The launcher's default (config 0) is the explicit config providers_paged_indexer.default_config names for
+    the shape and mode, bitwise (the Python side's mirror of `resolve`, which the tests' loader classes use)."""
+    from dsa_ops.backends.cuda import providers_paged_indexer as ppi
+
+    b, next_n, h, ctx, nb, mb, L = case
+    args = _paged(b, next_n, h, ctx, nb, mb, hostile=True, seed=73)
+    named = ppi.default_config(h, next_n, precise)
+    assert torch.equal(ppi.run(*args, L, True, precise), ppi.run(*args, L, True, precise, config=named)), named
 
 
 def test_cuda_paged_empty_cache():
@@ -763,8 +784,9 @@ def test_cuda_paged_empty_cache():
 
 def test_cuda_paged_config_rejected():
     """A config outside the three digits, 3 math warpgroups with a producer warp where they are not offered
-    (MMA N = 128), 3 fed by a producer warpgroup (4) where not offered (N <= 64), or 4 fed by one (5) where
-    not offered (N = 128), is refused by name, never run as another variant."""
+    (MMA N = 128), 3 fed by a producer warpgroup (4) where not offered (N <= 64), 4 fed by one (5) where not
+    offered (N = 128 but with loader 3), or loader 3 where not offered, is refused by name, never run as another
+    variant."""
     from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
     args = _paged(1, 1, 64, [100], 4, 2, hostile=False)
@@ -772,7 +794,7 @@ def test_cuda_paged_config_rejected():
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args, 128, True, False, config=bad)
     args2 = _paged(1, 2, 64, [100], 4, 2, hostile=False)
-    for bad, precise in ((3, False), (223, False), (213, False), (113, True), (5, False), (225, True), (234, True),
+    for bad, precise in ((3, False), (223, False), (213, False), (113, True), (5, True), (225, True), (234, True),
                          (235, True), (232, False), (233, False)):
         with pytest.raises(RuntimeError, match="config"):
             ppi.run(*args2, 128, True, precise, config=bad)
