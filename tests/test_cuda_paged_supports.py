@@ -104,4 +104,4 @@ def test_default_config_names():
     assert ppi.natural_order(0, 64, 2, False) and ppi.natural_order(204, 64, 2, False)
     assert not any(ppi.natural_order(c, 64, 2, False) for c in (224, 2, 3, 202, 212))
     assert not ppi.natural_order(0, 64, 2, True) and not ppi.natural_order(0, 64, 1, False)
-    assert ppi.natural_order(235, 64, 1, False) and not ppi.natural_order(5, 64, 1, False)
+    assert not ppi.natural_order(5, 64, 1, False) and ppi.natural_order(5, 64, 2, False)
