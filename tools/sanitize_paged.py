@@ -2,7 +2,9 @@
 against the reference. The block table past each context is poisoned (-1, huge, INT32_MIN) and some
 visible pages point outside the cache, so a stray lookup or read shows under the sanitizer:
 
-    compute-sanitizer --tool memcheck --error-exitcode 9 python tools/sanitize_paged.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python tools/sanitize_paged.py [H NEXT_N]
+
+H and NEXT_N narrow the run to one head count and next_n (e.g. `64 2`: the loader-TMA configs among them).
 """
 
 import os
@@ -18,8 +20,11 @@ from harness import score_error  # noqa: E402
 FP8 = torch.float8_e4m3fn
 g = torch.Generator(device="cuda").manual_seed(0)
 failed = []
+only = tuple(int(x) for x in sys.argv[1:3])
 for h in (64, 32):
     for next_n in (1, 2, 3):
+        if only and (h, next_n) != only:
+            continue
         for precise in (True, False):
             b, d, nb, mb, L = 5, 128, 30, 12, 700
             ctx = torch.tensor([700, 1, 0, 129, 64], dtype=torch.int32, device="cuda")
