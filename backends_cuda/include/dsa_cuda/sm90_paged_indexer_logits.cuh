@@ -419,61 +419,6 @@ __device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int
   score_fragments<kMode, kHeads, kN>(fa, empty_bar, q_desc, acc, w, s0, s1, part);
 }
 
-#if DSA_PAGED_SPLIT_N
-// As wgmma_ss_e4m3_n128, at N = 64.
-__device__ __forceinline__ void wgmma_ss_e4m3_n64(float (&d)[32], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a_desc), "l"(b_desc), "r"(acc));
-}
-
-// A page at N = 128 (2 rows of 64 heads) as two N = 64 halves, each its own commit group: row 0's head sums run
-// while row 1's MMAs do. The same products and sums per score as mma_tile_ss + head_sums_by_sign.
-template <int kHeads>
-__device__ __forceinline__ void score_page_halves(float (&acc)[64], const float (&w)[32], uint64_t a_desc,
-                                                  uint32_t q_smem, uint32_t empty_bar, float s0, float s1,
-                                                  float (&part)[4]) {
-  static_assert(kHeads == 64, "halves are rows of 64 heads");
-  float(&d0)[32] = *reinterpret_cast<float(*)[32]>(&acc[0]);
-  float(&d1)[32] = *reinterpret_cast<float(*)[32]>(&acc[32]);
-  const float(&w0)[16] = *reinterpret_cast<const float(*)[16]>(&w[0]);
-  const float(&w1)[16] = *reinterpret_cast<const float(*)[16]>(&w[16]);
-  const uint64_t q0 = sw128_desc(q_smem), q1 = sw128_desc(q_smem + 64u * 128u);
-  fence_acc(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < kDim / 32; ++s) {
-    wgmma_ss_e4m3_n64(d0, a_desc + 2 * s, q0 + 2 * s, s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-#pragma unroll
-  for (int s = 0; s < kDim / 32; ++s) {
-    wgmma_ss_e4m3_n64(d1, a_desc + 2 * s, q1 + 2 * s, s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-  fence_acc(d0);
-  float v0[2], v1[2];
-  head_sums_by_sign<64, 64, true>(d0, w0, s0, s1, v0);
-  wgmma_wait_all();
-  fence_acc(d1);
-  mbar_arrive(empty_bar);
-  head_sums_by_sign<64, 64, true>(d1, w1, s0, s1, v1);
-  part[0] = v0[0];  // part[kh * 2 + r]
-  part[1] = v1[0];
-  part[2] = v0[1];
-  part[3] = v1[1];
-}
-#endif
-
 template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
                                          uint32_t empty) {
@@ -665,17 +610,9 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
       if constexpr (kTma) {
         // The warpgroup's page as A from shared memory; the stage is released once its MMAs completed. Q's
         // descriptor rebuilt from the base, not held across the loop (4 warpgroups: 112 registers).
-#if DSA_PAGED_SPLIT_N
-        if constexpr (kRows == 2) {
-          score_page_halves<kHeads>(acc, w, sw128_desc(tile_smem + uint32_t(wg * kPageBytes)), q_smem, empty_bar, s0,
-                                    s1, part);
-        } else
-#endif
-        {
-          mma_tile_ss(acc, sw128_desc(tile_smem + uint32_t(wg * kPageBytes)), sw128_desc(q_smem));
-          mbar_arrive(empty_bar);
-          head_sums_by_sign<kHeads, kN, true>(acc, w, s0, s1, part);
-        }
+        mma_tile_ss(acc, sw128_desc(tile_smem + uint32_t(wg * kPageBytes)), sw128_desc(q_smem));
+        mbar_arrive(empty_bar);
+        head_sums_by_sign<kHeads, kN, true>(acc, w, s0, s1, part);
       } else if constexpr (kBulk) {
         score_tile_rows<kMode, kHeads, kN>(tile_smem, kr0, kr1, c, empty_bar, q_desc, acc, w, s0, s1, part);
       } else {
