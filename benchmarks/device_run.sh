@@ -6,7 +6,8 @@
 #   TESTS=tests/test_gpu_topk.py BENCH=benchmarks/bench_topk.py bash benchmarks/device_run.sh build test bench
 # With `keepso` the built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to
 # skip the build next time. The results and the test summary record the tree's commit: `git describe`, or
-# DSA_OPS_COMMIT where the copy on the GPU machine has no .git.
+# DSA_OPS_COMMIT where the copy on the GPU machine has no .git. More than 8 files under $OUT end as one archive,
+# $OUT/device_run.tgz (the GPU machine hands back 8 at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -71,6 +72,11 @@ if has sanitize; then
       python3 tools/sanitize_small.py >> "$f" 2>&1
     echo "compute-sanitizer $tool [${mode:-default}] exit $?: $(tail -2 "$f" | tr '\n' ' ')"
   done
+fi
+# The GPU machine hands back at most 8 files from $OUT: past that, one archive of them all.
+if (( $(find "$OUT" -maxdepth 1 -type f | wc -l) > 8 )); then
+  tar -czf /tmp/device_run.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/device_run.tgz "$OUT/"
+  log "more than 8 files: bundled into $OUT/device_run.tgz"
 fi
 log "done (tests rc=$rc)"
 exit $rc
