@@ -109,7 +109,7 @@ def natural_order(config: int, heads: int, next_n: int, precise: bool) -> bool:
     loader = config // 10 % 10
     if loader == 0:
         producer_wg = config % 10 in (0, PRODUCER_WG, FOUR_WGS)
-        loader = default_config(heads, next_n, precise) // 10 % 10 if producer_wg else BULK
+        loader = TMA if producer_wg and tma_offered(heads, next_n, precise) else BULK
     return loader == TMA
 
 

@@ -305,6 +305,17 @@ def find_nvcc(release: str) -> str:
     raise MissingToolchain(f"nvcc {release} not found{found}: {HINT}, or set {env}")
 
 
+def find_any_nvcc(releases: tuple[str, ...] = ("13.5", "13.0")) -> str:
+    """The first of `releases` found (find_nvcc): for host-side tests that need CUDA headers or PTX only."""
+    errors = []
+    for release in releases:
+        try:
+            return find_nvcc(release)
+        except MissingToolchain as e:
+            errors.append(str(e))
+    raise MissingToolchain("; ".join(errors))
+
+
 def find_clang() -> str:
     clang = os.environ.get("DSA_CLANG") or shutil.which("clang++-22")
     if not clang:

@@ -40,12 +40,8 @@ int main() {
 
 
 def _cuda_include() -> Path:
-    for release in ("13.5", "13.0"):  # scripts/install_toolchains.sh's, then the system's
-        try:
-            return Path(gates.find_nvcc(release)).resolve().parent.parent / "include"
-        except gates.MissingToolchain:
-            continue
-    raise AssertionError("no CUDA headers: run scripts/install_toolchains.sh (the test command does)")
+    # scripts/install_toolchains.sh's nvcc 13.5, then the system's 13.0 (the test command installs the first).
+    return Path(gates.find_any_nvcc()).resolve().parent.parent / "include"
 
 
 def test_per_device_cache(tmp_path):
