@@ -135,7 +135,10 @@ Variant resolve(int32_t config, int64_t heads, int rows, bool fp8_mma) {
   const bool producer_wg = wgs == 0 || wgs == 4 || wgs == 5;
   const bool n128_fp8 = heads * rows == 128 && fp8_mma;
   const int loader = config / 10 % 10 != 0 ? config / 10 % 10 : n128_fp8 && producer_wg ? 3 : 2;
-  const int math_wgs = wgs == 5 || (wgs == 0 && (heads * rows <= 64 || n128_fp8)) ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
+  // A default warpgroup count follows the loader: 4 at N = 128 only with loader 3 (the others' A fragments
+  // do not fit 112 registers there), so an explicit loader 1 or 2 keeps 3 fed by a producer warpgroup.
+  const bool four = wgs == 5 || (wgs == 0 && (heads * rows <= 64 || loader == 3));
+  const int math_wgs = four ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
   return Variant{math_wgs, producer_wg, loader != 1, loader == 3, schedule != 1};
 }
 
