@@ -94,6 +94,7 @@ using smxx::cp_async_arrive;
 using smxx::e4m3x2_to_f16x2;
 using smxx::lds128;
 using smxx::lds32;
+using smxx::sts128;
 using smxx::sts32;
 
 template <int kMathThreads>
@@ -379,9 +380,7 @@ __device__ __forceinline__ void stage_q_row_natural(bool valid, const uint8_t* s
     if (valid) {
       x = __ldg(reinterpret_cast<const uint4*>(src_row) + j);
     }
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(q_smem + uint32_t(n * 128 + ((j ^ (n & 7)) << 4))),
-                 "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
-                 : "memory");
+    sts128(q_smem + uint32_t(n * 128 + ((j ^ (n & 7)) << 4)), x);
   }
 }
 

@@ -110,11 +110,6 @@ using smxx::tma_load_1d;
 using smxx::tma_load_2d;
 using smxx::ldg_if;  // smxx_memory.cuh
 
-__device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 // The item's Q tile as the MMA's B: row n = r * H + h, 128 bytes in natural D order (A is not
 // permuted here: the tensor core reads the keys as TMA stored them), 128-byte swizzle. The math threads
 // copy its 1024 16-byte chunks in turn (i: row i / 8, chunk i % 8).
