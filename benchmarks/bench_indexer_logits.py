@@ -25,7 +25,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops import registry
-from harness import capture_graph, host_overheads_us, matmul_tflops, record
+from harness import capture_graph, host_overheads_us, matmul_tflops, record, row_max_rel_err
 
 pytestmark = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
@@ -322,17 +322,6 @@ def deepgemm_paged_ctx(args):
     return ctx_dg.to(torch.int32).contiguous(), torch.cuda.get_device_properties(q.device).multi_processor_count
 
 
-def _row_rel_err(out, ref):
-    """max over rows of max |out - ref| / max |ref| over the positions finite in both (inf when the -inf
-    patterns differ)."""
-    fin = torch.isfinite(ref)
-    if not torch.equal(fin, torch.isfinite(out)):
-        return float("inf")
-    diff = torch.where(fin, (out - ref).abs(), 0).amax(1)
-    scale = torch.where(fin, ref.abs(), 0).amax(1).clamp_min(1e-30)
-    return float((diff / scale).max())
-
-
 def deepgemm_paged_us(bench, label, args, L):
     """DeepGEMM's fp8_fp4_paged_mqa_logits time on the paged inputs, and apart from it the time of the
     schedule-metadata kernel it needs (computed once per batch, outside the timed call, as vLLM does);
@@ -425,7 +414,7 @@ def test_paged_config_sweep(bench, case):
         same = torch.equal(out, ref)
         # Loader TMA (natural D order in the MMAs) against the others: within twice the fp8 bound of the default's.
         other_class = ppi.natural_order(config, h, next_n, False) != ppi.natural_order(0, h, next_n, False)
-        tma_err = _row_rel_err(out, ref) if other_class else None
+        tma_err = row_max_rel_err(out, ref) if other_class else None
         us = bench.timer.median_us(fn, warmup=3, iters=30)
         vs = "" if dg_us is None else f"  {us / dg_us:.3f}x deepgemm"
         err = "" if tma_err is None else f"  max err / row max vs default {tma_err:.1e}"

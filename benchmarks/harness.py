@@ -159,6 +159,17 @@ def score_error(name: str, out: torch.Tensor, ref: torch.Tensor, fp8_mma: bool, 
         failed.append(name)
 
 
+def row_max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """The largest over rows of max |out - ref| / max |ref| over the row's finite positions (inf when the -inf
+    patterns differ): how far one indexer config's scores are from another's, in the default mode's terms."""
+    fin = torch.isfinite(ref)
+    if not torch.equal(fin, torch.isfinite(out)):
+        return float("inf")
+    diff = torch.where(fin, (out - ref).abs(), 0).amax(1)
+    scale = torch.where(fin, ref.abs(), 0).amax(1).clamp_min(1e-30)
+    return float((diff / scale).max())
+
+
 def copy_bandwidth_gbps(timer: Timer, nbytes: int = 2 << 30) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device=timer.device).random_(0, 255)

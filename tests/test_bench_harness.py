@@ -46,3 +46,14 @@ def test_host_overheads_take_batches_in_turn_after_a_warmup(monkeypatch):
     # one warm-up round of a batch each, then three batches each, in turn: a*10 b*10 a*10 b*10 ...
     assert calls == (["a"] * 10 + ["b"] * 10) * 4
     assert len(got) == 2 and all(0 <= best <= med for med, best in got)
+
+
+def test_row_max_rel_err_per_row_max_and_inf_patterns():
+    import torch
+
+    ninf = float("-inf")
+    ref = torch.tensor([[4.0, -2.0, ninf], [0.5, 0.25, ninf]])
+    out = torch.tensor([[4.0, -1.0, ninf], [0.5, 0.3, ninf]])
+    assert abs(harness.row_max_rel_err(out, ref) - 0.25) < 1e-6  # row 0: 1 / 4; row 1: 0.05 / 0.5
+    assert harness.row_max_rel_err(ref, ref) == 0.0
+    assert harness.row_max_rel_err(torch.tensor([[4.0, -2.0, 0.0], [0.5, 0.25, ninf]]), ref) == float("inf")
