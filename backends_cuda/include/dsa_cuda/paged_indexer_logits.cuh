@@ -47,8 +47,8 @@ struct PagedIndexerLogitsParams {
   // misses the 1e-5 contract); false widens e4m3 to fp16 in registers (exact) for fp16 MMAs.
   bool fp8_mma;
   bool clean;  // write -inf outside the visible positions
-  // Kernel variant, three decimal digits, each 0 for the launcher's default (resolve in
-  // paged_indexer_logits.cu, the one place the defaults are chosen):
+  // Kernel variant, three decimal digits, each 0 for the launcher's default, which fits the digits named beside
+  // it (resolve in paged_indexer_logits.cu, the one place the defaults are chosen):
   //   ones: math warpgroups per CTA, each one 64-position page of every tile: 2 or 3. 3 are offered at
   //         MMA N = next_n tokens x H <= 64 (416 threads get 128 registers a thread, too few at N = 128);
   //         elsewhere 3 is refused by name. 4: 3 math warpgroups fed by a producer warpgroup (setmaxnreg
