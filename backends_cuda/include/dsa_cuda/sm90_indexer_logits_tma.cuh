@@ -75,17 +75,12 @@ namespace sm90_indexer {
 // kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
 // fourth warpgroup's worth apart from TMA's in one sweep); kMode kFp8Mma (A from shared memory) or
 // kFp8AsF16 (config 4: 3 warpgroups, A from registers widened to fp16, Q staged as fp16).
-// kAhead_ (exact mode only, -1 for none): the look-ahead loop (exact_tiles_ahead), tile t + 1's key rows read
-// and its first kAhead_ k-steps widened under tile t's MMAs.
-template <int kWgs_, int kMode_ = kFp8Mma, int kAhead_ = -1>
+template <int kWgs_, int kMode_ = kFp8Mma>
 struct TmaCfg {
   static constexpr int kWgs = kWgs_;
   static constexpr int kMode = kMode_;
-  static constexpr int kAhead = kAhead_;
-  static constexpr int kAheadSteps = kAhead_;
   static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
   static_assert(kMode == kFp8Mma || (kMode == kFp8AsF16 && kWgs == 3), "fp8 MMAs, or fp16 with 3 warpgroups");
-  static_assert(kAhead == -1 || (kMode == kFp8AsF16 && (kAhead == 0 || kAhead == 4 || kAhead == 8)), "look-ahead: exact mode");
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
   static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
@@ -97,16 +92,12 @@ struct TmaCfg {
   // fp8 MMAs: the stage's key scales (fp32) come with it by TMA (a 1-D box of kv_scale) and are read from
   // shared memory. Global loads there made the wgmma fence wait for them (see the tile loop).
   static constexpr int kScaleBytes = kMode == kFp8Mma ? kTileKeys * 4 : 0;
-  // Look-ahead: the item's weights as a table (weight_table_offset), read by each epilogue, not held in registers.
-  static constexpr int kWeightBytes = kAhead >= 0 ? 4 * 144 : 0;
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8 + kWeightBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
   static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
   // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
-  // Look-ahead: 128 x 24 + 384 x 160 = 64512 (the next tile's row words beside the in-flight A fragments).
-  static constexpr int kProducerRegs = kWgs == 4 ? 32 : kAhead >= 0 ? 24 : 40;
-  static constexpr int kMathRegs = kWgs == 4 ? 112 : kAhead >= 0 ? 160 : 152;
+  static constexpr int kProducerRegs = kWgs == 4 ? 32 : 40;
+  static constexpr int kMathRegs = kWgs == 4 ? 112 : 152;
   static_assert(128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kLaunchRegs,
                 "setmaxnreg asks for more registers than the CTA starts with");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -196,179 +187,16 @@ struct ScoreSlots {
   }
 };
 
-
-// The look-ahead's weight table: column pair c's 32 weights (w[2 i + e] weights column 8 i + 2 c + e, as
-// load_item_weights) at byte 144 c, so the quad's four LDS.128 of one index fall in distinct banks.
-__device__ __forceinline__ uint32_t weight_table_offset(int c, int v) { return uint32_t(144 * c + 16 * v); }
-
-template <int kHeads>
-__device__ __forceinline__ void stage_weight_table(const KernelArgs& a, int64_t row0, uint32_t table) {
-  if (threadIdx.x < 128) {
-    const int c = threadIdx.x / 32, j = threadIdx.x % 32;
-    const int col = 8 * (j / 2) + 2 * c + j % 2;
-    const int64_t row = row0 + col / kHeads;
-    const float x = row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-    sts32(table + weight_table_offset(c, 0) + 4 * j, __float_as_uint(x));
-  }
-}
-
-// The thread's two key rows of a stage (load_a_fragments' reads), as words, not yet widened.
-__device__ __forceinline__ void load_row_words(uint32_t tile_smem, int kr0, int kr1, int c, uint32_t (&r0)[8],
-                                               uint32_t (&r1)[8]) {
-#pragma unroll
-  for (int v = 0; v < 2; ++v) {
-    const int ch = 2 * c + v;
-    put_chunk(r0, v, lds128(tile_smem + kr0 * kDim + ((ch ^ (kr0 & 7)) << 4)));
-    put_chunk(r1, v, lds128(tile_smem + kr1 * kDim + ((ch ^ (kr1 & 7)) << 4)));
-  }
-}
-
-// k-steps [kFrom, kTo) of the A fragments from the row words, e4m3 widened to fp16 (fragments_from_words).
-template <int kFrom, int kTo, int kSteps>
-__device__ __forceinline__ void widen_steps(const uint32_t (&r0)[8], const uint32_t (&r1)[8], uint32_t (&fa)[kSteps][4],
-                                            int shift = 0) {
-#pragma unroll
-  for (int s = kFrom; s < kTo; ++s) {
-    fa[s - shift][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
-    fa[s - shift][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
-    fa[s - shift][2] = e4m3x2_to_f16x2(r0[s] >> 16);
-    fa[s - shift][3] = e4m3x2_to_f16x2(r1[s] >> 16);
-  }
-}
-
-// The exact mode's tiles t.t0 .. t.t1 of an item with a look-ahead: tile t + 1's stage wait, key-scale loads and
-// row reads (and its first kAhead k-steps widened) between tile t's MMA issue and its wait, so that they leave the
-// warpgroup's serial chain. The stage is released once its MMAs are issued (every row word converted: the LDS
-// results are in registers). The sign test comes before tile t + 1's scale loads: issued after, its wait would
-// cover those loads too (one scoreboard). The weights come from the item's table (wtab), one read an epilogue.
-// Scores bitwise config 4's.
-// One tile of the look-ahead loop. On entry fa holds the tile's first kAhead k-steps, r0 / r1 its row words and
-// s0 / s1 its key scales; on return fn, r0 / r1 and s0 / s1 hold the next tile's (fn's first kAhead steps).
-template <class C, int kHeads>
-__device__ __forceinline__ void exact_tile_ahead(const KernelArgs& a, const Item<kN / kHeads>& t,
-                                                 const ScoreSlots<kN / kHeads>& slots, uint32_t stages, uint32_t full,
-                                                 uint32_t empty, uint32_t wtab, uint64_t q_desc, int kr0, int c,
-                                                 int lane, uint32_t& stage, uint32_t& phase, float (&acc)[64],
-                                                 int32_t tile, uint32_t (&r0)[8], uint32_t (&r1)[8],
-                                                 uint32_t (&fa)[8][4], uint32_t (&fn)[8][4], float& s0, float& s1) {
-  constexpr int kAhead = C::kAheadSteps;
-  constexpr int kSteps = ModeTraits<kFp8AsF16>::kSteps;
-  constexpr int kTileKeys = C::kTileKeys;
-  const int kr1 = kr0 + 8;
-  const int32_t key0 = tile * kTileKeys;
-  widen_steps<kAhead, kSteps, kSteps>(r0, r1, fa);
-  const bool negative = __any_sync(0xffffffffu, s0 < 0.f || s1 < 0.f);
-  fence_acc(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int b = 32 * s;
-    const uint32_t off = uint32_t((b >> 7) * kN * 128 + (b & 127));
-    wgmma_rs<kFp8AsF16, kN>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-  if (lane == 0) {  // the MMAs are issued from registers: the stage may be refilled
-    mbar_arrive(empty + stage * 8);
-  }
-  if (++stage == uint32_t(C::kStages)) {
-    stage = 0;
-    phase ^= 1u;
-  }
-  float n0 = 0.f, n1 = 0.f;
-  if (tile + 1 < t.t1) {
-    const int32_t next0 = key0 + kTileKeys;
-    const float* next_scale = a.kv_scale + int64_t(next0 + kr0) * a.kv_scale_stride;
-    n0 = ldg_if(next0 + kr0 < a.keys, next_scale);
-    n1 = ldg_if(next0 + kr1 < a.keys, next_scale + 8 * a.kv_scale_stride);
-    mbar_wait(full + stage * 8, phase);
-    load_row_words(stages + stage * C::kStageBytes, kr0, kr1, c, r0, r1);
-    widen_steps<0, kAhead, kSteps>(r0, r1, fn);
-  }
-  wgmma_wait_all();
-  fence_acc(acc);
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {  // the MMAs read these until the wait: keep them from reuse before it
-    asm volatile("" ::"r"(fa[s][0]), "r"(fa[s][1]), "r"(fa[s][2]), "r"(fa[s][3]));
-  }
-  float w[32];
-#pragma unroll
-  for (int v = 0; v < 8; ++v) {
-    const uint4 x = lds128(wtab + weight_table_offset(c, v));
-    w[4 * v + 0] = __uint_as_float(x.x);
-    w[4 * v + 1] = __uint_as_float(x.y);
-    w[4 * v + 2] = __uint_as_float(x.z);
-    w[4 * v + 3] = __uint_as_float(x.w);
-  }
-  float part[2 * (kN / kHeads)];
-  if (negative) {
-    head_sums<kHeads, kN, true>(acc, w, s0, s1, part);
-  } else {
-    head_sums<kHeads, kN, false>(acc, w, s0, s1, part);
-  }
-  slots.store(a, part, c, key0);
-  s0 = n0;
-  s1 = n1;
-}
-
-// The exact mode's tiles t.t0 .. t.t1 of an item with a look-ahead: tile t + 1's stage wait, key-scale loads and
-// row reads (and its first kAhead k-steps widened) between tile t's MMA issue and its wait, so that they leave the
-// warpgroup's serial chain. The stage is released once its MMAs are issued (every row word converted: the LDS
-// results are in registers). The sign test comes before tile t + 1's scale loads: issued after, its wait would
-// cover those loads too (one scoreboard). The weights come from the item's table (wtab), one read an epilogue.
-// Scores bitwise config 4's.
-template <class C, int kHeads>
-__device__ __forceinline__ void exact_tiles_ahead(const KernelArgs& a, const Item<kN / kHeads>& t,
-                                                  const ScoreSlots<kN / kHeads>& slots, uint32_t stages, uint32_t full,
-                                                  uint32_t empty, uint32_t wtab, uint64_t q_desc, int kr0, int c,
-                                                  int lane, uint32_t& stage, uint32_t& phase, float (&acc)[64]) {
-  constexpr int kAhead = C::kAheadSteps;
-  constexpr int kTileKeys = C::kTileKeys;
-  if (t.t0 >= t.t1) {  // no tile: the prologue below would wait for a stage that is not filled
-    return;
-  }
-  const int kr1 = kr0 + 8;
-  uint32_t r0[8], r1[8];
-  uint32_t fa[8][4], fb[8][4];
-  const float* scale = a.kv_scale + int64_t(t.t0 * kTileKeys + kr0) * a.kv_scale_stride;
-  float s0 = ldg_if(t.t0 * kTileKeys + kr0 < a.keys, scale);
-  float s1 = ldg_if(t.t0 * kTileKeys + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-  mbar_wait(full + stage * 8, phase);
-  load_row_words(stages + stage * C::kStageBytes, kr0, kr1, c, r0, r1);
-  widen_steps<0, kAhead, 8>(r0, r1, fa);
-  if constexpr (kAhead < 8) {
-    // Two tiles a loop turn, fa and fb swapping roles: no copies (8 steps ahead this way spills 240 bytes).
-    for (int32_t tile = t.t0; tile < t.t1; tile += 2) {
-      exact_tile_ahead<C, kHeads>(a, t, slots, stages, full, empty, wtab, q_desc, kr0, c, lane, stage, phase, acc,
-                                  tile, r0, r1, fa, fb, s0, s1);
-      if (tile + 1 < t.t1) {
-        exact_tile_ahead<C, kHeads>(a, t, slots, stages, full, empty, wtab, q_desc, kr0, c, lane, stage, phase, acc,
-                                    tile + 1, r0, r1, fb, fa, s0, s1);
-      }
-    }
-  } else {
-    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-      exact_tile_ahead<C, kHeads>(a, t, slots, stages, full, empty, wtab, q_desc, kr0, c, lane, stage, phase, acc,
-                                  tile, r0, r1, fa, fb, s0, s1);
-#pragma unroll
-      for (int s = 0; s < kAhead; ++s) {  // the next tile's fragments into the registers the MMAs read
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          fa[s][j] = fb[s][j];
-        }
-      }
-    }
-  }
-}
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads, int kMode = kFp8Mma, int kAhead = -1>
-__global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kAhead>::kThreads, 1)
+template <int kWgs, int kHeads, int kMode = kFp8Mma>
+__global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
                               const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  using C = TmaCfg<kWgs, kMode, kAhead>;
+  using C = TmaCfg<kWgs, kMode>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
   constexpr int kRows = kN / kHeads;
@@ -382,7 +210,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kAhead>::kThreads, 1)
   const uint32_t scales = stages + C::kStages * C::kStageBytes;  // fp8 MMAs: each stage's key scales
   const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
-  const uint32_t wtab = empty + C::kStages * 8;  // look-ahead: the item's weight table
 
   // full: the producer's one expect_tx arrival; empty: one arrival a math warp.
   init_stage_barriers<C::kStages, kMathThreads / 32, 1>(full, empty);
@@ -425,11 +252,7 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kAhead>::kThreads, 1)
     } else if (threadIdx.x < 2 * kN) {
       stage_q<kMode, kHeads>(a, t.row0, q_smem);  // D permuted to match load_a_fragments, widened to fp16
     }
-    if constexpr (C::kAhead >= 0) {
-      stage_weight_table<kHeads>(a, t.row0, wtab);
-    } else {
-      load_item_weights<kHeads>(a, t.row0, c, w);
-    }
+    load_item_weights<kHeads>(a, t.row0, c, w);
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     math_barrier<kMathThreads>();
@@ -441,38 +264,34 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kAhead>::kThreads, 1)
     // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
     // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
     const ScoreSlots<kRows> slots(a, t, c, kr0);
-    if constexpr (C::kAhead >= 0) {
-      exact_tiles_ahead<C, kHeads>(a, t, slots, stages, full, empty, wtab, q_desc, kr0, c, lane, stage, phase, acc);
-    } else {
-      for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-        const int32_t key0 = tile * kTileKeys;
-        float s0, s1;  // 0 past N (scores not stored)
-        if constexpr (kMode == kFp8Mma) {
-          // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
-          mbar_wait(full + stage * 8, phase);
-          s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
-          s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
-          mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
-        } else {
-          const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-          s0 = ldg_if(key0 + kr0 < a.keys, scale);
-          s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-          mbar_wait(full + stage * 8, phase);
-          uint32_t fa[ModeTraits<kMode>::kSteps][4];
-          load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-          mma_tile<kMode, kN>(acc, fa, q_desc);
-        }
-        if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
-          mbar_arrive(empty + stage * 8);
-        }
-        if (++stage == uint32_t(C::kStages)) {
-          stage = 0;
-          phase ^= 1u;
-        }
-        float part[2 * kRows];
-        head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
-        slots.store(a, part, c, key0);
+    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
+      const int32_t key0 = tile * kTileKeys;
+      float s0, s1;  // 0 past N (scores not stored)
+      if constexpr (kMode == kFp8Mma) {
+        // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
+        mbar_wait(full + stage * 8, phase);
+        s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
+        s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
+        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+      } else {
+        const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+        s0 = ldg_if(key0 + kr0 < a.keys, scale);
+        s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+        mbar_wait(full + stage * 8, phase);
+        uint32_t fa[ModeTraits<kMode>::kSteps][4];
+        load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
+        mma_tile<kMode, kN>(acc, fa, q_desc);
       }
+      if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
+        mbar_arrive(empty + stage * 8);
+      }
+      if (++stage == uint32_t(C::kStages)) {
+        stage = 0;
+        phase ^= 1u;
+      }
+      float part[2 * kRows];
+      head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
+      slots.store(a, part, c, key0);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
