@@ -8,7 +8,8 @@ Inputs as benchmarks/bench_indexer_logits.py builds them (4096 rows, H 64, D 128
 
 `cuda-tma` and `cuda-tma3` run the CUDA kernel's TMA variant with 4 and 3 math warpgroups
 (providers_indexer.TMA, TMA3); `cuda` runs config 0, the launcher's choice (TMA); `cuda-precise` the exact mode
-(precise=True, config 0: the launcher's choice, TMA_F16).
+(precise=True, config 0: the launcher's choice, TMA_F16). `cuda:N` / `cuda-precise:N` force config N
+(IndexerLogitsParams::config), e.g. a variant beside config 4 under ncu.
 `deepgemm` needs .peer/deep_gemm (unpacked from .peer/deep_gemm.tar.xz).
 """
 
@@ -30,11 +31,13 @@ def main(which: str, keys: int, heads: int = 64) -> None:
         if dg is None:
             raise SystemExit(why)
         fn = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, keys, None)  # noqa: E731
-    elif which in ("cuda", "cuda-tma", "cuda-tma3", "cuda-precise"):
+    elif which.split(":")[0] in ("cuda", "cuda-tma", "cuda-tma3", "cuda-precise"):
         from dsa_ops.backends.cuda import providers_indexer as pi
 
-        config = {"cuda": 0, "cuda-tma": pi.TMA, "cuda-tma3": pi.TMA3, "cuda-precise": 0}[which]
-        precise = which == "cuda-precise"
+        base, _, forced = which.partition(":")
+        named = {"cuda": 0, "cuda-tma": pi.TMA, "cuda-tma3": pi.TMA3, "cuda-precise": 0}
+        config = int(forced) if forced else named[base]
+        precise = base == "cuda-precise"
         fn = lambda: pi.run(q, kv, s, w, ks, ke, True, precise, config=config)  # noqa: E731
     else:
         from dsa_ops.backends.triton import indexer_logits as il

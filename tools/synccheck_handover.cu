@@ -1,0 +1,90 @@
+// Dev tool (GPU, plain nvcc): does compute-sanitizer's synccheck report "divergent threads" for a correct
+// two-warpgroup named-barrier handover? sparse_mla_decode's three-role kernel hands P from its QK to its PV
+// warpgroup with bar.sync id, 256 on converged warps, and synccheck reports divergent threads there
+// (docs/design_attention.md); this kernel is that protocol alone, so a report here is the tool's, not the kernel's.
+//
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/synccheck_handover tools/synccheck_handover.cu
+//   for m in 0 1 2 3 4 5 6 7; do compute-sanitizer --tool synccheck --error-exitcode 9 /tmp/synccheck_handover $m; done
+//
+// Mode bits, each a feature of the MLA kernel: 1 setmaxnreg per role (producer down to 40, math up to 232); 2 the
+// barrier out of line (__noinline__, one PC for both warpgroups); 4 the producer warpgroup waits at a 384-thread
+// barrier at the end instead of exiting early. Each run prints the CUDA status and checks the values handed over.
+#include <cstdio>
+#include <cstdlib>
+
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __noinline__ void bar_sync_out_of_line(int id) { bar_sync(id, 256); }
+__device__ __forceinline__ void handover(int id, int mode) {
+  if (mode & 2) {
+    bar_sync_out_of_line(id);
+  } else {
+    bar_sync(id, 256);
+  }
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+constexpr int kIters = 64;
+
+// Warpgroup 1 writes p, warpgroup 2 reads it: barrier 1 "p ready", barrier 2 "p free", as the MLA kernel's
+// kBarPReady / kBarPFree. Warpgroup 0 stands for the producer.
+__global__ void __launch_bounds__(384, 1) handover_kernel(float* out, int mode) {
+  __shared__ float p[128];
+  const int wg = threadIdx.x / 128;
+  const int t = threadIdx.x % 128;
+  if (wg == 0) {
+    if (mode & 1) setmaxnreg_dec<40>();
+    if (mode & 4) bar_sync(3, 384);
+    return;
+  }
+  if (mode & 1) setmaxnreg_inc<232>();
+  float acc = 0.f;
+  for (int i = 0; i < kIters; ++i) {
+    if (wg == 1) {
+      p[t] = float(i + t);
+      __syncwarp();
+      handover(1, mode);
+      __syncwarp();
+      handover(2, mode);
+    } else {
+      __syncwarp();
+      handover(1, mode);
+      acc += p[127 - t];
+      __syncwarp();
+      handover(2, mode);
+    }
+  }
+  if (wg == 2) out[blockIdx.x * 128 + t] = acc;
+  if (mode & 4) bar_sync(3, 384);
+}
+
+int main(int argc, char** argv) {
+  const int mode = argc > 1 ? atoi(argv[1]) : 0;
+  const int ctas = 132;
+  float* out = nullptr;
+  cudaMalloc(&out, ctas * 128 * sizeof(float));
+  handover_kernel<<<ctas, 384>>>(out, mode);
+  const cudaError_t e = cudaDeviceSynchronize();
+  float* h = static_cast<float*>(malloc(ctas * 128 * sizeof(float)));
+  cudaMemcpy(h, out, ctas * 128 * sizeof(float), cudaMemcpyDeviceToHost);
+  int wrong = 0;
+  for (int c = 0; c < ctas; ++c) {
+    for (int t = 0; t < 128; ++t) {
+      // sum over i of (i + 127 - t)
+      const float want = float(kIters * (kIters - 1) / 2 + kIters * (127 - t));
+      wrong += h[c * 128 + t] != want;
+    }
+  }
+  printf("mode %d: %s, %d wrong values\n", mode, cudaGetErrorString(e), wrong);
+  free(h);
+  cudaFree(out);
+  return (e != cudaSuccess || wrong) ? 1 : 0;
+}
