@@ -3,7 +3,8 @@
 // warpgroup with bar.sync id, 256 on converged warps, and synccheck reports divergent threads there
 // (docs/design_attention.md); this kernel is that protocol alone, so a report here is the tool's, not the kernel's.
 //
-//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/synccheck_handover tools/synccheck_handover.cu
+//   nvcc -O3 -std=c++17 -Ibackends_cuda/include -gencode=arch=compute_90a,code=sm_90a -o /tmp/synccheck_handover \
+//     tools/synccheck_handover.cu
 //   for m in 0 1 2 3 4 5 6 7; do compute-sanitizer --tool synccheck --error-exitcode 9 /tmp/synccheck_handover $m; done
 //
 // Mode bits, each a feature of the MLA kernel: 1 setmaxnreg per role (producer down to 40, math up to 232); 2 the
@@ -11,6 +12,8 @@
 // barrier at the end instead of exiting early. Each run prints the CUDA status and checks the values handed over.
 #include <cstdio>
 #include <cstdlib>
+
+#include "dsa_cuda/sm90_indexer_core.cuh"
 
 __device__ __forceinline__ void bar_sync(int id, int n) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
@@ -23,20 +26,15 @@ __device__ __forceinline__ void handover(int id, int mode) {
     bar_sync(id, 256);
   }
 }
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
 
 constexpr int kIters = 64;
 
 // Warpgroup 1 writes p, warpgroup 2 reads it: barrier 1 "p ready", barrier 2 "p free", as the MLA kernel's
 // kBarPReady / kBarPFree. Warpgroup 0 stands for the producer.
 __global__ void __launch_bounds__(384, 1) handover_kernel(float* out, int mode) {
+#if DSA_SM90_INDEXER_DEVICE  // sm_90a device code only: the setmaxnreg wrappers exist there
+  using dsa_cuda::sm90_indexer::setmaxnreg_dec;  // the MLA kernel's own (sm90_indexer_core.cuh)
+  using dsa_cuda::sm90_indexer::setmaxnreg_inc;
   __shared__ float p[128];
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -64,6 +62,7 @@ __global__ void __launch_bounds__(384, 1) handover_kernel(float* out, int mode) 
   }
   if (wg == 2) out[blockIdx.x * 128 + t] = acc;
   if (mode & 4) bar_sync(3, 384);
+#endif
 }
 
 int main(int argc, char** argv) {
