@@ -5,9 +5,9 @@
 # cuda.build() compiles every object here (nvcc only needs the CUDA toolkit and torch's headers) but cannot link:
 # a CPU torch has no libc10_cuda / libtorch_cuda. The library takes one symbol from them
 # (aoti_torch_get_current_cuda_stream, libtorch_cuda), so it is linked against stubs with those sonames and
-# --as-needed: its DT_NEEDED list and stable-ABI imports are those of a library built on the GPU machine. Tested
-# the sm_90a build on an H100 (torch 2.11 + CUDA 13.0): it loads and passes the GPU tests. The stubs are never
-# loaded there; the real libraries, already loaded by torch, resolve the symbol.
+# --as-needed: its DT_NEEDED list and stable-ABI imports are those of a library built on the GPU machine. An sm_90a
+# library linked this way (torch 2.13 CPU here) loaded on an H100 with torch 2.11 + CUDA 13.0 and passed the indexer
+# GPU tests and the benchmarks' checks. The stubs are never loaded there: torch has loaded the real libraries.
 set -euo pipefail
 arch=${1:-sm_90a}
 name=dsa_ops_cuda_${arch/sm_/sm}
