@@ -180,8 +180,13 @@ class Library:
                 self.path, self.arch = path, arch
             return path
 
+    @staticmethod
+    def build_dir(spec: BuildSpec, build_root=None) -> Path:
+        """Where `spec` is built (ninja file, objects, the .so): one folder per torch version and source digest."""
+        return cache_root(build_root) / f"{torch.__version__}-{spec.digest()}"
+
     def _build(self, spec: BuildSpec, build_root, verbose: bool) -> str:
-        build_dir = cache_root(build_root) / f"{torch.__version__}-{spec.digest()}"
+        build_dir = self.build_dir(spec, build_root)
         so = build_dir / f"{spec.name}.so"
         # Built by an earlier process. While another process holds torch's build lock (build_dir/lock) the
         # file may be half-linked (8 pytest workers reaching a first use together hit one): wait on the lock

@@ -6,9 +6,9 @@
 #   TESTS=tests/test_gpu_topk.py BENCH=benchmarks/bench_topk.py bash benchmarks/device_run.sh build test bench
 # With `keepso` the built extensions are copied to $OUT; carry them back in as backends_*/prebuilt/ to
 # skip the build next time (leave out the build stage: it always builds). tools/build_cuda_lib_on_cpu.sh makes
-# the CUDA one on a machine without a GPU, from the tree's sources, for the same use. The results and the test summary record the tree's commit: `git describe`, or
-# DSA_OPS_COMMIT where the copy on the GPU machine has no .git. More than 8 files under $OUT end as one archive,
-# $OUT/device_run.tgz (the GPU machine hands back 8 at most).
+# the CUDA one on a machine without a GPU, from the tree's sources, for the same use. The results and the test
+# summary record the tree's commit: `git describe`, or DSA_OPS_COMMIT where the copy on the GPU machine has no .git.
+# More than 8 files under $OUT end as one archive, $OUT/device_run.tgz (the GPU machine hands back 8 at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1

@@ -10,14 +10,15 @@
 # GPU tests and the benchmarks' checks. The stubs are never loaded there: torch has loaded the real libraries.
 set -euo pipefail
 arch=${1:-sm_90a}
-name=dsa_ops_cuda_${arch/sm_/sm}
-out=${2:-$PWD/$name.so}
 root=${BUILD_ROOT:-/tmp/dsa_cpu_build}
 py=${PYTHON:-python3}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+# The library's name and build folder, as cuda.build names them.
+read -r name dir < <("$py" -c "from dsa_ops.backends import cuda; s = cuda.build_spec('$arch'); \
+print(s.name, cuda.LIB.build_dir(s, '$root'))")
+out=${2:-$PWD/$name.so}
 MAX_JOBS=${MAX_JOBS:-2} "$py" -c \
   "from dsa_ops.backends import cuda; cuda.build(build_root='$root', arch='$arch')" >"$root.log" 2>&1 || true
-dir=$(dirname "$(ls -t "$root"/*/build.ninja | head -1)")
 objs=$(sed -n "s/^build $name.so: link //p" "$dir/build.ninja")
 [[ -n $objs ]] || { echo "no link line in $dir/build.ninja; see $root.log" >&2; exit 1; }
 for o in $objs; do [[ -f $dir/$o ]] || { echo "compile failed ($o missing); see $root.log" >&2; exit 1; }; done

@@ -13,28 +13,25 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "dsa_cuda/sm90_indexer_core.cuh"
-
-__device__ __forceinline__ void bar_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __noinline__ void bar_sync_out_of_line(int id) { bar_sync(id, 256); }
-__device__ __forceinline__ void handover(int id, int mode) {
-  if (mode & 2) {
-    bar_sync_out_of_line(id);
-  } else {
-    bar_sync(id, 256);
-  }
-}
+#include "dsa_cuda/sm90_sparse_mla_decode_ws.cuh"  // the kernel's own bar_sync and handover
 
 constexpr int kIters = 64;
 
 // Warpgroup 1 writes p, warpgroup 2 reads it: barrier 1 "p ready", barrier 2 "p free", as the MLA kernel's
 // kBarPReady / kBarPFree. Warpgroup 0 stands for the producer.
 __global__ void __launch_bounds__(384, 1) handover_kernel(float* out, int mode) {
-#if DSA_SM90_INDEXER_DEVICE  // sm_90a device code only: the setmaxnreg wrappers exist there
-  using dsa_cuda::sm90_indexer::setmaxnreg_dec;  // the MLA kernel's own (sm90_indexer_core.cuh)
+#if DSA_SM90_INDEXER_DEVICE  // sm_90a device code only: the kernel's helpers exist there
+  using dsa_cuda::sm90_indexer::setmaxnreg_dec;
   using dsa_cuda::sm90_indexer::setmaxnreg_inc;
+  using dsa_cuda::sm90_mla_decode_ws::bar_sync;  // __syncwarp, then bar.sync: the handover's barrier inline
+  // The handover as the kernel makes it: out of line (one PC for both warpgroups, mode bit 2) or inline.
+  const auto hand = [mode](int id) {
+    if (mode & 2) {
+      dsa_cuda::sm90_mla_decode_ws::handover(id);
+    } else {
+      bar_sync(id, 256);
+    }
+  };
   __shared__ float p[128];
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -48,16 +45,12 @@ __global__ void __launch_bounds__(384, 1) handover_kernel(float* out, int mode) 
   for (int i = 0; i < kIters; ++i) {
     if (wg == 1) {
       p[t] = float(i + t);
-      __syncwarp();
-      handover(1, mode);
-      __syncwarp();
-      handover(2, mode);
+      hand(1);  // p ready
+      hand(2);  // p free
     } else {
-      __syncwarp();
-      handover(1, mode);
+      hand(1);
       acc += p[127 - t];
-      __syncwarp();
-      handover(2, mode);
+      hand(2);
     }
   }
   if (wg == 2) out[blockIdx.x * 128 + t] = acc;
