@@ -2,11 +2,12 @@
 flag that a header reads (`#ifndef NAME / #define NAME 0`, off by default; none is in the tree while no probe is
 open):
 
-    python3 tools/ab_mla_flags.py -DNAME=1 [-DA=1,-DB=1 ...] [rounds]
+    python3 tools/ab_mla_flags.py -DNAME=1 [-DA=1,-DB=1 ...] [variant.so ...] [--default=lib.so] [rounds]
 
-Each argument starting with "-" is one variant: its nvcc flags, comma-separated. Builds the CUDA library once
-with the default flags and once per variant (each in its own build root under /tmp), then, each step in a fresh
-process bound to one library by DSA_OPS_CUDA_LIB:
+Each argument starting with "-" is one variant: its nvcc flags, comma-separated; one ending in ".so" is a variant
+library built already (tools/build_cuda_lib_on_cpu.sh with the flag set in the header). Builds the CUDA library
+once with the default flags (unless --default names one built already) and once per flag variant (each in its
+own build root under /tmp), then, each step in a fresh process bound to one library by DSA_OPS_CUDA_LIB:
 1. variant 3's outputs and lse on the benchmark's shapes up to batch 64, single pass and 3 splits, saved from the
    default build and compared bitwise with each variant's (a flag that moves a fence must not change a bit);
 2. `tools/smoke_sparse_mla_decode.py --time` alternately with each library for `rounds` rounds (default 2): us by
@@ -68,17 +69,25 @@ def run(code_or_args, lib=None, check=True) -> str:
 
 
 def main() -> int:
-    variants = [a.split(",") for a in sys.argv[1:] if a.startswith("-")]
-    rest = [a for a in sys.argv[1:] if not a.startswith("-")]
+    args = sys.argv[1:]
+    default = next((os.path.abspath(a.split("=", 1)[1]) for a in args if a.startswith("--default=")), None)
+    variants = [a.split(",") if a.startswith("-") else os.path.abspath(a)
+                for a in args if (a.startswith("-") and not a.startswith("--")) or a.endswith(".so")]
+    rest = [a for a in args if not a.startswith("-") and not a.endswith(".so")]
     rounds = int(rest[0]) if rest else 2
     if not variants:
         raise SystemExit(__doc__)
     tmp = tempfile.mkdtemp(prefix="ab_mla_")
-    builds = {"default": []} | {f"variant{k}": flags for k, flags in enumerate(variants)}
-    libs = {name: os.path.join(tmp, f"{name}.so") for name in builds}
-    for name, extra in builds.items():
-        run((_BUILD, libs[name], os.path.join(tmp, f"build_{name}"), *extra))
-        print(f"built {name} {' '.join(extra)}", flush=True)
+    builds = {"default": default or []} | {f"variant{k}": v for k, v in enumerate(variants)}
+    libs = {}
+    for name, what in builds.items():
+        if isinstance(what, str):  # a library built already
+            libs[name] = what
+            print(f"{name}: {what}", flush=True)
+            continue
+        libs[name] = os.path.join(tmp, f"{name}.so")
+        run((_BUILD, libs[name], os.path.join(tmp, f"build_{name}"), *what))
+        print(f"built {name} {' '.join(what)}", flush=True)
 
     import torch
 
