@@ -315,50 +315,6 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&
   fence_acc(acc);
 }
 
-// load_a_fragments + mma_tile of the exact mode with the widening interleaved with the MMAs (the order of a
-// mixed-input GEMM): the 8 k-steps in kGroups groups, group g + 1 widened while group g's MMAs run, each group
-// behind its own wgmma fence. The same MMAs in the same order, so the same scores bit for bit.
-template <int kN, int kGroups>
-__device__ __forceinline__ void mma_tile_f16_grouped(float (&acc)[kN / 2], uint32_t tile_smem, int kr0, int kr1,
-                                                     int c, uint64_t q_desc) {
-  using T = ModeTraits<kFp8AsF16>;
-  constexpr int kSteps = T::kSteps;
-  constexpr int kPer = kSteps / kGroups;
-  static_assert(kSteps % kGroups == 0, "k-steps split evenly");
-  uint32_t r0[T::kRowWords], r1[T::kRowWords];
-#pragma unroll
-  for (int v = 0; v < T::kRowWords / 4; ++v) {
-    const int ch = (T::kRowWords / 4) * c + v;
-    put_chunk(r0, v, lds128(tile_smem + kr0 * T::kKvRowBytes + ((ch ^ (kr0 & 7)) << 4)));
-    put_chunk(r1, v, lds128(tile_smem + kr1 * T::kKvRowBytes + ((ch ^ (kr1 & 7)) << 4)));
-  }
-  uint32_t fa[kSteps][4];
-  fence_acc(acc);
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-#pragma unroll
-    for (int s = g * kPer; s < (g + 1) * kPer; ++s) {
-      if (g > 0) {  // widened after the previous group's MMAs are issued, not hoisted above them
-        asm volatile("" : "+r"(r0[s]), "+r"(r1[s]));
-      }
-      fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
-      fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
-      fa[s][2] = e4m3x2_to_f16x2(r0[s] >> 16);
-      fa[s][3] = e4m3x2_to_f16x2(r1[s] >> 16);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int s = g * kPer; s < (g + 1) * kPer; ++s) {
-      const int b = 32 * s;  // as mma_tile
-      const uint32_t off = uint32_t((b >> 7) * kN * 128 + (b & 127));
-      wgmma_rs<kFp8AsF16, kN>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
-    }
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  fence_acc(acc);
-}
-
 // D[64 x 128] (+)= A[64 x 32] * B[32 x 128], e4m3, both operands in shared memory (descriptors);
 // accumulate iff `acc` (0 on a tile's first step zeroes D inside the MMA, as in the core's wgmma_rs).
 __device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, uint32_t acc) {

@@ -191,9 +191,7 @@ struct ScoreSlots {
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-// kKGroups (exact mode): the k-steps of a tile in that many groups, each widened under the previous group's
-// MMAs (mma_tile_f16_grouped); 1 widens the whole tile first.
-template <int kWgs, int kHeads, int kMode = kFp8Mma, int kKGroups = 1>
+template <int kWgs, int kHeads, int kMode = kFp8Mma>
 __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
                               const __grid_constant__ KernelArgs a) {
@@ -280,13 +278,9 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
         s0 = ldg_if(key0 + kr0 < a.keys, scale);
         s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
         mbar_wait(full + stage * 8, phase);
-        if constexpr (kKGroups > 1) {
-          mma_tile_f16_grouped<kN, kKGroups>(acc, stages + stage * C::kStageBytes, kr0, kr1, c, q_desc);
-        } else {
-          uint32_t fa[ModeTraits<kMode>::kSteps][4];
-          load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-          mma_tile<kMode, kN>(acc, fa, q_desc);
-        }
+        uint32_t fa[ModeTraits<kMode>::kSteps][4];
+        load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
+        mma_tile<kMode, kN>(acc, fa, q_desc);
       }
       if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
         mbar_arrive(empty + stage * 8);

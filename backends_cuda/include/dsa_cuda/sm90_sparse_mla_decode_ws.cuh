@@ -299,21 +299,21 @@ template <bool kV4>
 __device__ __forceinline__ uint32_t rope_order(int tok) { return kV4 ? uint32_t(tok & 1) << 6 : 0u; }
 
 // Piece k of a token's row (rope_flip: rope_order of the token).
-template <bool kV4, bool kNc = true>
+template <bool kV4>
 __device__ __forceinline__ uint4 load_piece(const TokenRows& t, int k, uint32_t rope_flip) {
   using C = Layout<kV4>;
   using H = TokenPart<kV4>;
-  return k < H::kFp8 ? ldg128<Ldg::kKeep, kNc>(t.row + 64 * k)
-                      : ldg128<Ldg::kKeepNear, kNc>(t.row + C::kRopeByte + ((64u * uint32_t(k - H::kFp8)) ^ rope_flip));
+  return k < H::kFp8 ? ldg128<Ldg::kKeep>(t.row + 64 * k)
+                      : ldg128<Ldg::kKeepNear>(t.row + C::kRopeByte + ((64u * uint32_t(k - H::kFp8)) ^ rope_flip));
 }
 
-template <bool kV4, bool kNc = true>
+template <bool kV4>
 __device__ __forceinline__ uint4 load_scales(const TokenRows& t, int q) {
   if constexpr (kV4) {
-    const uint2 v = ldg64<kNc>(t.row + t.sc);
+    const uint2 v = ldg64(t.row + t.sc);
     return make_uint4(v.x, v.y, 0u, 0u);
   } else {
-    return ldg128<Ldg::kKeepNear, kNc>(t.row + (512 - 16 * q));
+    return ldg128<Ldg::kKeepNear>(t.row + (512 - 16 * q));
   }
 }
 
@@ -333,33 +333,6 @@ __device__ __forceinline__ void store_reload(uint32_t kt, int tok, int q, TokenP
       r.sc = load_scales<kV4>(next, q);
     }
   }
-}
-
-// Probe (off): each tile's stores fenced and announced before its refills are issued, for the case that the
-// proxy fence (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S) waits for the thread's loads in flight.
-#ifndef DSA_MLA_FENCE_FIRST
-#define DSA_MLA_FENCE_FIRST 0
-#endif
-
-// A token's pieces dequantised and stored into its stage row (store_reload without the refills).
-template <bool kV4>
-__device__ __forceinline__ void store_token(uint32_t kt, int tok, int q, const TokenPart<kV4>& r) {
-  const uint32_t row = kt + uint32_t(tok) * 128u;
-#pragma unroll
-  for (int k = 0; k < TokenPart<kV4>::kN; ++k) {
-    store_piece<kV4>(row, uint32_t(tok & 7), k, q, r);
-  }
-}
-
-// store_reload's refills alone: pieces below kReload and the scales, from `next`.
-template <bool kV4, int kReload>
-__device__ __forceinline__ void reload_token(int tok, int q, TokenPart<kV4>& r, const TokenRows& next) {
-  const uint32_t rope_flip = rope_order<kV4>(tok);
-#pragma unroll
-  for (int k = 0; k < kReload; ++k) {
-    r.v[k] = load_piece<kV4, false>(next, k, rope_flip);  // coherent: kept below the fence
-  }
-  r.sc = load_scales<kV4, false>(next, q);
 }
 
 // Pieces k0 and up of a token's row.
@@ -443,19 +416,10 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t k_smem, u
     }
     bar_sync_converged(kBarEmpty + st, kEmptyThreads);  // the math is done with tile n - 2
     constexpr int kReload = kSecond ? kHeadPieces : TokenPart<kV4>::kN;
-    if constexpr (DSA_MLA_FENCE_FIRST != 0) {
-      store_token<kV4>(kt, tok, q, r0);
-      store_token<kV4>(kt, 32 + tok, q, r1);
-      fence_async_smem();
-      mbar_arrive(full + 8 * st);
-      reload_token<kV4, kReload>(tok, q, r0, nx0);
-      reload_token<kV4, kReload>(32 + tok, q, r1, nx1);
-    } else {
-      store_reload<kV4, kReload>(kt, tok, q, r0, nx0);
-      store_reload<kV4, kReload>(kt, 32 + tok, q, r1, nx1);
-      fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
-      mbar_arrive(full + 8 * st);
-    }
+    store_reload<kV4, kReload>(kt, tok, q, r0, nx0);
+    store_reload<kV4, kReload>(kt, 32 + tok, q, r1, nx1);
+    fence_async_smem();  // this thread's stores -> the MMAs' async-proxy reads
+    mbar_arrive(full + 8 * st);
     valid0 = nx0.valid;
     valid1 = nx1.valid;
     if (kSecond) {

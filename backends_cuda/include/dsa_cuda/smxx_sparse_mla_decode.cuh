@@ -176,40 +176,27 @@ __device__ __forceinline__ void sts128(uint32_t addr, uint32_t a, uint32_t b, ui
 //   prefetch, as FlashMLA's, since the row's end is near and a 256-byte one would reach into an unrelated slot.
 enum class Ldg { kStream, kKeep, kKeepNear };
 
-// kNc false: a coherent load (ptxas keeps it below a fence, where it moves .nc loads across).
-template <Ldg kPolicy, bool kNc = true>
+template <Ldg kPolicy>
 __device__ __forceinline__ uint4 ldg128(const uint8_t* p) {
   uint4 v;
-#define DSA_LDG128(nc, qualifiers)                                                  \
-  asm volatile("ld.global" nc "." qualifiers ".v4.u32 {%0, %1, %2, %3}, [%4];"      \
+#define DSA_LDG128(qualifiers)                                                      \
+  asm volatile("ld.global.nc." qualifiers ".v4.u32 {%0, %1, %2, %3}, [%4];"       \
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                         \
                : "l"(p))
-#define DSA_LDG128_NC(qualifiers) \
-  if constexpr (kNc) {            \
-    DSA_LDG128(".nc", qualifiers); \
-  } else {                        \
-    DSA_LDG128("", qualifiers);   \
-  }
   if constexpr (kPolicy == Ldg::kStream) {
-    DSA_LDG128_NC("L1::no_allocate")
+    DSA_LDG128("L1::no_allocate");
   } else if constexpr (kPolicy == Ldg::kKeep) {
-    DSA_LDG128_NC("L1::evict_last.L2::256B")
+    DSA_LDG128("L1::evict_last.L2::256B");
   } else {
-    DSA_LDG128_NC("L1::evict_last.L2::128B")
+    DSA_LDG128("L1::evict_last.L2::128B");
   }
-#undef DSA_LDG128_NC
 #undef DSA_LDG128
   return v;
 }
 
-template <bool kNc = true>
 __device__ __forceinline__ uint2 ldg64(const uint8_t* p) {
   uint2 v;
-  if constexpr (kNc) {
-    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  } else {
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  }
+  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 
