@@ -72,7 +72,7 @@ def main() -> int:
     args = sys.argv[1:]
     default = next((os.path.abspath(a.split("=", 1)[1]) for a in args if a.startswith("--default=")), None)
     variants = [a.split(",") if a.startswith("-") else os.path.abspath(a)
-                for a in args if (a.startswith("-") and not a.startswith("--")) or a.endswith(".so")]
+                for a in args if not a.startswith("--") and (a.startswith("-") or a.endswith(".so"))]
     rest = [a for a in args if not a.startswith("-") and not a.endswith(".so")]
     rounds = int(rest[0]) if rest else 2
     if not variants:
