@@ -3,7 +3,8 @@
 // stores (before its `full` arrive) just after issuing the next tile's refills: if the MEMBAR waits for those
 // loads, every tile's hand-over to the math waits a gather's round trip (docs/design_attention.md, Next).
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/probe_proxy_fence tools/probe_proxy_fence.cu
+//   nvcc -O3 -std=c++17 -Ibackends_cuda/include -gencode=arch=compute_90a,code=sm_90a -o /tmp/probe_proxy_fence \
+//     tools/probe_proxy_fence.cu
 //   /tmp/probe_proxy_fence
 //
 // 132 CTAs of 128 threads; each thread issues 16 LDG.128 of lines 1 KB apart after an L2 flush (.nc, evict_last:
@@ -14,39 +15,40 @@
 #include <cstdint>
 #include <cstdio>
 
-__device__ __forceinline__ uint4 ldg_keep(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::evict_last.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+#include "dsa_cuda/smxx_mbarrier.cuh"         // the kernel's mbar_init / mbar_arrive
+#include "dsa_cuda/smxx_sparse_mla_decode.cuh"  // its refill load (ldg128) and fence (fence_async_smem)
 
 __global__ void probe(const uint4* src, unsigned long long* cycles, uint32_t* sink, int mode, int stride) {
+#if DSA_SMXX_MLA_DEVICE
+  using dsa_cuda::smxx::mbar_arrive;
+  using dsa_cuda::smxx::mbar_init;
+  using dsa_cuda::smxx_mla_decode::fence_async_smem;
+  using dsa_cuda::smxx_mla_decode::Ldg;
+  using dsa_cuda::smxx_mla_decode::ldg128;
   __shared__ uint4 s[256];
   __shared__ uint64_t bar;
   const int t = threadIdx.x;
   const uint32_t bar_addr = uint32_t(__cvta_generic_to_shared(&bar));
   if (t == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar_addr), "r"(1 << 20) : "memory");
+    mbar_init(bar_addr, 1u << 20);
   }
   const uint4* base = src + (size_t(blockIdx.x) * 128 + t) * 16 * size_t(stride);
   s[t] = make_uint4(t, 0, 0, 0);
   __syncthreads();
   if (mode == 2) {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_async_smem();
   }
   const long long t0 = clock64();
   uint4 v[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    v[i] = ldg_keep(base + i * stride);
+    v[i] = ldg128<Ldg::kKeep>(reinterpret_cast<const uint8_t*>(base + i * stride));
   }
   s[128 + t] = make_uint4(t, 1, 2, 3);
   if (mode == 1) {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_async_smem();
   }
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar_addr) : "memory");
+  mbar_arrive(bar_addr);
   const long long t1 = clock64();
   uint32_t acc = 0;
 #pragma unroll
@@ -59,6 +61,7 @@ __global__ void probe(const uint4* src, unsigned long long* cycles, uint32_t* si
     cycles[blockIdx.x * 2] = t1 - t0;
     cycles[blockIdx.x * 2 + 1] = t2 - t0;
   }
+#endif
 }
 
 int main() {

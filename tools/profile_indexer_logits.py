@@ -26,15 +26,15 @@ import bench_indexer_logits as b  # noqa: E402
 
 def main(which: str, keys: int, heads: int = 64) -> None:
     q, kv, s, w, ks, ke = b._inputs(4096, keys, heads, b.FP8, "full")
+    base, _, forced = which.partition(":")  # cuda-precise:7 -> cuda-precise, config 7
     if which == "deepgemm":
         dg, why = b.deep_gemm()
         if dg is None:
             raise SystemExit(why)
         fn = lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, keys, None)  # noqa: E731
-    elif which.split(":")[0] in ("cuda", "cuda-tma", "cuda-tma3", "cuda-precise"):
+    elif base in ("cuda", "cuda-tma", "cuda-tma3", "cuda-precise"):
         from dsa_ops.backends.cuda import providers_indexer as pi
 
-        base, _, forced = which.partition(":")
         named = {"cuda": 0, "cuda-tma": pi.TMA, "cuda-tma3": pi.TMA3, "cuda-precise": 0}
         config = int(forced) if forced else named[base]
         precise = base == "cuda-precise"
