@@ -30,7 +30,7 @@ __global__ void probe(const uint4* src, unsigned long long* cycles, uint32_t* si
   const int t = threadIdx.x;
   const uint32_t bar_addr = uint32_t(__cvta_generic_to_shared(&bar));
   if (t == 0) {
-    mbar_init(bar_addr, 1u << 20);
+    mbar_init(bar_addr, 1u << 16);  // never completes: 128 arrivals (the count's limit is 2^20 - 1)
   }
   const uint4* base = src + (size_t(blockIdx.x) * 128 + t) * 16 * size_t(stride);
   s[t] = make_uint4(t, 0, 0, 0);
