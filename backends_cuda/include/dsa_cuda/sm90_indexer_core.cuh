@@ -92,7 +92,6 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full, uint32_t empt
 using smxx::cp_async16;  // smxx_memory.cuh
 using smxx::cp_async_arrive;
 using smxx::e4m3x2_to_f16x2;
-using smxx::e4m3x4_to_f16x4;
 using smxx::lds128;
 using smxx::lds32;
 using smxx::sts128;
@@ -256,8 +255,10 @@ __device__ __forceinline__ void fragments_from_words(const uint32_t (&r0)[ModeTr
 #pragma unroll
   for (int s = 0; s < ModeTraits<kMode>::kSteps; ++s) {
     if constexpr (kMode == kFp8AsF16) {
-      e4m3x4_to_f16x4(r0[s], fa[s][0], fa[s][2]);
-      e4m3x4_to_f16x4(r1[s], fa[s][1], fa[s][3]);
+      fa[s][0] = e4m3x2_to_f16x2(r0[s] & 0xFFFF);
+      fa[s][1] = e4m3x2_to_f16x2(r1[s] & 0xFFFF);
+      fa[s][2] = e4m3x2_to_f16x2(r0[s] >> 16);
+      fa[s][3] = e4m3x2_to_f16x2(r1[s] >> 16);
     } else {
       fa[s][0] = r0[2 * s];
       fa[s][1] = r1[2 * s];
