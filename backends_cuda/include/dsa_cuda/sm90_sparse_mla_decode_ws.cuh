@@ -127,8 +127,8 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 }
 
 // The QK / PV handover barriers (kBarPReady, kBarPFree; 256 threads), one instruction for both warpgroups.
-// compute-sanitizer synccheck reports "divergent threads" at it, inline or out of line (open; racecheck and
-// memcheck are clean, docs/design_attention.md).
+// compute-sanitizer synccheck reports "divergent threads" at it, as it does at the same handover alone
+// (tools/synccheck_handover.cu, every mode); racecheck and memcheck are clean (docs/design_attention.md).
 __device__ __noinline__ void handover(int id) { bar_sync(id, 256); }
 
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
