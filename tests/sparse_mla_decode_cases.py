@@ -81,6 +81,34 @@ def make_case(layout: str, batch: int, s_q: int, heads: int, topk: int, *, page:
     return to(q), cache.to(device) if pad == 0 else _to_padded(cache, device), to(idx), to(lens_t), to(sink_t)
 
 
+def make_code_sweep(layout: str, tokens: int = 64, device="cpu"):
+    """(q, cache, idx): one page of `tokens` tokens that together hold every finite e4m3 code under scales from
+    the subnormal 2^-127 (v4 ue8m0 0; v32 fp32 scales down to 2^-135) to just under bf16 overflow, q zero, and
+    query row t selecting token t alone (its other top-k positions -1). Each output row is then its token's
+    dequantised V times a weight of exactly 1, so it checks the kernel's dequant bitwise against dequant_slots."""
+    g = torch.Generator().manual_seed(7)
+    finite = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    n_fp8 = 448 if layout == "v4" else 512
+    reps = -(-n_fp8 // finite.numel())
+    codes = torch.stack([finite.roll(7 * t).repeat(reps)[:n_fp8] for t in range(tokens)])  # [tokens, n_fp8]
+    rope = (torch.randn(tokens, 64, generator=g) * 0.5).to(torch.bfloat16).view(torch.uint8)
+    if layout == "v4":
+        # ue8m0 0 .. 245 (448 * 2^(245 - 127) < bf16 max), spread over the tokens' 7 groups
+        e = (torch.arange(tokens * 7) * 245 // (tokens * 7 - 1)).view(tokens, 7).to(torch.uint8)
+        sc = torch.cat([e, torch.full((tokens, 1), 0xFF, dtype=torch.uint8)], dim=1)
+        page = torch.cat([torch.cat([codes, rope], dim=1).flatten(), sc.flatten()])
+    else:
+        # fp32 scales with random mantissas, exponents -135 (subnormal) .. 119 (448 * s < bf16 max)
+        ex = torch.linspace(-135, 119, tokens * 4).view(tokens, 4)
+        scales = (torch.exp2(ex.double()) * (1 + torch.rand(tokens, 4, generator=g, dtype=torch.float64))).float()
+        page = torch.cat([codes, scales.view(torch.uint8), rope], dim=1).flatten()
+    cache = page.view(1, tokens, 1, BPT[layout])
+    q = torch.zeros(tokens, 1, 64, DIM[layout], dtype=torch.bfloat16)
+    idx = torch.full((tokens, 1, 64), -1, dtype=torch.int32)
+    idx[torch.arange(tokens), 0, torch.arange(tokens) % 64] = torch.arange(tokens, dtype=torch.int32)
+    return q.to(device), cache.to(device), idx.to(device)
+
+
 def _to_padded(cache: torch.Tensor, device) -> torch.Tensor:
     """The padded view moved to `device` with its page stride kept."""
     nb, p, _, bpt = cache.shape

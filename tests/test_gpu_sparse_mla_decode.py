@@ -7,7 +7,8 @@ the three-role kernel, by providers_sparse_mla_decode.variant_for). Caches are N
 (tests/sparse_mla_decode_cases.py), so a read of an unused slot, of a page's padding or of a position past
 topk_lens shows as NaN. Invalid indices: -1, INT_MIN, INT_MAX, the slot count and past it; rows with no
 valid token; 64 and 128 heads; both layouts; both paths (single pass, split-KV forced, and the heuristic);
-attn_sink; batch 1 to 256. Outputs are poisoned (NaN) before each call. Tolerances: compare() in the cases
+attn_sink; batch 1 to 256; the kernels' dequant bit for bit on every finite e4m3 code, subnormal to near-overflow
+scales (rows of one token, weight 1). Outputs are poisoned (NaN) before each call. Tolerances: compare() in the cases
 module (bf16 out 1e-3 absolute or 2/128 relative or the bf16-probability bound, 1 - cosine below 1e-5 a
 row, lse 1e-5 relative).
 """
@@ -19,7 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sparse_mla_decode_cases import compare, make_case, oracle
+from dsa_ops.ops.dequant_k_cache_paged import dequant_slots
+from sparse_mla_decode_cases import compare, make_case, make_code_sweep, oracle
 
 pytestmark = pytest.mark.gpu
 
@@ -91,6 +93,20 @@ def test_matches_oracle(m, layout, heads, split):
                      seed=heads + (split is True), device=DEV)
     out, lse = _run(m, case, layout, split)
     _check(out, lse, case, layout)
+
+
+@pytest.mark.parametrize("layout", ["v32", "v4"])
+def test_dequant_bitwise_on_every_code(m, layout):
+    # Each row attends to one token with weight 1, so its output is that token's V as the kernel dequantised it:
+    # every finite e4m3 code under scales from the subnormal to near bf16 overflow, equal bit for bit to the
+    # reference's bf16(f32(x) * scale) (and the bf16 rope columns of v4 copied).
+    q, cache, idx = make_code_sweep(layout, device=DEV)
+    out, lse = _run(m, (q, cache, idx, None, None), layout, split=False)
+    v = dequant_slots(cache, torch.arange(idx.shape[0], dtype=torch.int32, device=DEV), layout)[:, :512]
+    want = v[:, None, None, :].expand_as(out)
+    same = (out.view(torch.int16) == want.view(torch.int16)) | (out.float() == want.float())  # +0 == -0
+    assert bool(same.all()), f"{int((~same).sum())} values differ; first at {(~same).nonzero()[0].tolist()}"
+    assert bool((lse == 0).all())
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["single", "split"])

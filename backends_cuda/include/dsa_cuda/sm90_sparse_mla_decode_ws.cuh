@@ -212,12 +212,8 @@ __device__ __forceinline__ void store_piece(uint32_t row, uint32_t sw, int k, in
   using H = TokenPart<kV4>;
   if (k < H::kFp8) {
     const int g = kV4 ? k : k >> 1;
-    const float scale = kV4 ? ue8m0((word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu) : __uint_as_float(word(r.sc, g));
     uint32_t w[8];
-    dequant4(r.v[k].x, scale, w[0], w[1]);
-    dequant4(r.v[k].y, scale, w[2], w[3]);
-    dequant4(r.v[k].z, scale, w[4], w[5]);
-    dequant4(r.v[k].w, scale, w[6], w[7]);
+    dequant16<kV4>(r.v[k], kV4 ? (word(r.sc, g >> 2) >> (8 * (g & 3))) & 0xFFu : word(r.sc, g), w);
     const uint32_t blk = row + uint32_t(k) * kBlockBytes;  // 16 columns a piece, 64 a block
     const uint32_t c0 = uint32_t(q) * 2u;
     sts128(blk + ((c0 ^ sw) << 4), w[0], w[1], w[2], w[3]);
