@@ -98,9 +98,9 @@ def make_code_sweep(layout: str, tokens: int = 64, device="cpu"):
         sc = torch.cat([e, torch.full((tokens, 1), 0xFF, dtype=torch.uint8)], dim=1)
         page = torch.cat([torch.cat([codes, rope], dim=1).flatten(), sc.flatten()])
     else:
-        # fp32 scales with random mantissas, exponents -135 (subnormal) .. 119 (with these codes the largest value
-        # is 3.3e38, under bf16's max 3.39e38)
-        ex = torch.linspace(-135, 119, tokens * 4).view(tokens, 4)
+        # fp32 scales with random mantissas, exponents -135 (subnormal) .. 118: s < 2^119, so 448 s < 1.75 * 2^127,
+        # finite in bf16
+        ex = torch.linspace(-135, 118, tokens * 4).view(tokens, 4)
         scales = (torch.exp2(ex.double()) * (1 + torch.rand(tokens, 4, generator=g, dtype=torch.float64))).float()
         page = torch.cat([codes, scales.view(torch.uint8), rope], dim=1).flatten()
     cache = page.view(1, tokens, 1, BPT[layout])

@@ -3,7 +3,8 @@
 Small shapes (64 and 128 heads, top-k 64 to 128, pages of 16) on NaN-filled caches
 (tests/sparse_mla_decode_cases.py): both layouts, single pass and split-KV (forced and by the heuristic),
 invalid slots, topk_lens (0, short, negative, past top-k), attn_sink, rows with no valid token, padded
-pages, top-k 0, an empty cache, poisoned outputs, and the triton_op.
+pages, top-k 0, an empty cache, poisoned outputs, the triton_op, and the dequant bit for bit on every finite e4m3
+code (rows of one token, weight 1; tests/sparse_mla_decode_cases.py make_code_sweep).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ SCRIPT = textwrap.dedent(
     import torch
     import dsa_ops
     from dsa_ops.backends.triton import sparse_mla_decode as m
-    from sparse_mla_decode_cases import compare, make_case, oracle
+    from dsa_ops.ops.dequant_k_cache_paged import dequant_slots
+    from sparse_mla_decode_cases import compare, make_case, make_code_sweep, oracle
 
     results = {}
 
@@ -82,6 +84,15 @@ SCRIPT = textwrap.dedent(
         check(f"{layout}-topk0", (q, cache, idx[:, :, :0], lens, sink), split=False)
         check(f"{layout}-empty-cache", (q, cache[:0], idx, lens, sink), split=False)
         check(f"{layout}-triton_op", case, via_op=True)
+        # One token a row with weight 1: the output is the kernel's dequantised V, bit for bit the reference's.
+        q, cache, idx = make_code_sweep(layout, tokens=16)
+        out = torch.full((16, 1, 64, 512), float("nan"), dtype=torch.bfloat16)
+        lse = torch.full((16, 64, 1), float("nan"), dtype=torch.float32)
+        m.launch(q, cache, idx, 0.04, layout, None, None, split=False, out=out, lse=lse)
+        want = dequant_slots(cache, torch.arange(16, dtype=torch.int32), layout)[:, None, None, :512].expand_as(out)
+        same = (out.view(torch.int16) == want.view(torch.int16)) | (out.float() == want.float())
+        results[f"{layout}-dequant-bitwise"] = "ok" if bool(same.all()) and bool((lse == 0).all()) else (
+            f"{int((~same).sum())} values differ, lse {lse.flatten()[:4].tolist()}")
     print("RESULTS " + json.dumps(results))
     """
 ).replace("TESTS_DIR", repr(TESTS_DIR))
@@ -89,7 +100,7 @@ SCRIPT = textwrap.dedent(
 _PER_LAYOUT = ["single", "split", "split3", "heuristic", "nolens-nosink", "nolens-nosink-split", "h128", "h128-split",
                "lens-0-neg-past", "lens-0-neg-past-split", "all-invalid-rows", "all-invalid-rows-split",
                "tokenless-nonfinite-sink", "tokenless-nonfinite-sink-split", "padded-pages", "padded-pages-split",
-               "topk0", "empty-cache", "triton_op"]
+               "topk0", "empty-cache", "triton_op", "dequant-bitwise"]
 CASES = [f"{layout}-{c}" for layout in ("v32", "v4") for c in _PER_LAYOUT]
 
 
