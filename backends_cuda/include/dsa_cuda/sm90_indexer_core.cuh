@@ -298,11 +298,10 @@ __device__ __forceinline__ void load_a_fragments(uint32_t tile_smem, int kr0, in
 }
 
 // acc = the tile's A fragments times the Q tile (B, descriptor q_desc of a [kN x D] K-major 128-byte
-// swizzled tile), fp32 accumulation; returns once the MMAs have completed. `while_mmas_run` is issued after
-// the MMAs, before their wait.
-template <int kMode, int kN, class WhileMmasRun>
+// swizzled tile), fp32 accumulation; returns once the MMAs have completed.
+template <int kMode, int kN>
 __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&fa)[ModeTraits<kMode>::kSteps][4],
-                                         uint64_t q_desc, WhileMmasRun&& while_mmas_run) {
+                                         uint64_t q_desc) {
   fence_acc(acc);
   wgmma_fence();
 #pragma unroll
@@ -312,15 +311,8 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&
     wgmma_rs<kMode, kN>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
   }
   wgmma_commit();
-  while_mmas_run();
   wgmma_wait_all();
   fence_acc(acc);
-}
-
-template <int kMode, int kN>
-__device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&fa)[ModeTraits<kMode>::kSteps][4],
-                                         uint64_t q_desc) {
-  mma_tile<kMode, kN>(acc, fa, q_desc, [] {});
 }
 
 // D[64 x 128] (+)= A[64 x 32] * B[32 x 128], e4m3, both operands in shared memory (descriptors);

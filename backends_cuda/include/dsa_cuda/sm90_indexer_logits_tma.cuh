@@ -264,17 +264,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
     // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
     const ScoreSlots<kRows> slots(a, t, c, kr0);
-    // The exact mode's key scales of the next tile, loaded while this tile's MMAs run (ldg_if keeps program
-    // order): in flight through the epilogue, not in front of the next wgmma fence, which waits for every load.
-    const auto load_scales = [&](int32_t key0, float& s0, float& s1) {
-      const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-      s0 = ldg_if(key0 + kr0 < a.keys, scale);
-      s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-    };
-    float s0_next = 0.f, s1_next = 0.f;
-    if constexpr (kMode != kFp8Mma) {
-      load_scales(t.t0 * kTileKeys, s0_next, s1_next);
-    }
     for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
       float s0, s1;  // 0 past N (scores not stored)
@@ -285,16 +274,13 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
         s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
         mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
       } else {
-        s0 = s0_next;
-        s1 = s1_next;
+        const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+        s0 = ldg_if(key0 + kr0 < a.keys, scale);
+        s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
         mbar_wait(full + stage * 8, phase);
         uint32_t fa[ModeTraits<kMode>::kSteps][4];
         load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-        mma_tile<kMode, kN>(acc, fa, q_desc, [&] {
-          if (tile + 1 < t.t1) {
-            load_scales(key0 + kTileKeys, s0_next, s1_next);
-          }
-        });
+        mma_tile<kMode, kN>(acc, fa, q_desc);
       }
       if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
         mbar_arrive(empty + stage * 8);
