@@ -223,14 +223,20 @@ __device__ __forceinline__ uint32_t ldg8(const uint8_t* p) {
 // Generic-proxy shared-memory writes -> the MMAs' async-proxy reads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// Four e4m3 (low byte first) times `scale`, as two bf16x2: bf16(f32(x) * scale), round to nearest even.
-// The 16-bit split inside the asm lets F2FP read the upper half in place (one SHF fewer a word; H100: b128
-// h128 s_q2 v32 417.4 -> 408.7 us, 1-3% at batch 32-128, tools/ab_mla_flags.py).
-__device__ __forceinline__ void dequant4(uint32_t x, float scale, uint32_t& lo, uint32_t& hi) {
+// Four e4m3 (low byte first) as fp32, exact. The 16-bit split inside the asm lets F2FP read the upper half in
+// place (one SHF fewer a word; H100: b128 h128 s_q2 v32 417.4 -> 408.7 us, 1-3% at batch 32-128,
+// tools/ab_mla_flags.py).
+__device__ __forceinline__ void e4m3x4_to_f32x4(uint32_t x, float2& f01, float2& f23) {
   uint32_t h01, h23;
   e4m3x4_to_f16x4(x, h01, h23);
-  const float2 f01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
-  const float2 f23 = __half22float2(*reinterpret_cast<const __half2*>(&h23));
+  f01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
+  f23 = __half22float2(*reinterpret_cast<const __half2*>(&h23));
+}
+
+// Four e4m3 (low byte first) times `scale`, as two bf16x2: bf16(f32(x) * scale), round to nearest even.
+__device__ __forceinline__ void dequant4(uint32_t x, float scale, uint32_t& lo, uint32_t& hi) {
+  float2 f01, f23;
+  e4m3x4_to_f32x4(x, f01, f23);
   const __nv_bfloat162 b01 = __floats2bfloat162_rn(__fmul_rn(f01.x, scale), __fmul_rn(f01.y, scale));
   const __nv_bfloat162 b23 = __floats2bfloat162_rn(__fmul_rn(f23.x, scale), __fmul_rn(f23.y, scale));
   lo = *reinterpret_cast<const uint32_t*>(&b01);
@@ -249,10 +255,8 @@ __device__ __forceinline__ uint32_t ue8m0_bf16x2(uint32_t e) {
 // (mul.rn.bf16x2 keeps subnormals). One HMUL2 for two values in place of two FMULs: H100, v4 at batch 32-128
 // 2.5-3.7% faster (b128 h128 s_q2 373.5 -> 364.2 us; tools/ab_mla_flags.py), bitwise equal.
 __device__ __forceinline__ void dequant4_pow2(uint32_t x, uint32_t scale2, uint32_t& lo, uint32_t& hi) {
-  uint32_t h01, h23;
-  e4m3x4_to_f16x4(x, h01, h23);
-  const float2 f01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
-  const float2 f23 = __half22float2(*reinterpret_cast<const __half2*>(&h23));
+  float2 f01, f23;
+  e4m3x4_to_f32x4(x, f01, f23);
   const __nv_bfloat162 b01 = __floats2bfloat162_rn(f01.x, f01.y);  // exact
   const __nv_bfloat162 b23 = __floats2bfloat162_rn(f23.x, f23.y);
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(lo) : "r"(*reinterpret_cast<const uint32_t*>(&b01)), "r"(scale2));
