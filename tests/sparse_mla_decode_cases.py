@@ -110,6 +110,20 @@ def make_code_sweep(layout: str, tokens: int = 64, device="cpu"):
     return q.to(device), cache.to(device), idx.to(device)
 
 
+def code_sweep_mismatch(out, lse, cache, layout: str) -> Optional[str]:
+    """None when a make_code_sweep run's rows are bit for bit their tokens' dequantised V (dequant_slots; +0 and
+    -0 equal) and every lse is exactly 0, else what differs."""
+    n = out.shape[0]
+    v = dequant_slots(cache, torch.arange(n, dtype=torch.int32, device=out.device), layout)[:, :512]
+    want = v[:, None, None, :].expand_as(out)
+    same = (out.view(torch.int16) == want.view(torch.int16)) | (out.float() == want.float())
+    if not bool(same.all()):
+        return f"{int((~same).sum())} values differ; first at {(~same).nonzero()[0].tolist()}"
+    if not bool((lse == 0).all()):
+        return f"lse not 0: {lse.flatten()[:4].tolist()}"
+    return None
+
+
 def _to_padded(cache: torch.Tensor, device) -> torch.Tensor:
     """The padded view moved to `device` with its page stride kept."""
     nb, p, _, bpt = cache.shape
