@@ -76,7 +76,8 @@ void dsa_cuda_binding::paged_indexer_logits_out(Tensor q, Tensor kv_cache, Tenso
   p.out_row_stride = out.stride(0);
   p.fp8_mma = fp8_mma;
   p.clean = clean;
-  STD_TORCH_CHECK(config >= 0 && config <= 5399, kOp, ": `config` must be in [0, 5399], got ", config);
+  STD_TORCH_CHECK(config >= 0 && config <= 299, kOp, ": `config` must be in [0, 299] (3 decimal digits), got ",
+                  config);
   p.config = static_cast<int32_t>(config);
   if (b == 0 || next_n == 0 || max_context_len == 0) {
     return;

@@ -127,12 +127,11 @@ struct Variant {
   bool producer_wg;
   bool bulk;
   bool tma;  // loader 3: TMA pages, A from shared memory (with bulk scales)
-  bool balanced;  // kBalanced or kDynamic (tile ranges), not kChunks
-  bool dynamic;
+  bool balanced;
 };
 
 Variant resolve(int32_t config, int64_t heads, int rows, bool fp8_mma) {
-  const int wgs = config % 10, schedule = config / 100 % 10;
+  const int wgs = config % 10, schedule = config / 100;
   const bool producer_wg = wgs == 0 || wgs == 4 || wgs == 5;
   const bool n128_fp8 = heads * rows == 128 && fp8_mma;
   const int loader = config / 10 % 10 != 0 ? config / 10 % 10 : n128_fp8 && producer_wg ? 3 : 2;
@@ -140,7 +139,7 @@ Variant resolve(int32_t config, int64_t heads, int rows, bool fp8_mma) {
   // do not fit 112 registers there), so an explicit loader 1 or 2 keeps 3 fed by a producer warpgroup.
   const bool four = wgs == 5 || (wgs == 0 && (heads * rows <= 64 || loader == 3));
   const int math_wgs = four ? 4 : wgs == 0 || wgs == 4 ? 3 : wgs;
-  return Variant{math_wgs, producer_wg, loader != 1, loader == 3, schedule != 1, schedule == 3};
+  return Variant{math_wgs, producer_wg, loader != 1, loader == 3, schedule != 1};
 }
 
 // Tokens per item: the MMA's N is rows * H <= 128; no padded rows where next_n fits.
@@ -162,9 +161,8 @@ const char* paged_indexer_logits_unsupported(const PagedIndexerLogitsParams& p) 
   if (p.head_dim != k::kDim) {
     return "the CUDA paged indexer kernel takes head dim 128";
   }
-  if (p.config < 0 || p.config > 5399 || p.config % 10 == 1 || p.config % 10 > 5 || p.config / 10 % 10 > 3 ||
-      p.config / 100 % 10 > 3) {
-    return "config must be 3 decimal digits: schedule 0-3, loader 0-3, math warpgroups 0, 2, 3, 4 (3 fed by a "
+  if (p.config < 0 || p.config > 299 || p.config % 10 == 1 || p.config % 10 > 5 || p.config / 10 % 10 > 3) {
+    return "config must be 3 decimal digits: schedule 0-2, loader 0-3, math warpgroups 0, 2, 3, 4 (3 fed by a "
            "producer warpgroup) or 5 (4 fed by a producer warpgroup)";
   }
   // The math threads' -inf fill (fill_neg_inf) strides up to 512 keys past the last one in int32.
@@ -272,7 +270,7 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   a.row_blocks = int32_t(row_blocks);
   a.chunks = int32_t(chunks);
   a.chunk_tiles = int32_t(chunk_tiles);
-  a.schedule = v.dynamic ? k::kDynamic : v.balanced ? k::kBalanced : k::kChunks;
+  a.schedule = v.balanced ? k::kBalanced : k::kChunks;
   a.total_tiles = total_tiles;
   a.key_tiles = int32_t(key_tiles);
   a.width = int32_t(p.max_context_len);
@@ -281,24 +279,6 @@ cudaError_t launch_paged_indexer_logits(const PagedIndexerLogitsParams& p, cudaS
   a.clean = p.clean;
   // kBalanced: every CTA gets at least one tile.
   const int grid = int(std::min<int64_t>(v.balanced ? total_tiles : items, sms));
-  a.claims = nullptr;
-  a.static_tiles = 0;
-  a.pool_begin = 0;
-  a.unit_tiles = 1;
-  if (v.dynamic) {
-    // Prototype presets (thousands digit): the static share of a CTA's tiles (percent) and the tiles a claim.
-    static const int kPreset[6][2] = {{75, 4}, {50, 2}, {90, 2}, {0, 8}, {75, 8}, {85, 1}};
-    const int* pr = kPreset[p.config / 1000];
-    a.static_tiles = int32_t(total_tiles * pr[0] / 100 / grid);
-    a.pool_begin = int32_t(int64_t(a.static_tiles) * grid);
-    a.unit_tiles = pr[1];
-    static int32_t* counter = nullptr;
-    if (counter == nullptr) {
-      DSA_CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&counter), k::g_claims));
-    }
-    a.claims = counter;
-    DSA_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int32_t), stream));
-  }
 
   CUtensorMap map{};  // unused but by loader 3
   if (v.tma) {

@@ -63,13 +63,7 @@ constexpr int kPageScaleBytes = kPage * 4;
 enum Schedule : int32_t {
   kChunks = 0,    // items (row block, chunk of chunk_tiles tiles), chunk-major, strided over the CTAs
   kBalanced = 1,  // the row blocks' key tiles end to end, one contiguous range of total_tiles / grid a CTA
-  kDynamic = 2,   // the same order: static_tiles a CTA, then units of unit_tiles claimed by an atomic counter
 };
-
-// kDynamic's claims: the producer warp takes the next unit of the pool from `claims` (zero at launch) and
-// publishes it in a ring of shared-memory slots; the math warps read the same units in the same order.
-constexpr int kClaimSlots = 8;
-__device__ int32_t g_claims;  // prototype: one counter for every launch (not safe across concurrent streams)
 
 // kWgs math warpgroups (2, 3 or 4), each one page of every kWgs-page tile. kWgProducer: the producer is
 // a whole warpgroup, so setmaxnreg can move its registers to the math threads; its first warp copies, the
@@ -133,11 +127,7 @@ struct KernelArgs {
   int32_t chunks;       // kChunks: chunks per row block
   int32_t chunk_tiles;  // tiles per item at most (kChunks: the chunk length)
   int32_t schedule;     // Schedule
-  int64_t total_tiles;  // kBalanced, kDynamic: row_blocks * key_tiles
-  int32_t* claims;      // kDynamic: the units claimed so far (zeroed before the launch)
-  int32_t static_tiles;  // kDynamic: tiles of a CTA's static range [blockIdx.x * static_tiles, + static_tiles)
-  int32_t pool_begin;    // kDynamic: gridDim.x * static_tiles; the pool is [pool_begin, total_tiles)
-  int32_t unit_tiles;    // kDynamic: tiles a claim
+  int64_t total_tiles;  // kBalanced: row_blocks * key_tiles
   int32_t key_tiles;   // ceil(L / tile positions)
   int32_t width;       // L
   int32_t limit;       // min(L, 64 * max_blocks): no position at or past it is visible
@@ -185,59 +175,16 @@ __device__ __forceinline__ Item<kRows> decode_item(const KernelArgs& a, int32_t 
   return it;
 }
 
-// kDynamic's claim ring (static shared memory, so its addresses are constants): slot i holds claim n with
-// n % kClaimSlots == i; full completes on the producer's arrival, empty on every math thread's.
-struct ClaimRing {
-  int32_t slot[kClaimSlots];
-  uint64_t full[kClaimSlots];
-  uint64_t empty[kClaimSlots];
-};
-
-// The n-th claim of this CTA: the producer takes it from the counter and publishes it; the math threads read it.
-template <bool kProducer, int kMathThreads>
-__device__ __forceinline__ int32_t take_claim(const KernelArgs& a, ClaimRing& ring, uint32_t n) {
-  const uint32_t i = n % kClaimSlots;
-  const uint32_t use = n / kClaimSlots;
-  int32_t k = 0;
-  if constexpr (kProducer) {
-    if (use > 0) {
-      mbar_wait(smem_addr(&ring.empty[i]), (use - 1) & 1);
-    }
-    if ((threadIdx.x & 31) == 0) {
-      k = atomicAdd(a.claims, 1);
-      ring.slot[i] = k;
-      mbar_arrive(smem_addr(&ring.full[i]));  // release: the slot's store is seen by the acquiring wait
-    }
-    k = __shfl_sync(0xffffffffu, k, 0);
-  } else {
-    mbar_wait(smem_addr(&ring.full[i]), use & 1);
-    k = *static_cast<volatile int32_t*>(&ring.slot[i]);
-    if (k != INT32_MIN) {  // always true: the branch makes the arrive wait for the load's value
-      mbar_arrive(smem_addr(&ring.empty[i]));
-    }
-  }
-  return k;
-}
-
-// A CTA's items in order under each schedule: row block rb, tiles [c0, c1) (c1 - c0 <= chunk_tiles).
-// kBalanced, kDynamic: u, e are the flat tile position rb * key_tiles + c0 and the end of the CTA's current
-// range (total_tiles < 2^31, the launcher's limit); kChunks: u is the chunk of the item, stepped by the grid
-// without a stored stride. kProducer: this cursor's claims are taken (the producer warp) or read (math).
-template <bool kProducer, int kMathThreads>
+// A CTA's items in order under either schedule: row block rb, tiles [c0, c1) (c1 - c0 <= chunk_tiles).
+// kBalanced: u, e are the flat tile position rb * key_tiles + c0 and the CTA's end (total_tiles < 2^31,
+// the launcher's limit); kChunks: u is the chunk of the item, stepped by the grid without a stored stride.
 struct WorkCursor {
   int32_t rb, c0, c1, u, e;
-  uint32_t claimed = 0;
 
-  __device__ __forceinline__ WorkCursor(const KernelArgs& a, ClaimRing& ring) {
+  __device__ __forceinline__ explicit WorkCursor(const KernelArgs& a) {
     if (a.schedule == kBalanced) {
       u = int32_t(int64_t(blockIdx.x) * a.total_tiles / gridDim.x);
       e = int32_t(int64_t(blockIdx.x + 1) * a.total_tiles / gridDim.x);
-    } else if (a.schedule == kDynamic) {
-      u = int32_t(blockIdx.x) * a.static_tiles;
-      e = u + a.static_tiles;
-      if (u >= e) {
-        claim(a, ring);
-      }
     } else {
       rb = int32_t(blockIdx.x % uint32_t(a.row_blocks));
       u = int32_t(blockIdx.x / uint32_t(a.row_blocks));
@@ -246,14 +193,11 @@ struct WorkCursor {
     settle(a);
   }
   __device__ __forceinline__ bool valid(const KernelArgs& a) const {
-    return a.schedule != kChunks ? u < e : u < a.chunks;
+    return a.schedule == kBalanced ? u < e : u < a.chunks;
   }
-  __device__ __forceinline__ void next(const KernelArgs& a, ClaimRing& ring) {
-    if (a.schedule != kChunks) {
+  __device__ __forceinline__ void next(const KernelArgs& a) {
+    if (a.schedule == kBalanced) {
       u += c1 - c0;
-      if (a.schedule == kDynamic && u >= e) {
-        claim(a, ring);
-      }
     } else {  // as ItemCursor::next
       rb += int32_t(gridDim.x % uint32_t(a.row_blocks));
       u += int32_t(gridDim.x / uint32_t(a.row_blocks));
@@ -266,16 +210,9 @@ struct WorkCursor {
   }
 
  private:
-  // The next unit of the pool (u >= e once the pool is spent: claims past it are counted, not used).
-  __device__ __forceinline__ void claim(const KernelArgs& a, ClaimRing& ring) {
-    const int32_t k = take_claim<kProducer, kMathThreads>(a, ring, claimed++);
-    const int64_t start = int64_t(a.pool_begin) + int64_t(k) * a.unit_tiles;
-    u = int32_t(min(start, a.total_tiles));
-    e = int32_t(min(start + a.unit_tiles, a.total_tiles));
-  }
-  // c0, c1 (and rb for kBalanced, kDynamic) of the position; meaningless once !valid.
+  // c0, c1 (and rb for kBalanced) of the position; meaningless once !valid.
   __device__ __forceinline__ void settle(const KernelArgs& a) {
-    if (a.schedule != kChunks) {
+    if (a.schedule == kBalanced) {
       rb = u / a.key_tiles;
       c0 = u - rb * a.key_tiles;
       c1 = min(min(c0 + a.chunk_tiles, a.key_tiles), c0 + (e - u));
@@ -314,17 +251,16 @@ __device__ __forceinline__ int32_t page_id(const int32_t (&ids)[2], int j) {
 // item k is worked on, item k + 1's block ids and item k + 2's context length are in flight, so an item
 // starts with no dependent global load. Items are decoded again from their context length when taken
 // (a few integer ops) rather than held in registers.
-template <int kRows, int kWgs, bool kProducer, int kMathThreads>
+template <int kRows, int kWgs>
 struct ItemPipeline {
   static constexpr int kTileKeys = kPage * kWgs;
-  ClaimRing& ring;
-  WorkCursor<kProducer, kMathThreads> nxt;  // item k + 1
+  WorkCursor nxt;             // item k + 1
   int32_t rb0, c00, c10;      // item k
   int32_t ctx0 = 0, ctx1 = 0;  // context lengths of items k and k + 1
   int32_t next_ids[2] = {-1, -1};
   bool valid;
 
-  __device__ __forceinline__ ItemPipeline(const KernelArgs& a, int lane, ClaimRing& r) : ring(r), nxt(a, r) {
+  __device__ __forceinline__ ItemPipeline(const KernelArgs& a, int lane) : nxt(a) {
     valid = nxt.valid(a);
     if (valid) {
       ctx0 = load_ctx(a, nxt.rb);
@@ -358,7 +294,7 @@ struct ItemPipeline {
     rb0 = nxt.rb;
     c00 = nxt.c0;
     c10 = nxt.c1;
-    nxt.next(a, ring);
+    nxt.next(a);
     ctx1 = nxt.valid(a) ? load_ctx(a, nxt.rb) : 0;
   }
 };
@@ -384,10 +320,9 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 // The producer warp's walk over this CTA's tiles in order: waits until a tile's stage is free (the math
 // warps have taken its previous use), then fill(stage, ids, page0) copies the tile into it, its pages
 // being the item's pages page0 .. page0 + kWgs - 1 (block ids: page_id(ids, j)).
-template <int kRows, int kWgs, int kStages, int kMathThreads, class Fill>
-__device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lane, uint32_t empty, ClaimRing& ring,
-                                                    Fill&& fill) {
-  ItemPipeline<kRows, kWgs, true, kMathThreads> pipe(a, lane, ring);
+template <int kRows, int kWgs, int kStages, class Fill>
+__device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lane, uint32_t empty, Fill&& fill) {
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
   Item<kRows> t;
   int32_t rb, ids[2];
   uint32_t it = 0;
@@ -411,13 +346,12 @@ __device__ __forceinline__ void for_each_free_stage(const KernelArgs& a, int lan
 // are then others' dirty ones, written back inside the kernel).
 template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer, bool kTma>
 __device__ __forceinline__ void producer_bulk(const KernelArgs& a, const CUtensorMap* map, uint32_t stages,
-                                              uint32_t scales, uint32_t full, uint32_t empty, ClaimRing& ring) {
+                                              uint32_t scales, uint32_t full, uint32_t empty) {
   using C = Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
   static_assert(C::kKvRowBytes == kDim, "bulk pages hold fp8 rows");
   const int lane = threadIdx.x & 31;
   const uint64_t policy = evict_first_policy();
-  for_each_free_stage<kRows, kWgs, C::kStages, C::kMathThreads>(
-      a, lane, empty, ring, [&](uint32_t stage, const int32_t(&ids)[2], int page0) {
+  for_each_free_stage<kRows, kWgs, C::kStages>(a, lane, empty, [&](uint32_t stage, const int32_t(&ids)[2], int page0) {
     int32_t id[kWgs];
     uint32_t bytes = 0;
 #pragma unroll
@@ -487,7 +421,7 @@ __device__ __forceinline__ void score_tile_rows(uint32_t tile_smem, int kr0, int
 
 template <int kMode, int kHeads, int kRows, int kWgs, bool kWgProducer>
 __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, uint32_t scales, uint32_t full,
-                                         uint32_t empty, ClaimRing& ring) {
+                                         uint32_t empty) {
   using C = Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>;
   // As in the dense producer: a lane always copies the same 16-byte column `ch` of rows r0, r0 + 4, ...,
   // so every copy's destination is a base plus a constant.
@@ -507,8 +441,7 @@ __device__ __forceinline__ void producer(const KernelArgs& a, uint32_t stages, u
   const int64_t lane_src = int64_t(r0) * C::kKvRowBytes + ch * 16;
   constexpr int kScaleOffset = kPage * kDim;  // the block's scales follow its 64 * D fp8 values
 
-  for_each_free_stage<kRows, kWgs, C::kStages, C::kMathThreads>(
-      a, lane, empty, ring, [&](uint32_t stage, const int32_t(&ids)[2], int page0) {
+  for_each_free_stage<kRows, kWgs, C::kStages>(a, lane, empty, [&](uint32_t stage, const int32_t(&ids)[2], int page0) {
 #pragma unroll
     for (int w = 0; w < kWgs; ++w) {
       const int32_t id = page_id(ids, page0 + w);
@@ -558,14 +491,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   const uint32_t empty = full + C::kStages * 8;
 
   // kBulk: `full` completes on the producer's one arrival plus the bytes of the stage's bulk copies.
-  __shared__ ClaimRing ring;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kClaimSlots; ++i) {
-      mbar_init(smem_addr(&ring.full[i]), 1);
-      mbar_init(smem_addr(&ring.empty[i]), kMathThreads);
-    }
-  }
-  init_stage_barriers<C::kStages, kMathThreads, kBulk ? 1 : 32>(full, empty);  // fences and syncs the inits
+  init_stage_barriers<C::kStages, kMathThreads, kBulk ? 1 : 32>(full, empty);
   pdl_wait();
   // No early pdl_launch_dependents: this grid's CTAs end over ~50 us, and an early launch packs the
   // top-k's CTAs onto the SMs freed first (layer step, H100 b64 s_q2: 449.4 -> 443.0 us without it
@@ -579,9 +505,9 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
           smxx::prefetch_tensormap(&kv_map);
         }
       }
-      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer, kTma>(a, &kv_map, stages, scales, full, empty, ring);
+      producer_bulk<kMode, kHeads, kRows, kWgs, kWgProducer, kTma>(a, &kv_map, stages, scales, full, empty);
     } else {
-      producer<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty, ring);
+      producer<kMode, kHeads, kRows, kWgs, kWgProducer>(a, stages, scales, full, empty);
     }
   };
   if constexpr (kWgProducer) {
@@ -613,7 +539,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
   float w[kN / 4];
   uint32_t stage = 0, phase = 0;
   int32_t staged_rb = -1;  // the row block whose Q tile and weights are loaded
-  ItemPipeline<kRows, kWgs, false, kMathThreads> pipe(a, lane, ring);
+  ItemPipeline<kRows, kWgs> pipe(a, lane);
   Item<kRows> t;
   int32_t rb, ids[2];
   while (pipe.take(a, lane, t, rb, ids)) {
