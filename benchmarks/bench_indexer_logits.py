@@ -8,7 +8,8 @@ widened exactly to fp16, fp16 MMAs, fp32 accumulation); bf16 operands run one ke
 are timed once (precise False). The row's provider is "triton" or "cuda"; its baselines are plain torch,
 the other provider in the same mode, and `deepgemm` (DeepGEMM's fp8_mqa_logits / fp8_paged_mqa_logits,
 fp8 MMAs) when `deep_gemm` imports from .peer/deep_gemm (optional; the reason is printed when it does not).
-Whole file: about 1-2 min on the H200.
+A case's kernels and DeepGEMM are timed in interleaved rounds (`interleaved_us`), so clock drift falls on
+all of them alike. Whole file: about 1-2 min on the H200.
 
     python -m pytest benchmarks/bench_indexer_logits.py -m gpu -s --dsa-results /tmp/indexer.json
     python benchmarks/results_table.py merge /tmp/indexer.json benchmarks/results/h200.json \
@@ -25,7 +26,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops import registry
-from harness import capture_graph, host_overheads_us, matmul_tflops, record, row_max_rel_err
+from harness import capture_graph, host_overheads_us, interleaved_medians, matmul_tflops, record, row_max_rel_err
 
 pytestmark = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
@@ -62,6 +63,39 @@ def deepgemm_us(bench, label, make):
     except Exception as e:  # noqa: BLE001
         print(f"\n  {label}: deepgemm baseline failed: {type(e).__name__}: {str(e)[:300]}")
         return None
+
+
+def deepgemm_fn(label, make):
+    """DeepGEMM's call for one case (`make(torch.ops.deep_gemm)`, set-up done outside it) after one trial call, or
+    None, printing why, when DeepGEMM is not available or fails."""
+    dg, why = deep_gemm()
+    if dg is None:
+        print(f"\n  {label}: deepgemm baseline skipped: {why}")
+        return None
+    try:
+        fn = make(dg)
+        fn()
+        torch.cuda.synchronize()
+        return fn
+    except Exception as e:  # noqa: BLE001
+        print(f"\n  {label}: deepgemm baseline failed: {type(e).__name__}: {str(e)[:300]}")
+        return None
+
+
+# Rounds of interleaved timing: each round times every kernel of a case once (a median of `iters` calls, each
+# after an L2 flush) in turn, and a kernel's time is the median of its rounds. Timed one after the other instead,
+# the H100's clocks under sustained fp8 load moved the same kernel by up to 6% between back-to-back timings, so
+# the ratio to DeepGEMM depended on which ran first; interleaved, the drift falls on every kernel alike (as the
+# other benchmarks time their peers: harness.interleaved_medians).
+ROUNDS = 3
+
+
+def interleaved_us(bench, fns: dict, iters: int) -> dict:
+    """Each of fns' median time (us) over ROUNDS interleaved rounds of `iters` calls."""
+    samplers = [functools.partial(bench.timer.median_us, fn, warmup=1, iters=iters) for fn in fns.values()]
+    for fn in fns.values():
+        fn()
+    return dict(zip(fns, interleaved_medians(samplers, ROUNDS)))
 
 
 def _ceilings(bench):
@@ -138,13 +172,13 @@ def test_indexer_logits(bench, case):
     visible = visible_keys(t, n, windows, ks, ke)
     flops = 2 * h * D * visible
     ceiling = ceil["fp8_tflops"] if dtype == FP8 else ceil["bf16_tflops"]
-    iters = 10 if t * n >= 1 << 29 else 20
+    iters = 4 if t * n >= 1 << 29 else 7  # a round's calls; ROUNDS rounds
     rows_per_chunk = max(1, (1 << 28) // (h * n * 4))  # [chunk*H, N] fp32 logits of 256 MB
     t_us = bench.timer.median_us(lambda: torch_indexer_logits(*args, rows_per_chunk), warmup=1, iters=3)
-    dg_us = None
+    dg = None
     if dtype == FP8:  # DeepGEMM's call: (q, q scales, kv, kv_scale, weights, ks, ke, max keys, clean)
-        dg_us = deepgemm_us(bench, f"indexer_logits {case}",
-                            lambda dg: lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None))
+        dg = deepgemm_fn(f"indexer_logits {case}",
+                         lambda dg: lambda: dg.fp8_fp4_mqa_logits(q, None, kv, s, w, ks, ke, n, None))
     from dsa_ops.backends.triton import indexer_logits as il
 
     kernels = {}
@@ -159,9 +193,14 @@ def test_indexer_logits(bench, case):
             from dsa_ops.backends.cuda import providers_indexer as pi
 
             kernels["cuda"] = lambda m: pi.run(*args, True, m)
-    for precise in (MODES if dtype == FP8 else (False,)):
-        times = {provider: bench.timer.median_us(lambda f=fn, m=precise: f(m), warmup=2, iters=iters)
-                 for provider, fn in kernels.items()}
+    modes = MODES if dtype == FP8 else (False,)
+    fns = {(provider, m): functools.partial(fn, m) for m in modes for provider, fn in kernels.items()}
+    if dg is not None:
+        fns["deepgemm"] = dg
+    timed = interleaved_us(bench, fns, iters)
+    dg_us = timed.get("deepgemm")
+    for precise in modes:
+        times = {provider: timed[provider, precise] for provider in kernels}
         auto = registry.select("indexer_logits", (*args, True, precise)).backend
         print(f"\n  indexer_logits {case} precise={precise}: automatic choice {auto}")
         for provider, us in times.items():
@@ -251,18 +290,17 @@ def test_paged_indexer_logits(bench, case):
                     False: flops / (ceil["fp8_tflops"] * 1e12) * 1e6}
     t_us = bench.timer.median_us(lambda: torch_paged_indexer_logits(*args, L), warmup=1, iters=3)
 
-    dg_us, dg_meta_us = deepgemm_paged_us(bench, f"paged_indexer_logits {case}", args, L)
+    dg, dg_meta_us = deepgemm_paged_fns(bench, f"paged_indexer_logits {case}", args, L)
     from dsa_ops.backends.triton import paged_indexer_logits as pil
 
-    times = {}
+    runs = []  # (provider, precise, config, fn) in the rows' order
     for provider in ("triton", "cuda"):
         p = registry.providers("paged_indexer_logits")[provider]
         why = registry.availability(p, q.device) or p.supports(*args, L, True, False)
         if why is not None:
             print(f"\n  paged_indexer_logits [{provider}] {case}: skipped: {why}")
             continue
-        # CUDA: config 0 (the launcher's defaults: 3 math warpgroups, fed by a producer warpgroup at MMA
-        # N = 128) and 2 math warpgroups with the default loader and schedule.
+        # CUDA: config 0 (the launcher's defaults) and 2 math warpgroups with the default loader and schedule.
         configs = (None,) if provider == "triton" else (0, 2)
         for precise, config in [(m, c) for m in MODES for c in configs]:
             if provider == "triton":
@@ -271,31 +309,39 @@ def test_paged_indexer_logits(bench, case):
                 from dsa_ops.backends.cuda import providers_paged_indexer as ppi
 
                 fn = lambda m=precise, c=config: ppi.run(*args, L, True, m, config=c)  # noqa: E731
-            us = bench.timer.median_us(fn, warmup=3, iters=30)
-            times[provider, precise] = min(us, times.get((provider, precise), us))
-            baselines = {"torch": t_us}
-            if provider == "cuda" and ("triton", precise) in times:
-                baselines["triton"] = times["triton", precise]
-            if dg_us is not None:
-                baselines["deepgemm"] = dg_us
-            bound = max(floor, tensor_floor[precise])
-            case_d = {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
-                      "page_size": 64, "precise": precise}
-            if config is not None:
-                case_d["config"] = config
-            bench.add(record(
-                "paged_indexer_logits", provider, case_d,
-                us,
-                floor_us=floor, floor_kind="memory (kv cache read once + logits write + q)",
-                baselines=baselines,
-                tflops=round(flops / (us * 1e-6) / 1e12, 1), ceiling_tflops=ceil["fp8_tflops"],
-                ratio=round(flops / (us * 1e-6) / 1e12 / ceil["fp8_tflops"], 3),
-                tensor_floor_us=round(tensor_floor[precise], 2),
-                tensor_floor_kind="bf16 matmul ceiling" if precise else "fp8 _scaled_mm ceiling",
-                bound_us=round(bound, 2), of_bound=round(bound / us, 3),
-                achieved_gbps=round(nbytes / (us * 1e-6) / 1e9, 1),
-                **({} if dg_meta_us is None else {"deepgemm_metadata_us": round(dg_meta_us, 2)}),
-            ))
+            runs.append((provider, precise, config, fn))
+    fns = {run[:3]: run[3] for run in runs}
+    if dg is not None:
+        fns["deepgemm"] = dg
+    timed = interleaved_us(bench, fns, 10)
+    dg_us = timed.get("deepgemm")
+    times = {}
+    for provider, precise, config, _ in runs:
+        us = timed[provider, precise, config]
+        times[provider, precise] = min(us, times.get((provider, precise), us))
+        baselines = {"torch": t_us}
+        if provider == "cuda" and ("triton", precise) in times:
+            baselines["triton"] = times["triton", precise]
+        if dg_us is not None:
+            baselines["deepgemm"] = dg_us
+        bound = max(floor, tensor_floor[precise])
+        case_d = {"batch": b, "s_q": next_n, "keys": L, "heads": h, "head_dim": D, "dtype": "fp8_e4m3",
+                  "page_size": 64, "precise": precise}
+        if config is not None:
+            case_d["config"] = config
+        bench.add(record(
+            "paged_indexer_logits", provider, case_d,
+            us,
+            floor_us=floor, floor_kind="memory (kv cache read once + logits write + q)",
+            baselines=baselines,
+            tflops=round(flops / (us * 1e-6) / 1e12, 1), ceiling_tflops=ceil["fp8_tflops"],
+            ratio=round(flops / (us * 1e-6) / 1e12 / ceil["fp8_tflops"], 3),
+            tensor_floor_us=round(tensor_floor[precise], 2),
+            tensor_floor_kind="bf16 matmul ceiling" if precise else "fp8 _scaled_mm ceiling",
+            bound_us=round(bound, 2), of_bound=round(bound / us, 3),
+            achieved_gbps=round(nbytes / (us * 1e-6) / 1e9, 1),
+            **({} if dg_meta_us is None else {"deepgemm_metadata_us": round(dg_meta_us, 2)}),
+        ))
     # The op's automatic choice (dispatch + allocation), per mode, for the per-call overhead.
     for precise in MODES:
         try:
@@ -322,10 +368,10 @@ def deepgemm_paged_ctx(args):
     return ctx_dg.to(torch.int32).contiguous(), torch.cuda.get_device_properties(q.device).multi_processor_count
 
 
-def deepgemm_paged_us(bench, label, args, L):
-    """DeepGEMM's fp8_fp4_paged_mqa_logits time on the paged inputs, and apart from it the time of the
-    schedule-metadata kernel it needs (computed once per batch, outside the timed call, as vLLM does);
-    (None, None) when DeepGEMM is not available or fails."""
+def deepgemm_paged_fns(bench, label, args, L):
+    """DeepGEMM's fp8_fp4_paged_mqa_logits call on the paged inputs (its schedule metadata computed once per
+    batch, outside the call, as vLLM does), and the time of that metadata kernel; (None, None) when DeepGEMM is not
+    available or fails."""
     q, cache, w, _, table = args
     ctx_dg, sms = deepgemm_paged_ctx(args)
 
@@ -333,12 +379,19 @@ def deepgemm_paged_us(bench, label, args, L):
         meta = dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None)
         return lambda: dg.fp8_fp4_paged_mqa_logits(q, None, cache, w, ctx_dg, table, meta, L, None)
 
-    us = deepgemm_us(bench, label, logits)
+    fn = deepgemm_fn(label, logits)
     meta_us = None
-    if us is not None:
+    if fn is not None:
         meta_us = deepgemm_us(bench, label + " metadata",
                               lambda dg: lambda: dg.get_paged_mqa_logits_metadata(ctx_dg, 64, sms, None))
-    return us, meta_us
+    return fn, meta_us
+
+
+def deepgemm_paged_us(bench, label, args, L):
+    """DeepGEMM's paged call timed alone (the config sweep), and its metadata kernel's time; (None, None) as
+    deepgemm_paged_fns."""
+    fn, meta_us = deepgemm_paged_fns(bench, label, args, L)
+    return (None, None) if fn is None else (bench.timer.median_us(fn, warmup=3, iters=20), meta_us)
 
 
 @pytest.mark.parametrize("b,next_n", [(1, 1), (8, 1), (64, 1), (64, 2)])
