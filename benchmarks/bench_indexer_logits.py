@@ -263,11 +263,14 @@ def torch_paged_indexer_logits(q, cache, w, ctx, table, L):
 
 
 PAGED_CASES = [
-    # (B, next_n, H, L): the decode size first, then next_n 2, H 32, and few requests (the
+    # (B, next_n, H, L): the decode size at next_n 1 and 2, H 32, then batch 1, 8 and 256, and few requests (the
     # CUDA kernel's key split must still fill the SMs)
     (64, 1, 64, 65536),
-    (64, 2, 64, 32768),
+    (64, 2, 64, 65536),
     (64, 1, 32, 65536),
+    (1, 1, 64, 65536),
+    (8, 1, 64, 65536),
+    (256, 1, 64, 65536),
     (4, 1, 64, 65536),
     (1, 2, 64, 131072),
 ]
