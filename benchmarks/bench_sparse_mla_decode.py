@@ -4,7 +4,9 @@ FlashMLA's DeepSeek-V3.2 decode shapes: FP8 v32 cache (656 bytes a token), pages
 from a 65536-page pool (2.6 GiB, far past L2), every request 65536 tokens, each query token 2048
 distinct random positions of its request mapped to slots; q bf16 [B, s_q, H, 576]; heads 64/128, s_q 1/2,
 batch 32/64/128, plus batch 1 and 4. Every figure is a CUDA-graph replay of one call after an L2 flush
-(CUDA events, median). tflops counts 2 * (576 + 512) * topk per (query token, head); the floor is the
+(CUDA events), the median of five interleaved rounds (each round times every kernel of the case in turn, a
+median of 10 replays each), so clock drift falls on ours and FlashMLA's alike. tflops counts
+2 * (576 + 512) * topk per (query token, head); the floor is the
 selected cache bytes (B * s_q * topk * bytes a token) read once at the device-copy rate of the same run;
 ceiling_tflops is the bf16 matmul rate of the same run. Baselines: `flashmla` (vLLM 0.33.0's
 _flashmla_C.sparse_decode_fwd from .peer/vllm, when present: a measuring stick, never imported by
@@ -171,15 +173,16 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
     fns = {name: functools.partial(launch, q, cache, idx, scale, layout, out=outs[name][0], lse=outs[name][1])
            for name, (launch, _) in ours.items()}
     fm = _flashmla()
-    peer_out = None
+    peer_out = peer_lse = None
     if fm is not None:
         try:
             first, fns["flashmla"] = flashmla_decode(fm, q, cache, idx, scale)
-            peer_out = first[0]
+            peer_out, peer_lse = first[0], first[1]
         except Exception as e:  # noqa: BLE001  (reported; ours is still timed)
             print(f"\n  flashmla failed: {type(e).__name__}: {str(e)[:200]}")
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
+    times = dict(zip(graphs, interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10)
+                                                  for g in graphs.values()], 5)))
 
     # Each timed output against the reference on the first request (float32 math on the dequantised rows).
     ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
@@ -202,6 +205,10 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
         if peer_out is not None:
             extra["flashmla_max_rel_err"] = float(
                 f"{((peer_out[:1].float() - ro.float()).abs().max() / ro.float().abs().max()).item():.3g}")
+            # FlashMLA's lse against the same reference, by ours' measure (natural log; [B, H, s_q] or [B, s_q, H]).
+            pl = peer_lse[:1].float()
+            pl = pl if pl.shape == rl.shape else pl.transpose(1, 2)
+            extra["flashmla_lse_max_rel_err"] = float(f"{((pl - rl).abs() / rl.abs().clamp(min=1)).max().item():.3g}")
         if batch <= 4:
             extra["host_overhead_us"] = round(host_overhead_us(fns[name])[0], 2)
         bench.add(record("sparse_mla_decode", name, case, us, floor_us=bench.floor_us(nbytes),
