@@ -26,8 +26,8 @@
 //   (cp.async.bulk, the TMA engine: one instruction for 8 KB, no per-thread request tracking) into
 //   plain 128-byte rows, which the math threads read in a bank-conflict-free order. The math warps take the
 //   same ids the same way (one lookup per item, not a dependent load per tile). Pages past the item's
-//   last visible position are never looked up; a block id outside [0, num_blocks) is never read, its
-//   positions score -inf.
+//   last visible position are never copied (their table entries may be read, inside [0, max_blocks)); a block
+//   id outside [0, num_blocks) is never read, its positions score -inf.
 // - Math warpgroups: the dense kernel's core (A fragments from the stage, wgmma against the Q tile,
 //   relu / weights / head sum / key scale), then a store masked by each token's visible length. Loader 3
 //   (kTma, with a producer warpgroup, fp8, N = 128): a page is one TMA box into 128-byte-swizzled rows and the MMAs
@@ -227,17 +227,34 @@ __device__ __forceinline__ int32_t load_ctx(const KernelArgs& a, int32_t rb) {
   return ldg_early(a.ctx + int64_t(rb / a.groups) * a.ctx_stride);
 }
 
-// Lane j's block ids of the item: logical pages kWgs t0 + j and kWgs t0 + 32 + j (-1 where not looked
-// up). The loads stay in flight until the ids are used (the validity test is at the use).
+// Lane j's block ids of row block rb's tiles [c0, c1): logical pages kWgs c0 + j and kWgs c0 + 32 + j (-1 past
+// the chunk or the table's columns). Read before the request's context length is known (a table entry of a page
+// the context does not reach is read, never used: mask_pages drops it), so an item's first copy waits on one
+// global round trip less. The loads stay in flight until the ids are used.
+template <int kWgs>
+__device__ __forceinline__ void load_pages(const KernelArgs& a, int32_t rb, int32_t c0, int32_t c1, int lane,
+                                           int32_t (&ids)[2]) {
+  const int32_t* row = a.table + int64_t(rb / a.groups) * a.table_row_stride;
+  const int32_t columns = (a.limit + kPage - 1) / kPage;  // limit <= 64 * max_blocks
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t pg = kWgs * c0 + 32 * h + lane;
+    ids[h] = -1;
+    if (pg < kWgs * c1 && pg < columns) {
+      ids[h] = ldg_early(row + int64_t(pg) * a.table_col_stride);
+    }
+  }
+}
+
+// -1 for the pages of item t that hold no visible position (past t.pages) or that it does not compute (past
+// tile t.t1): such pages are neither copied nor scored.
 template <int kWgs, int kRows>
-__device__ __forceinline__ void load_pages(const KernelArgs& a, const Item<kRows>& t, int lane, int32_t (&ids)[2]) {
-  const int32_t* row = a.table + int64_t(t.b) * a.table_row_stride;
+__device__ __forceinline__ void mask_pages(const Item<kRows>& t, int lane, int32_t (&ids)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int32_t pg = kWgs * t.t0 + 32 * h + lane;
-    ids[h] = -1;
-    if (pg < kWgs * t.t1 && pg < t.pages) {
-      ids[h] = ldg_early(row + int64_t(pg) * a.table_col_stride);
+    if (!(pg < kWgs * t.t1 && pg < t.pages)) {
+      ids[h] = -1;
     }
   }
 }
@@ -265,7 +282,7 @@ struct ItemPipeline {
     if (valid) {
       ctx0 = load_ctx(a, nxt.rb);
       advance(a);
-      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, rb0, c00, c10, ctx0), lane, next_ids);
+      load_pages<kWgs>(a, rb0, c00, c10, lane, next_ids);
     }
   }
 
@@ -279,9 +296,10 @@ struct ItemPipeline {
     t = decode_item<kRows, kTileKeys>(a, rb0, c00, c10, ctx0);
     ids[0] = next_ids[0];
     ids[1] = next_ids[1];
+    mask_pages<kWgs>(t, lane, ids);
     valid = nxt.valid(a);
     if (valid) {
-      load_pages<kWgs>(a, decode_item<kRows, kTileKeys>(a, nxt.rb, nxt.c0, nxt.c1, ctx1), lane, next_ids);
+      load_pages<kWgs>(a, nxt.rb, nxt.c0, nxt.c1, lane, next_ids);
       ctx0 = ctx1;
       advance(a);
     }
@@ -591,7 +609,7 @@ __global__ void __launch_bounds__(Cfg<kMode, kHeads * kRows, kWgs, kWgProducer>:
     const int32_t my_kr = kRows == 1 ? (c < 2 ? kr0 : kr1) : kRows == 2 ? kr0 + 8 * ((c & 3) >> 1) : kr0;
     for (int32_t tile = t.t0; tile < t.t1; ++tile) {
       const int32_t key0 = tile * kTileKeys;
-      // This warpgroup's block id (-1 for a page past the last visible position: never looked up).
+      // This warpgroup's block id (-1 for a page past the last visible position: masked by mask_pages).
       const int32_t id = page_id(ids, kWgs * (tile - t.t0) + wg);
       const bool page_ok = id >= 0 && id < a.num_blocks;
       mbar_wait(full + stage * 8, phase);
