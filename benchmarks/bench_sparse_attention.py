@@ -3,8 +3,9 @@
 Shapes of a DSA decode/verify/prefill step: 24 query / 2 KV heads, D 128, every row its own request of
 65536 tokens on random pages of 64 drawn from a 65536-page pool (2 GiB of fp8 KV, far past L2), 2048
 distinct random positions a row. Caches in vLLM's layout (K and V views of one [pages, Hkv, P, 2 D]
-buffer). Every figure is a CUDA-graph replay of one call after an L2 flush (CUDA events, median), so
-launch and Python costs stay out at every row count and each kernel starts cold, as in a decode step.
+buffer). Every figure is a CUDA-graph replay of one call after an L2 flush (CUDA events), the median of five
+interleaved rounds of ours and the peer (10 replays each), so launch and Python costs stay out at every row
+count, each kernel starts cold, as in a decode step, and clock drift falls on all alike.
 Floor: the selected K and V bytes (rows x Hkv x topk x 2 D x element size) at the device-copy rate
 of the same run. Baselines: `splitk` (our split-K path forced), `vllm` (qsa_peer's
 qsa_sparse_paged_attention, when .peer/ holds it; gate 30.0 so its sigmoid output gate is 1).
@@ -103,7 +104,8 @@ def test_sparse_attention(bench, dtype, rows):
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, out_peer)
 
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
+    times = dict(zip(graphs, interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10)
+                                                  for g in graphs.values()], 5)))
 
     sample = slice(0, min(rows, 16))  # the reference on a few rows: the timed outputs are right
     ref = reference(q[sample], kc, vc, idx[sample], bt, t2r[sample], SCALE, 1.0, 1.0).float()
@@ -148,7 +150,8 @@ def test_sparse_attention_cuda(bench, rows):
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, outs["vllm"])
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    times = {name: bench.timer.median_us(g.replay, iters=50) for name, g in graphs.items()}
+    times = dict(zip(graphs, interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10)
+                                                  for g in graphs.values()], 5)))
 
     sample = slice(0, min(rows, 16))
     ref = reference(q[sample], kc, vc, idx[sample], bt, t2r[sample], SCALE, 1.0, 1.0).float()
