@@ -26,7 +26,7 @@ import dsa_ops
 import pytest
 import torch
 from dsa_ops import registry
-from harness import capture_graph, host_overheads_us, interleaved_medians, matmul_tflops, record, row_max_rel_err
+from harness import capture_graph, host_overheads_us, interleaved_times_us, matmul_tflops, record, row_max_rel_err
 
 pytestmark = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
@@ -53,16 +53,9 @@ def deep_gemm():
 
 def deepgemm_us(bench, label, make):
     """DeepGEMM's median time for one case (the call `make(torch.ops.deep_gemm)` returns, set-up done
-    outside the timing), or None, printing why, when DeepGEMM is not available or fails."""
-    dg, why = deep_gemm()
-    if dg is None:
-        print(f"\n  {label}: deepgemm baseline skipped: {why}")
-        return None
-    try:
-        return bench.timer.median_us(make(dg), warmup=3, iters=20)
-    except Exception as e:  # noqa: BLE001
-        print(f"\n  {label}: deepgemm baseline failed: {type(e).__name__}: {str(e)[:300]}")
-        return None
+    outside the timing), or None, printing why, when DeepGEMM is not available or fails (deepgemm_fn)."""
+    fn = deepgemm_fn(label, make)
+    return None if fn is None else bench.timer.median_us(fn, warmup=3, iters=20)
 
 
 def deepgemm_fn(label, make):
@@ -86,16 +79,16 @@ def deepgemm_fn(label, make):
 # after an L2 flush) in turn, and a kernel's time is the median of its rounds. Timed one after the other instead,
 # the H100's clocks under sustained fp8 load moved the same kernel by up to 6% between back-to-back timings, so
 # the ratio to DeepGEMM depended on which ran first; interleaved, the drift falls on every kernel alike (as the
-# other benchmarks time their peers: harness.interleaved_medians).
+# other benchmarks time their peers: harness.interleaved_times_us).
 ROUNDS = 3
 
 
 def interleaved_us(bench, fns: dict, iters: int) -> dict:
-    """Each of fns' median time (us) over ROUNDS interleaved rounds of `iters` calls."""
-    samplers = [functools.partial(bench.timer.median_us, fn, warmup=1, iters=iters) for fn in fns.values()]
+    """Each of fns' median time (us) over ROUNDS interleaved rounds of `iters` calls, every fn called once first
+    (compiles and JIT builds stay out of the rounds)."""
     for fn in fns.values():
         fn()
-    return dict(zip(fns, interleaved_medians(samplers, ROUNDS)))
+    return interleaved_times_us(bench.timer, fns, rounds=ROUNDS, iters=iters, warmup=1)
 
 
 def _ceilings(bench):

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_medians, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_times_us, record
 
 pytestmark = pytest.mark.gpu
 
@@ -104,8 +104,7 @@ def test_sparse_attention(bench, dtype, rows):
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, out_peer)
 
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    times = dict(zip(graphs, interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10)
-                                                  for g in graphs.values()], 5)))
+    times = interleaved_times_us(bench.timer, {name: g.replay for name, g in graphs.items()}, rounds=5, iters=10)
 
     sample = slice(0, min(rows, 16))  # the reference on a few rows: the timed outputs are right
     ref = reference(q[sample], kc, vc, idx[sample], bt, t2r[sample], SCALE, 1.0, 1.0).float()
@@ -150,8 +149,7 @@ def test_sparse_attention_cuda(bench, rows):
     if peer is not None:
         fns["vllm"] = _vllm_fn(peer, q, kc, vc, idx, bt, t2r, outs["vllm"])
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    times = dict(zip(graphs, interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10)
-                                                  for g in graphs.values()], 5)))
+    times = interleaved_times_us(bench.timer, {name: g.replay for name, g in graphs.items()}, rounds=5, iters=10)
 
     sample = slice(0, min(rows, 16))
     ref = reference(q[sample], kc, vc, idx[sample], bt, t2r[sample], SCALE, 1.0, 1.0).float()
@@ -270,9 +268,8 @@ def test_sparse_attention_cuda_cta_sweep(bench, rows):
             err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
             assert err < 2e-2, (name, err)
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    meds = interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
-                                graphs.values()], 5)
-    res = {name: round(v, 1) for name, v in zip(graphs, meds)}
+    times = interleaved_times_us(bench.timer, {name: g.replay for name, g in graphs.items()}, rounds=5, iters=10)
+    res = {name: round(v, 1) for name, v in times.items()}
     print(f"\n  cuda cta sweep rows {rows} (plan {plans['plan']}): {res}")
 
 

@@ -31,7 +31,7 @@ import tempfile
 
 import pytest
 import torch
-from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_medians, matmul_tflops, record
+from harness import capture_graph, host_overhead_us, host_overheads_us, interleaved_times_us, matmul_tflops, record
 
 pytestmark = pytest.mark.gpu
 
@@ -181,8 +181,7 @@ def test_sparse_mla_decode(bench, layout, heads, s_q, batch):
         except Exception as e:  # noqa: BLE001  (reported; ours is still timed)
             print(f"\n  flashmla failed: {type(e).__name__}: {str(e)[:200]}")
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    times = dict(zip(graphs, interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10)
-                                                  for g in graphs.values()], 5)))
+    times = interleaved_times_us(bench.timer, {name: g.replay for name, g in graphs.items()}, rounds=5, iters=10)
 
     # Each timed output against the reference on the first request (float32 math on the dequantised rows).
     ro, rl = reference(q[:1], cache, idx[:1], scale, layout, None, None)
@@ -235,9 +234,8 @@ def test_sparse_mla_decode_splits_sweep(bench, heads, batch):
     if fm is not None:
         fns["flashmla"] = flashmla_decode(fm, q, cache, idx, scale)[1]
     graphs = {name: capture_graph(fn) for name, fn in fns.items()}
-    meds = interleaved_medians([functools.partial(bench.timer.median_us, g.replay, iters=10) for g in
-                                graphs.values()], 5)
-    res = {name: round(v, 1) for name, v in zip(graphs, meds)}
+    times = interleaved_times_us(bench.timer, {name: g.replay for name, g in graphs.items()}, rounds=5, iters=10)
+    res = {name: round(v, 1) for name, v in times.items()}
     print(f"\n  mla splits sweep h{heads} b{batch}: heuristic {mc.split_count(batch, 1, heads, TOPK)}: {res}")
 
 

@@ -6,6 +6,7 @@ floor (bytes over the device-copy bandwidth measured in the same run) and to pee
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Callable
@@ -109,6 +110,14 @@ def interleaved_samples(samplers: list, iters: int) -> list:
 def interleaved_medians(samplers: list, iters: int) -> list:
     """Median of `iters` calls of each sampler, called in turn (s0, s1, ..., s0, s1, ...)."""
     return [statistics.median(got) for got in interleaved_samples(samplers, iters)]
+
+
+def interleaved_times_us(timer: Timer, fns: dict, *, rounds: int, iters: int, warmup: int = 5) -> dict:
+    """Each of fns' device time (us), keyed as fns: the median over `rounds` rounds, each round timing every fn in
+    turn with timer.median_us (`warmup` calls, then the median of `iters`, each after an L2 flush). How a kernel
+    and its peer are compared: clock drift during the run falls on all of them alike."""
+    samplers = [functools.partial(timer.median_us, fn, warmup=warmup, iters=iters) for fn in fns.values()]
+    return dict(zip(fns, interleaved_medians(samplers, rounds)))
 
 
 def host_overhead_us(fn: Callable, calls: int = 2000, batches: int = 1) -> tuple[float, float]:
