@@ -112,7 +112,7 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // MMAs from e4m3 widened in registers; bitwise config 3): H200, H 64, 4096 x 32768 full / causal, 131072 causal,
 // H 32 32768 full: 3776 / 3534 / 14361 / 2017 us against cp.async 4396 / 4155 / 16929 / 2381 (Triton 3912 /
 // 3742 / 15458 / 2125). Everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16, kTma4F16 };
+enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -138,8 +138,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kCpAsync;
     case 4:
       return Kernel::kTma3F16;
-    case 5:
-      return Kernel::kTma4F16;
     default:
       return sm90_tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
@@ -171,16 +169,16 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 5) {
+  if (p.config < 0 || p.config > 4) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
-           "(cp.async key tiles), 4 or 5 (TMA key tiles, exact mode, 3 or 4 math warpgroups)";
+           "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
   if ((p.config == 1 || p.config == 2) && !sm90_tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False), "
            "kv rows that do not overlap (row stride >= 128) and contiguous, 16-byte aligned kv_scale";
   }
-  if ((p.config == 4 || p.config == 5) && !tma_f16_takes(p)) {
-    return "configs 4 and 5 (TMA key tiles, A widened to fp16 in registers) take fp8 operands in the exact mode "
+  if (p.config == 4 && !tma_f16_takes(p)) {
+    return "config 4 (TMA key tiles, A widened to fp16 in registers) takes fp8 operands in the exact mode "
            "(precise=True) and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
@@ -211,7 +209,7 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
-                            : kernel == Kernel::kTma4 || kernel == Kernel::kTma4F16 ? k::TmaCfg<4>::kTileKeys
+                            : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
                             : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
@@ -270,8 +268,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
       return launch_tma<3>(a, p.heads, grid, stream);
     case Kernel::kTma3F16:
       return launch_tma<3, k::kFp8AsF16>(a, p.heads, grid, stream);
-    case Kernel::kTma4F16:
-      return launch_tma<4, k::kFp8AsF16>(a, p.heads, grid, stream);
     default:
       break;
   }

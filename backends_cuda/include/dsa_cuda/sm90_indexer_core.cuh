@@ -297,33 +297,22 @@ __device__ __forceinline__ void load_a_fragments(uint32_t tile_smem, int kr0, in
   fragments_from_words<kMode>(r0, r1, fa);
 }
 
-// acc = the tile's A fragments times rows [n0, n0 + kPartN) of the Q tile (B, descriptor q_desc of a [kN x D]
-// K-major 128-byte swizzled tile; n0 a multiple of 8), fp32 accumulation; returns once the MMAs have completed.
-// Each column is the same products in the same K order whatever kPartN, so the columns of two halves are
-// bitwise those of one kN-wide MMA.
-template <int kMode, int kN, int kPartN>
-__device__ __forceinline__ void mma_tile_part(float (&acc)[kPartN / 2],
-                                              const uint32_t (&fa)[ModeTraits<kMode>::kSteps][4], uint64_t q_desc,
-                                              int n0) {
-  fence_acc(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < ModeTraits<kMode>::kSteps; ++s) {
-    const int b = 32 * s;
-    const uint32_t off = uint32_t((b >> 7) * kN * 128 + n0 * 128 + (b & 127));
-    wgmma_rs<kMode, kPartN>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  fence_acc(acc);
-}
-
 // acc = the tile's A fragments times the Q tile (B, descriptor q_desc of a [kN x D] K-major 128-byte
 // swizzled tile), fp32 accumulation; returns once the MMAs have completed.
 template <int kMode, int kN>
 __device__ __forceinline__ void mma_tile(float (&acc)[kN / 2], const uint32_t (&fa)[ModeTraits<kMode>::kSteps][4],
                                          uint64_t q_desc) {
-  mma_tile_part<kMode, kN, kN>(acc, fa, q_desc, 0);
+  fence_acc(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < ModeTraits<kMode>::kSteps; ++s) {
+    const int b = 32 * s;  // K byte offset of the step inside Q's 128-byte K blocks
+    const uint32_t off = uint32_t((b >> 7) * kN * 128 + (b & 127));
+    wgmma_rs<kMode, kN>(acc, fa[s][0], fa[s][1], fa[s][2], fa[s][3], q_desc + (off >> 4), s > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  fence_acc(acc);
 }
 
 // D[64 x 128] (+)= A[64 x 32] * B[32 x 128], e4m3, both operands in shared memory (descriptors);

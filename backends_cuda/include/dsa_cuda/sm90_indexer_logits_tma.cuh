@@ -74,34 +74,25 @@ namespace sm90_indexer {
 
 // kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
 // fourth warpgroup's worth apart from TMA's in one sweep); kMode kFp8Mma (A from shared memory) or
-// kFp8AsF16 (A from registers widened to fp16, Q staged as fp16): config 4 with 3 warpgroups, config 5 with 4
-// (kHalves).
+// kFp8AsF16 (config 4: 3 warpgroups, A from registers widened to fp16, Q staged as fp16).
 template <int kWgs_, int kMode_ = kFp8Mma>
 struct TmaCfg {
   static constexpr int kWgs = kWgs_;
   static constexpr int kMode = kMode_;
   static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
-  static_assert(kMode == kFp8Mma || kMode == kFp8AsF16, "fp8 MMAs, or fp16 from widened e4m3");
-  // Config 5: each tile's MMAs in two halves of 64 Q rows, one 32-register accumulator, the weights read from a
-  // table in shared memory each half (4 LDS.128: a lane column's 32 weights, rows 144 bytes apart so that the 4
-  // columns' reads fall in different banks). At 112 registers a 64-register accumulator beside the 32 A
-  // registers left none for the rest (ptxas serialised the wgmmas and spilled A, at up to 120).
-  static constexpr bool kHalves = kMode == kFp8AsF16 && kWgs == 4;
-  static constexpr int kWeightRowBytes = 144;
-  static constexpr int kWeightTableBytes = kHalves ? 4 * kWeightRowBytes : 0;
+  static_assert(kMode == kFp8Mma || (kMode == kFp8AsF16 && kWgs == 3), "fp8 MMAs, or fp16 with 3 warpgroups");
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
   static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
   static constexpr int kRowBytes = kDim;               // e4m3 key row: the box's 128-byte inner extent
   static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
-  // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB; config 5 231072 bytes in all): one more passes 227 KB.
+  // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB): one more passes 227 KB.
   static constexpr int kStages = kWgs == 4 ? 6 : 8;
   static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
   // fp8 MMAs: the stage's key scales (fp32) come with it by TMA (a 1-D box of kv_scale) and are read from
   // shared memory. Global loads there made the wgmma fence wait for them (see the tile loop).
   static constexpr int kScaleBytes = kMode == kFp8Mma ? kTileKeys * 4 : 0;
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8 + kWeightTableBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
   static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
   // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
@@ -196,113 +187,6 @@ struct ScoreSlots {
   }
 };
 
-// Config 5's score slots of one half (64 Q rows: kHalfRows rows of the item, 1 at 64 heads, 2 at 32): after
-// the quad reduction lane c holds the total of key kr0 + 8 (c >> 1) (quad_reduce_pair at 1 row, whose lanes c
-// and c ^ 1 hold the same total, so even lanes store; quad_reduce_scatter at 2, row 2 h + (c & 1)).
-template <int kHalfRows>
-struct HalfSlots {
-  static_assert(kHalfRows == 1 || kHalfRows == 2, "64 or 32 heads");
-  float* row_out;  // null for a row past T
-  int32_t lo, hi;
-
-  template <int kRows>
-  __device__ __forceinline__ HalfSlots(const KernelArgs& a, const Item<kRows>& t, int c, int half) {
-    const int r = half * kHalfRows + (kHalfRows == 2 ? (c & 1) : 0);
-    const int64_t row = t.row0 + r;
-    row_out = row < a.rows ? a.out + row * a.out_row_stride : nullptr;
-    lo = row_value(t.lo, r);
-    hi = row_value(t.hi, r);
-  }
-
-  // part: this thread's head sums of the half (head_sums' order); key: this lane's key after the reduction.
-  __device__ __forceinline__ void store(const KernelArgs& a, const float (&part)[2 * kHalfRows], int c,
-                                        int32_t key) const {
-    float total;
-    if constexpr (kHalfRows == 1) {
-      total = quad_reduce_pair(part, c);
-    } else {
-      float out[1];
-      quad_reduce_scatter<4>(part, c, out);
-      total = out[0];
-    }
-    if (row_out != nullptr && key < a.keys && (kHalfRows == 2 || (c & 1) == 0)) {
-      row_out[key] = key >= lo && key < hi ? total : __int_as_float(int(0xff800000u));
-    }
-  }
-};
-
-// The item's weights as config 5's table: lane column c's row holds the weights of MMA columns 8 i + 2 c + e
-// at float 2 i + e (load_item_weights' order), 0 for rows past T. One column a thread.
-template <int kHeads, int kRowBytes>
-__device__ __forceinline__ void store_weight_table(const KernelArgs& a, int64_t row0, uint32_t table) {
-  if (threadIdx.x < kN) {
-    const int col = threadIdx.x;
-    const int64_t row = row0 + col / kHeads;
-    const float x = row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-    const int c = (col >> 1) & 3, slot = 2 * (col >> 3) + (col & 1);
-    sts32(table + uint32_t(c * kRowBytes + 4 * slot), __float_as_uint(x));
-  }
-}
-
-// One half's epilogue: relu, the weights of its 64 columns (16 floats of the lane column's table row, at
-// `weights`), the head sums, the quad reduction and the store. The same arithmetic in the same order as
-// head_sums_by_sign and ScoreSlots::store on the whole tile, so the scores are bitwise config 4's.
-template <int kHeads>
-__device__ __forceinline__ void half_epilogue(const KernelArgs& a, const float (&acc)[32], uint32_t weights,
-                                              bool negative, float s0, float s1,
-                                              const HalfSlots<64 / kHeads>& slots, int c, int32_t key) {
-  float w[16];
-#pragma unroll
-  for (int v = 0; v < 4; ++v) {
-    const uint4 x = lds128(weights + 16 * v);
-    w[4 * v + 0] = __uint_as_float(x.x);
-    w[4 * v + 1] = __uint_as_float(x.y);
-    w[4 * v + 2] = __uint_as_float(x.z);
-    w[4 * v + 3] = __uint_as_float(x.w);
-  }
-  float part[2 * (64 / kHeads)];
-  if (negative) {
-    head_sums<kHeads, 64, true>(acc, w, s0, s1, part);
-  } else {
-    head_sums<kHeads, 64, false>(acc, w, s0, s1, part);
-  }
-  slots.store(a, part, c, key);
-}
-
-// Config 5's tiles of item t: a warpgroup's 64 keys against Q rows [0, 64), then [64, 128), with the same
-// A fragments (widened once a tile), each half's epilogue after its MMAs.
-template <class C, int kHeads>
-__device__ __forceinline__ void tiles_in_halves(const KernelArgs& a, const Item<kN / kHeads>& t, uint32_t stages,
-                                                uint32_t full, uint32_t empty, uint64_t q_desc, uint32_t weight_row,
-                                                int kr0, int c, int lane, uint32_t& stage, uint32_t& phase) {
-  constexpr int kHalfRows = kN / kHeads / 2;
-  const HalfSlots<kHalfRows> slots0(a, t, c, 0), slots1(a, t, c, 1);
-  const int kr1 = kr0 + 8;
-  for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-    const int32_t key0 = tile * C::kTileKeys;
-    const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-    const float s0 = ldg_if(key0 + kr0 < a.keys, scale);
-    const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-    mbar_wait(full + stage * 8, phase);
-    uint32_t fa[ModeTraits<kFp8AsF16>::kSteps][4];
-    load_a_fragments<kFp8AsF16>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-    float acc[32];
-    mma_tile_part<kFp8AsF16, kN, 64>(acc, fa, q_desc, 0);
-    if (lane == 0) {  // the key rows are in fa, widened before the first MMA: the stage may be refilled
-      mbar_arrive(empty + stage * 8);
-    }
-    if (++stage == uint32_t(C::kStages)) {
-      stage = 0;
-      phase ^= 1u;
-    }
-    const bool negative = any_negative_scale<false>(s0, s1, acc[0]);
-    const int32_t key = key0 + kr0 + 8 * (c >> 1);
-    half_epilogue<kHeads>(a, acc, weight_row, negative, s0, s1, slots0, c, key);
-    mma_tile_part<kFp8AsF16, kN, 64>(acc, fa, q_desc, 64);
-    half_epilogue<kHeads>(a, acc, weight_row + 64, negative, s0, s1, slots1, c, key);
-  }
-}
-
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
@@ -326,7 +210,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
   const uint32_t scales = stages + C::kStages * C::kStageBytes;  // fp8 MMAs: each stage's key scales
   const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
-  const uint32_t weight_table = empty + C::kStages * 8;  // config 5 (16-byte aligned)
 
   // full: the producer's one expect_tx arrival; empty: one arrival a math warp.
   init_stage_barriers<C::kStages, kMathThreads / 32, 1>(full, empty);
@@ -358,23 +241,18 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
   // Stage 0's descriptor of the warpgroup's 64 rows (1024-aligned); stage s is s x kStageBytes further.
   const uint64_t a_desc0 = sw128_desc(stages + uint32_t(wg * kWgKeys * C::kRowBytes));
 
-  float acc[C::kHalves ? 1 : 64];  // config 5: the accumulator is tiles_in_halves'
-  float w[C::kHalves ? 1 : 32];    // the item's weights (config 5: the table)
+  float acc[64];
+  float w[32];
   uint32_t stage = 0, phase = 0;
   for (TailSplitCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = cur.decode<kRows, kTileKeys>(a);
-    // Every warpgroup is done with the previous item's Q tile (its MMAs) and weight table (its epilogues).
-    math_barrier<kMathThreads>();
+    math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
     if constexpr (kMode == kFp8Mma) {
       stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
     } else if (threadIdx.x < 2 * kN) {
       stage_q<kMode, kHeads>(a, t.row0, q_smem);  // D permuted to match load_a_fragments, widened to fp16
     }
-    if constexpr (C::kHalves) {
-      store_weight_table<kHeads, C::kWeightRowBytes>(a, t.row0, weight_table);
-    } else {
-      load_item_weights<kHeads>(a, t.row0, c, w);
-    }
+    load_item_weights<kHeads>(a, t.row0, c, w);
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     math_barrier<kMathThreads>();
@@ -383,42 +261,37 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
       fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
-    if constexpr (C::kHalves) {
-      tiles_in_halves<C, kHeads>(a, t, stages, full, empty, q_desc, weight_table + uint32_t(c * C::kWeightRowBytes),
-                                 kr0, c, lane, stage, phase);
-    } else {
-      // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
-      // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
-      const ScoreSlots<kRows> slots(a, t, c, kr0);
-      for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-        const int32_t key0 = tile * kTileKeys;
-        float s0, s1;  // 0 past N (scores not stored)
-        if constexpr (kMode == kFp8Mma) {
-          // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
-          mbar_wait(full + stage * 8, phase);
-          s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
-          s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
-          mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
-        } else {
-          const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-          s0 = ldg_if(key0 + kr0 < a.keys, scale);
-          s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-          mbar_wait(full + stage * 8, phase);
-          uint32_t fa[ModeTraits<kMode>::kSteps][4];
-          load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-          mma_tile<kMode, kN>(acc, fa, q_desc);
-        }
-        if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
-          mbar_arrive(empty + stage * 8);
-        }
-        if (++stage == uint32_t(C::kStages)) {
-          stage = 0;
-          phase ^= 1u;
-        }
-        float part[2 * kRows];
-        head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
-        slots.store(a, part, c, key0);
+    // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
+    // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
+    const ScoreSlots<kRows> slots(a, t, c, kr0);
+    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
+      const int32_t key0 = tile * kTileKeys;
+      float s0, s1;  // 0 past N (scores not stored)
+      if constexpr (kMode == kFp8Mma) {
+        // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
+        mbar_wait(full + stage * 8, phase);
+        s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
+        s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
+        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+      } else {
+        const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+        s0 = ldg_if(key0 + kr0 < a.keys, scale);
+        s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+        mbar_wait(full + stage * 8, phase);
+        uint32_t fa[ModeTraits<kMode>::kSteps][4];
+        load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
+        mma_tile<kMode, kN>(acc, fa, q_desc);
       }
+      if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
+        mbar_arrive(empty + stage * 8);
+      }
+      if (++stage == uint32_t(C::kStages)) {
+        stage = 0;
+        phase ^= 1u;
+      }
+      float part[2 * kRows];
+      head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
+      slots.store(a, part, c, key0);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
