@@ -64,7 +64,8 @@ if not tail_only:
                     not precise, failed)
 # The TMA kernels' split tail (TailSplitCursor): 8.5 rounds of one-chunk items on this GPU, every TMA config.
 sms = torch.cuda.get_device_properties(0).multi_processor_count
-for h, config, precise in ((64, pi.TMA, False), (32, pi.TMA3, False), (64, pi.TMA_F16, True), (32, pi.TMA_F16_PAIRS, True)):
+for h, config, precise in ((64, pi.TMA, False), (32, pi.TMA3, False), (64, pi.TMA_F16, True),
+                          (32, pi.TMA_F16_PAIRS, True)):
     args = inputs(h, FP8, t=(128 // h) * (8 * sms + sms // 2))
     args[4].clamp_(max=744)  # windows of 256 keys or more: short ones cancel in fp8 sums past this check's bound
     args[5].copy_(torch.maximum(args[5], args[4] + 256))
