@@ -12,8 +12,7 @@ kernel: 0 the launcher's choice (``resolve`` in kernels/indexer_logits.cu, the o
 CP_ASYNC (3: cp.async key tiles, A from registers, 2 math warpgroups). TMA and TMA3 take fp8 operands with
 precise=False, kv rows that do not overlap and a contiguous, 16-byte aligned kv_scale (each stage's scales come
 by TMA); TMA_F16 (4: TMA key tiles, 3 math warpgroups, A widened to fp16
-in registers, scores bitwise CP_ASYNC's) and TMA_F16_PAIRS (5: the same with two Q tiles an item, each key tile
-widened once for both, also bitwise CP_ASYNC's) take fp8 operands with precise=True and kv rows that do not overlap.
+in registers, scores bitwise CP_ASYNC's) takes fp8 operands with precise=True and kv rows that do not overlap.
 The default runs TMA, TMA_F16 where they take the call, CP_ASYNC elsewhere.
 
 fp8 operands: precise=False (the op's default) feeds e4m3 to the fp8 tensor cores: twice the fp16
@@ -35,15 +34,14 @@ OP = "indexer_logits"
 _KERNEL = "indexer_logits_out"
 _fn = None  # the loaded OpOverload, resolved on the first call
 _TILE = 128  # keys of a pipeline stage
-# IndexerLogitsParams::config: TMA key tiles with 4 / 3 math warpgroups, cp.async, TMA in the exact mode with one /
-# two Q tiles an item.
-TMA, TMA3, CP_ASYNC, TMA_F16, TMA_F16_PAIRS = 1, 2, 3, 4, 5
+# IndexerLogitsParams::config: TMA key tiles with 4 / 3 math warpgroups, cp.async, TMA in the exact mode.
+TMA, TMA3, CP_ASYNC, TMA_F16 = 1, 2, 3, 4
 
 
 def run(q, kv, kv_scale, weights, ks, ke, clean, precise, *, config: int = 0, out=None):
     """The op's arguments in schema order (validated by the op), into `out` when given (else a new
-    float32 [T, N] tensor); `config` 0 (the launcher's choice), TMA, TMA3, CP_ASYNC, TMA_F16 or TMA_F16_PAIRS (tests
-    and sweeps; the launcher refuses the TMA configs, by name, where they do not take the call)."""
+    float32 [T, N] tensor); `config` 0 (the launcher's choice), TMA, TMA3, CP_ASYNC or TMA_F16 (tests and
+    sweeps; the launcher refuses TMA, TMA3 and TMA_F16, by name, where they do not take the call)."""
     global _fn
     fn = _fn
     if fn is None:

@@ -285,7 +285,6 @@ def test_indexer_logits_negative_scales(backend, h, precise):
 # output with clean=True: every element written.
 TMA_CONFIGS = [1, 2]  # providers_indexer.TMA, TMA3
 TMA_SMALL_CASES = [(37, 100, 64, FP8, "hostile"), (37, 100, 32, FP8, "causal")]  # N below one TMA box
-EXACT_TMA_CONFIGS = [4, 5]  # providers_indexer.TMA_F16, TMA_F16_PAIRS: fp8 operands with precise=True
 
 
 def _run_config(args, precise, out, config, clean=True):
@@ -325,41 +324,38 @@ def test_indexer_logits_cp_async_config(case, precise):
     _check_mode(out, _ref_dense_cached(case, args), precise, fp8=dtype == FP8, args=args)
 
 
-@pytest.mark.parametrize("config", EXACT_TMA_CONFIGS, ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("precise", MODES, ids=_mode_id)
 @pytest.mark.parametrize("case", DENSE_CASES + TMA_SMALL_CASES, ids=_ids)
-def test_indexer_logits_tma_f16_config(case, precise, config):
-    """TMA in the exact mode (config 4; 5: two Q tiles an item, each key tile widened once for both): fp8
-    operands with precise=True only (refused by name otherwise); the same key rows, Q permutation, products and
-    epilogue arithmetic as the cp.async kernel (config 3), so its scores are bitwise config 3's, and within the
-    exact mode's bound."""
+def test_indexer_logits_tma_f16_config(case, precise):
+    """TMA in the exact mode (config 4): fp8 operands with precise=True only (refused by name otherwise);
+    the same key rows, Q permutation, MMAs and epilogue as the cp.async kernel (config 3), so its scores are
+    bitwise config 3's, and within the exact mode's bound."""
     from dsa_ops.backends.cuda import providers_indexer as pi
 
     t, n, h, dtype, windows = case
     args = _dense(t, n, h, dtype, windows)
     out = torch.full((t, n), POISON, device="cuda")
     if dtype != FP8 or not precise:
-        with pytest.raises(RuntimeError, match="configs 4 and 5"):
-            _run_config(args, precise, out, config)
+        with pytest.raises(RuntimeError, match="config 4"):
+            _run_config(args, precise, out, pi.TMA_F16)
         return
-    _run_config(args, True, out, config)
+    _run_config(args, True, out, pi.TMA_F16)
     want = _run_config(args, True, torch.full((t, n), POISON, device="cuda"), pi.CP_ASYNC)
     torch.cuda.synchronize()
-    assert torch.equal(out, want), f"config {config} scores differ from config 3's in the exact mode"
+    assert torch.equal(out, want), "config 4 scores differ from config 3's in the exact mode"
     _check_mode(out, _ref_dense_cached(case, args), True, fp8=True, args=args)
 
 
 @pytest.mark.parametrize("windows", ["hostile", "causal"])
-@pytest.mark.parametrize("config", TMA_CONFIGS + EXACT_TMA_CONFIGS, ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_tma_tail_split(h, config, windows):
     """The TMA kernels' last partial round of items cut into equal tile shares (TailSplitCursor): rows chosen
     from this GPU's SM count so that the items are 8.5 rounds of whole-key chunks, the tail's pieces start
-    and end inside items, into a poisoned output (config 5's items hold two row blocks: 4.25 rounds, the tail
-    split as well). Configs 4 and 5 (exact mode) bitwise config 3's."""
+    and end inside items, into a poisoned output. Config 4 (exact mode) bitwise config 3's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    t, n = (128 // h) * (8 * sms + sms // 2), 3000  # one chunk a row block: 12 (16) key tiles at 256 (192) keys
-    precise = config in EXACT_TMA_CONFIGS
+    t, n = (128 // h) * (8 * sms + sms // 2), 3000  # one chunk a row block: 12 (16) key tiles at config 1 (2, 4)
+    precise = config == 4
     args = _dense(t, n, h, FP8, windows, seed=23)
     out = torch.full((t, n), POISON, device="cuda")
     _run_config(args, precise, out, config)
@@ -383,9 +379,8 @@ def test_indexer_logits_overlapping_kv_rows(h):
     for config in TMA_CONFIGS:
         with pytest.raises(RuntimeError, match="do not overlap"):
             _run_config(args, False, out, config)
-    for config in EXACT_TMA_CONFIGS:
-        with pytest.raises(RuntimeError, match="do not overlap"):
-            _run_config(args, True, out, config)
+    with pytest.raises(RuntimeError, match="do not overlap"):
+        _run_config(args, True, out, pi.TMA_F16)
     pi.run(*args, True, False, out=out)  # config 0: the launcher picks cp.async here
     torch.cuda.synchronize()
     _check_default(out, ref_dense(*args, True), args=args)
@@ -416,13 +411,13 @@ def test_indexer_logits_scales_not_tma(h, layout):
     _check_default(out, ref_dense(*args, True), args=args)
 
 
-@pytest.mark.parametrize("config", TMA_CONFIGS + EXACT_TMA_CONFIGS, ids=lambda c: f"config{c}")
+@pytest.mark.parametrize("config", TMA_CONFIGS + [4], ids=lambda c: f"config{c}")
 @pytest.mark.parametrize("h", [64, 32])
 def test_indexer_logits_tma_variant_strided_signed_unclean(h, config):
     """The TMA variant on a row-strided kv (the tensor map's row stride 384 bytes), strided q, scales of
-    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Configs 4 and 5
-    (providers_indexer.TMA_F16, TMA_F16_PAIRS) in the exact mode, bitwise config 3's there."""
-    precise = config in EXACT_TMA_CONFIGS
+    both signs and zeros (the signed epilogue), then clean=False (only the windows compared). Config 4
+    (providers_indexer.TMA_F16) in the exact mode, bitwise config 3's there."""
+    precise = config == 4
     t, n = 333, 2999
     q, kv, s, w, ks, ke = _dense(t, n, h, FP8, "hostile", seed=11)
     q, kv = _row_strided(q, kv)

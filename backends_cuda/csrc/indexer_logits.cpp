@@ -75,9 +75,9 @@ void indexer_logits_out(Tensor q, Tensor kv, std::optional<Tensor> kv_scale, Ten
   p.dtype = fp8 ? dsa_cuda::IndexerDtype::kFp8E4m3 : dsa_cuda::IndexerDtype::kBf16;
   p.fp8_mma = fp8_mma;
   p.clean = clean;
-  STD_TORCH_CHECK(config >= 0 && config <= 5, kOp,
+  STD_TORCH_CHECK(config >= 0 && config <= 4, kOp,
                   ": `config` must be 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 (cp.async key "
-                  "tiles), 4 or 5 (TMA key tiles, exact mode; 5: two Q tiles an item), got ", config);
+                  "tiles) or 4 (TMA key tiles, exact mode), got ", config);
   p.config = static_cast<int32_t>(config);
   if (t == 0 || n == 0) {
     return;

@@ -53,9 +53,9 @@ cudaError_t scale_tensor_map(EncodeTiled encode, const k::KernelArgs& a, int box
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int kWgs, int kMode = k::kFp8Mma, int kQTiles = 1>
+template <int kWgs, int kMode = k::kFp8Mma>
 cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStream_t stream) {
-  using C = k::TmaCfg<kWgs, kMode, kQTiles>;
+  using C = k::TmaCfg<kWgs, kMode>;
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) {  // not cudaErrorNotSupported: the binding reads that as "not an SM90 GPU"
     return cudaErrorSymbolNotFound;
@@ -69,10 +69,10 @@ cudaError_t launch_tma(const k::KernelArgs& a, int64_t heads, int grid, cudaStre
   }
   const dim3 block(C::kThreads);
   if (heads == 64) {
-    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64, kMode, kQTiles>>(dim3(unsigned(grid)), block,
+    return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 64, kMode>>(dim3(unsigned(grid)), block,
                                                                            C::kSmemBytes, stream, map, scale_map, a);
   }
-  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32, kMode, kQTiles>>(dim3(unsigned(grid)), block,
+  return launch_pdl_smem<&k::indexer_logits_tma_kernel<kWgs, 32, kMode>>(dim3(unsigned(grid)), block,
                                                                          C::kSmemBytes, stream, map, scale_map, a);
 }
 
@@ -112,7 +112,7 @@ cudaError_t launch_sm100(const k::KernelArgs& a, int64_t heads, int grid, cudaSt
 // MMAs from e4m3 widened in registers; bitwise config 3): H200, H 64, 4096 x 32768 full / causal, 131072 causal,
 // H 32 32768 full: 3776 / 3534 / 14361 / 2017 us against cp.async 4396 / 4155 / 16929 / 2381 (Triton 3912 /
 // 3742 / 15458 / 2125). Everything else runs the cp.async kernel.
-enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16, kTma3F16Pairs };
+enum class Kernel { kCpAsync, kTma4, kTma3, kTma3F16 };
 
 bool tma_takes(const IndexerLogitsParams& p) {
   return p.dtype == IndexerDtype::kFp8E4m3 && p.fp8_mma && p.kv_row_stride >= k::kDim;
@@ -138,8 +138,6 @@ Kernel resolve(const IndexerLogitsParams& p) {
       return Kernel::kCpAsync;
     case 4:
       return Kernel::kTma3F16;
-    case 5:
-      return Kernel::kTma3F16Pairs;
     default:
       return sm90_tma_takes(p) ? Kernel::kTma4 : tma_f16_takes(p) ? Kernel::kTma3F16 : Kernel::kCpAsync;
   }
@@ -171,16 +169,16 @@ const char* indexer_logits_unsupported(const IndexerLogitsParams& p) {
   if (p.dtype == IndexerDtype::kFp8E4m3 && p.kv_scale == nullptr) {
     return "fp8 keys need kv_scale";
   }
-  if (p.config < 0 || p.config > 5) {
+  if (p.config < 0 || p.config > 4) {
     return "the CUDA indexer kernel's config is 0 (default), 1 or 2 (TMA key tiles, 4 or 3 math warpgroups), 3 "
-           "(cp.async key tiles), 4 or 5 (TMA key tiles, exact mode; 5: two Q tiles an item)";
+           "(cp.async key tiles) or 4 (TMA key tiles, exact mode)";
   }
   if ((p.config == 1 || p.config == 2) && !sm90_tma_takes(p)) {
     return "configs 1 and 2 (TMA key tiles, A from shared memory) take fp8 operands with fp8 MMAs (precise=False), "
            "kv rows that do not overlap (row stride >= 128) and contiguous, 16-byte aligned kv_scale";
   }
-  if ((p.config == 4 || p.config == 5) && !tma_f16_takes(p)) {
-    return "configs 4 and 5 (TMA key tiles, A widened to fp16 in registers) take fp8 operands in the exact mode "
+  if (p.config == 4 && !tma_f16_takes(p)) {
+    return "config 4 (TMA key tiles, A widened to fp16 in registers) takes fp8 operands in the exact mode "
            "(precise=True) and kv rows that do not overlap (row stride >= 128)";
   }
   return nullptr;
@@ -205,16 +203,14 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
   DSA_CUDA_CHECK(current_sm_count(&sms));
 
   const int64_t elem = p.dtype == IndexerDtype::kBf16 ? 2 : 1;
+  const int64_t rows_per_item = k::kN / p.heads;
+  const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
   // 128 keys a stage in every mode of the cp.async kernel, 256 with TMA and 4 warpgroups, 192 with 3.
   // SM100: 128 keys a tile (the MMA's M).
   const Kernel kernel = resolve(p);
-  // An item is one Q tile (128 / H rows), two with kTma3F16Pairs.
-  const int64_t rows_per_item = (kernel == Kernel::kTma3F16Pairs && !sm100 ? 2 : 1) * k::kN / p.heads;
-  const int64_t row_blocks = (p.rows + rows_per_item - 1) / rows_per_item;
   const int64_t tile_keys = sm100                     ? k100::kTileKeys
                             : kernel == Kernel::kTma4 ? k::TmaCfg<4>::kTileKeys
-                            : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 || kernel == Kernel::kTma3F16Pairs
-                                ? k::TmaCfg<3>::kTileKeys
+                            : kernel == Kernel::kTma3 || kernel == Kernel::kTma3F16 ? k::TmaCfg<3>::kTileKeys
                                                       : k::Cfg<k::kFp8Mma>::kTileKeys;
   const int64_t key_tiles = (p.keys + tile_keys - 1) / tile_keys;
   // Chunks of at most kMaxChunkTiles x 128 keys (bounded Q reloads), and enough items for every SM to
@@ -272,8 +268,6 @@ cudaError_t launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t str
       return launch_tma<3>(a, p.heads, grid, stream);
     case Kernel::kTma3F16:
       return launch_tma<3, k::kFp8AsF16>(a, p.heads, grid, stream);
-    case Kernel::kTma3F16Pairs:
-      return launch_tma<3, k::kFp8AsF16, 2>(a, p.heads, grid, stream);
     default:
       break;
   }

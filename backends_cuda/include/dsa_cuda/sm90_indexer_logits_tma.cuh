@@ -74,36 +74,25 @@ namespace sm90_indexer {
 
 // kWgs math warpgroups: 4 (config 1) or 3 (config 2, the same kernel with 192-key stages, to tell the
 // fourth warpgroup's worth apart from TMA's in one sweep); kMode kFp8Mma (A from shared memory) or
-// kFp8AsF16 (config 4: 3 warpgroups, A from registers widened to fp16, Q staged as fp16). kQTiles 2
-// (config 5, exact mode only): an item is two Q tiles, and each key tile, widened once, meets both
-// (QPairTiles below).
-template <int kWgs_, int kMode_ = kFp8Mma, int kQTiles_ = 1>
+// kFp8AsF16 (config 4: 3 warpgroups, A from registers widened to fp16, Q staged as fp16).
+template <int kWgs_, int kMode_ = kFp8Mma>
 struct TmaCfg {
   static constexpr int kWgs = kWgs_;
   static constexpr int kMode = kMode_;
-  static constexpr int kQTiles = kQTiles_;
   static_assert(kWgs == 3 || kWgs == 4, "3 or 4 math warpgroups");
   static_assert(kMode == kFp8Mma || (kMode == kFp8AsF16 && kWgs == 3), "fp8 MMAs, or fp16 with 3 warpgroups");
-  static_assert(kQTiles == 1 || (kQTiles == 2 && kMode == kFp8AsF16), "two Q tiles in the exact mode only");
-  // Config 5: the item's weights in a table, a 144-byte row (32 floats and a pad) per (Q tile, lane column),
-  // read by 8 LDS.128 an epilogue: 64 weight registers beside the accumulator and the A fragments, which stay
-  // live across the first tile's epilogue, would pass 152. The pad puts the 4 lane columns' reads in different banks.
-  static constexpr int kWeightRowBytes = 144;
-  static constexpr int kWeightTableBytes = kQTiles == 2 ? 2 * 4 * kWeightRowBytes : 0;
   static constexpr int kMathThreads = 128 * kWgs;
   static constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup
   static constexpr int kTileKeys = kWgKeys * kWgs;     // keys a stage: the TMA box's rows (at most 256)
   static constexpr int kRowBytes = kDim;               // e4m3 key row: the box's 128-byte inner extent
   static constexpr int kStageBytes = kTileKeys * kRowBytes;  // a multiple of 1024 (swizzle atoms)
-  // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB; two Q tiles 64 KB with 6 x 24 KB): one more passes 227 KB.
-  static constexpr int kStages = kWgs == 4 || kQTiles == 2 ? 6 : 8;
-  static constexpr int kQTileBytes = kN * ModeTraits<kMode>::kQRowBytes;
-  static constexpr int kQBytes = kQTiles * kQTileBytes;
+  // 6 x 32 KB or 8 x 24 KB, + Q 16 KB (fp16: 32 KB): one more passes 227 KB.
+  static constexpr int kStages = kWgs == 4 ? 6 : 8;
+  static constexpr int kQBytes = kN * ModeTraits<kMode>::kQRowBytes;
   // fp8 MMAs: the stage's key scales (fp32) come with it by TMA (a 1-D box of kv_scale) and are read from
   // shared memory. Global loads there made the wgmma fence wait for them (see the tile loop).
   static constexpr int kScaleBytes = kMode == kFp8Mma ? kTileKeys * 4 : 0;
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8 + kWeightTableBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kStageBytes + kScaleBytes) + 2 * kStages * 8;
   static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;  // the launch bound's registers: 96 or 128
   // 4: 128 x 32 + 512 x 112 = 61440 (a producer at 40 would leave 104, below the 96 accumulator and
   // weight registers plus the loop state); 3: 128 x 40 + 384 x 152 = 63488 of 65536.
@@ -143,7 +132,7 @@ __device__ __forceinline__ void stage_q_natural(const KernelArgs& a, int64_t row
 template <class C, int kHeads>
 __device__ __forceinline__ void tma_producer(const KernelArgs& a, const CUtensorMap* map, const CUtensorMap* scale_map,
                                              uint32_t stages, uint32_t scales, uint32_t full, uint32_t empty) {
-  constexpr int kRows = C::kQTiles * kN / kHeads;
+  constexpr int kRows = kN / kHeads;
   uint32_t it = 0;
   for (TailSplitCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = cur.decode<kRows, C::kTileKeys>(a);
@@ -198,116 +187,19 @@ struct ScoreSlots {
   }
 };
 
-// Config 5 (two Q tiles an item). Config 4's tile is a serial chain a warpgroup of ~2160 cycles against 512 of
-// tensor work (ncu, H100, 4096 x 32768: tensor pipe 71% busy with 3 warpgroups), a quarter of it before the MMAs:
-// the stage wait, the key scales, the row reads and the e4m3 widening. Here each key tile's A fragments, once
-// widened, meet both Q tiles: MMAs against tile 0, its epilogue, MMAs against tile 1 from the same registers, its
-// epilogue. What comes before the MMAs is paid once for twice the tensor work.
-
-// Rows [p kRows, p kRows + kRows) of a two-tile item as an item of one tile (ScoreSlots reads row0 and the windows).
-template <int kRows>
-__device__ __forceinline__ Item<kRows> q_tile_rows(const Item<2 * kRows>& t, int p) {
-  Item<kRows> s;
-  s.row0 = t.row0 + p * kRows;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    s.lo[r] = t.lo[p * kRows + r];
-    s.hi[r] = t.hi[p * kRows + r];
-  }
-  s.t0 = t.t0;
-  s.t1 = t.t1;
-  s.k_begin = t.k_begin;
-  s.k_end = t.k_end;
-  return s;
-}
-
-// Both Q tiles of an item (rows row0 .. row0 + 2 kN / H) as stage_q stages one: tile p at q_smem + p x 32 KB.
-template <int kHeads, int kMathThreads>
-__device__ __forceinline__ void stage_q_pair(const KernelArgs& a, int64_t row0, uint32_t q_smem) {
-  for (int i = threadIdx.x; i < 2 * 2 * kN; i += kMathThreads) {
-    const int p = i / (2 * kN), n = (i >> 1) % kN, half = i & 1;
-    const int64_t row = row0 + p * (kN / kHeads) + n / kHeads;
-    stage_q_row<kFp8AsF16, kN>(row < a.rows, a.q + row * a.q_row_stride + (n % kHeads) * a.q_head_stride, n, half,
-                               q_smem + uint32_t(p * kN * 2 * kDim));
-  }
-}
-
-// The item's weights as config 5's table: row (p, c) holds Q tile p's weights of MMA columns 8 i + 2 c + e at float
-// 2 i + e (load_item_weights' order), 0 for rows past T. One column a thread.
-template <int kHeads, int kRowBytes>
-__device__ __forceinline__ void store_weight_pair_table(const KernelArgs& a, int64_t row0, uint32_t table) {
-  if (threadIdx.x < 2 * kN) {
-    const int p = threadIdx.x / kN, col = threadIdx.x % kN;
-    const int64_t row = row0 + p * (kN / kHeads) + col / kHeads;
-    const float x = row < a.rows ? __ldg(a.weights + row * a.w_row_stride + (col % kHeads) * a.w_head_stride) : 0.f;
-    const int c = (col >> 1) & 3, slot = 2 * (col >> 3) + (col & 1);
-    sts32(table + uint32_t((4 * p + c) * kRowBytes + 4 * slot), __float_as_uint(x));
-  }
-}
-
-// One Q tile's 32 weights of this lane column from its table row.
-__device__ __forceinline__ void load_weight_row(uint32_t row, float (&w)[32]) {
-#pragma unroll
-  for (int v = 0; v < 8; ++v) {
-    const uint4 x = lds128(row + 16 * v);
-    w[4 * v + 0] = __uint_as_float(x.x);
-    w[4 * v + 1] = __uint_as_float(x.y);
-    w[4 * v + 2] = __uint_as_float(x.z);
-    w[4 * v + 3] = __uint_as_float(x.w);
-  }
-}
-
-// Config 5's tiles of item t. Each Q tile's MMAs, epilogue and stores are config 4's (the same products in the same
-// K order, the same head sums), so the scores are bitwise config 4's and config 3's.
-template <class C, int kHeads>
-__device__ __forceinline__ void q_pair_tiles(const KernelArgs& a, const Item<2 * kN / kHeads>& t, uint32_t stages,
-                                             uint32_t full, uint32_t empty, uint64_t q_desc, uint32_t weight_row,
-                                             int kr0, int c, int lane, uint32_t& stage, uint32_t& phase) {
-  constexpr int kRows = kN / kHeads;
-  constexpr uint64_t kQTileDesc = uint64_t(C::kQTileBytes >> 4);  // tile 1's descriptor is tile 0's + this
-  const ScoreSlots<kRows> slots0(a, q_tile_rows<kRows>(t, 0), c, kr0), slots1(a, q_tile_rows<kRows>(t, 1), c, kr0);
-  const int kr1 = kr0 + 8;
-  float acc[64];
-  for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-    const int32_t key0 = tile * C::kTileKeys;
-    const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-    const float s0 = ldg_if(key0 + kr0 < a.keys, scale);  // 0 past N (scores not stored)
-    const float s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-    mbar_wait(full + stage * 8, phase);
-    uint32_t fa[ModeTraits<kFp8AsF16>::kSteps][4];
-    load_a_fragments<kFp8AsF16>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-    mma_tile<kFp8AsF16, kN>(acc, fa, q_desc);
-    if (lane == 0) {  // the MMAs read every fragment register, so the rows are in: the stage may be refilled
-      mbar_arrive(empty + stage * 8);
-    }
-    if (++stage == uint32_t(C::kStages)) {
-      stage = 0;
-      phase ^= 1u;
-    }
-    float w[32], part[2 * kRows];
-    load_weight_row(weight_row, w);
-    head_sums_by_sign<kHeads, kN, false>(acc, w, s0, s1, part);
-    slots0.store(a, part, c, key0);
-    mma_tile<kFp8AsF16, kN>(acc, fa, q_desc + kQTileDesc);
-    load_weight_row(weight_row + 4 * C::kWeightRowBytes, w);
-    head_sums_by_sign<kHeads, kN, false>(acc, w, s0, s1, part);
-    slots1.store(a, part, c, key0);
-  }
-}
-
 #endif  // DSA_SM90_INDEXER_DEVICE
 
 // kv_map: the keys as a [N, 128] uint8 tensor, box [TmaCfg::kTileKeys rows, 128 bytes], 128-byte
 // swizzle, zero fill (the launcher builds it).
-template <int kWgs, int kHeads, int kMode = kFp8Mma, int kQTiles = 1>
-__global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kQTiles>::kThreads, 1)
+template <int kWgs, int kHeads, int kMode = kFp8Mma>
+__global__ void __launch_bounds__(TmaCfg<kWgs, kMode>::kThreads, 1)
     indexer_logits_tma_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
                               const __grid_constant__ KernelArgs a) {
 #if DSA_SM90_INDEXER_DEVICE
-  using C = TmaCfg<kWgs, kMode, kQTiles>;
+  using C = TmaCfg<kWgs, kMode>;
   constexpr int kTileKeys = C::kTileKeys;
   constexpr int kMathThreads = C::kMathThreads;
-  constexpr int kRows = kQTiles * kN / kHeads;  // an item's rows
+  constexpr int kRows = kN / kHeads;
   extern __shared__ uint8_t smem_raw[];
   uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   // Opaque to ptxas, so kept in a register: otherwise it rebuilds it from the CTA's shared window every
@@ -318,7 +210,6 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kQTiles>::kThreads, 1)
   const uint32_t scales = stages + C::kStages * C::kStageBytes;  // fp8 MMAs: each stage's key scales
   const uint32_t full = scales + C::kStages * C::kScaleBytes;
   const uint32_t empty = full + C::kStages * 8;
-  const uint32_t weight_table = empty + C::kStages * 8;  // config 5 (16-byte aligned)
 
   // full: the producer's one expect_tx arrival; empty: one arrival a math warp.
   init_stage_barriers<C::kStages, kMathThreads / 32, 1>(full, empty);
@@ -350,25 +241,18 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kQTiles>::kThreads, 1)
   // Stage 0's descriptor of the warpgroup's 64 rows (1024-aligned); stage s is s x kStageBytes further.
   const uint64_t a_desc0 = sw128_desc(stages + uint32_t(wg * kWgKeys * C::kRowBytes));
 
-  float acc[kQTiles == 1 ? 64 : 1];  // config 5: the accumulator is q_pair_tiles'
-  float w[kQTiles == 1 ? 32 : 1];    // the item's weights (config 5: the table)
+  float acc[64];
+  float w[32];
   uint32_t stage = 0, phase = 0;
   for (TailSplitCursor cur; cur.valid(a); cur.next()) {
     const Item<kRows> t = cur.decode<kRows, kTileKeys>(a);
-    // Every warpgroup is done with the previous item's Q tiles (its MMAs) and weight table (its epilogues).
-    math_barrier<kMathThreads>();
+    math_barrier<kMathThreads>();  // every warpgroup's MMAs on the previous Q tile have completed
     if constexpr (kMode == kFp8Mma) {
       stage_q_natural<kHeads, kMathThreads>(a, t.row0, q_smem);
-    } else if constexpr (kQTiles == 2) {
-      stage_q_pair<kHeads, kMathThreads>(a, t.row0, q_smem);
     } else if (threadIdx.x < 2 * kN) {
       stage_q<kMode, kHeads>(a, t.row0, q_smem);  // D permuted to match load_a_fragments, widened to fp16
     }
-    if constexpr (kQTiles == 2) {
-      store_weight_pair_table<kHeads, C::kWeightRowBytes>(a, t.row0, weight_table);
-    } else {
-      load_item_weights<kHeads>(a, t.row0, c, w);
-    }
+    load_item_weights<kHeads>(a, t.row0, c, w);
     // Generic-proxy stores of Q must be visible to the MMA's async-proxy reads.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     math_barrier<kMathThreads>();
@@ -377,42 +261,37 @@ __global__ void __launch_bounds__(TmaCfg<kWgs, kMode, kQTiles>::kThreads, 1)
       fill_outside_tiles<kRows, kTileKeys, kMathThreads>(a, t);
     }
 
-    if constexpr (kQTiles == 2) {
-      q_pair_tiles<C, kHeads>(a, t, stages, full, empty, q_desc, weight_table + uint32_t(c * C::kWeightRowBytes), kr0,
-                              c, lane, stage, phase);
-    } else {
-      // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
-      // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
-      const ScoreSlots<kRows> slots(a, t, c, kr0);
-      for (int32_t tile = t.t0; tile < t.t1; ++tile) {
-        const int32_t key0 = tile * kTileKeys;
-        float s0, s1;  // 0 past N (scores not stored)
-        if constexpr (kMode == kFp8Mma) {
-          // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
-          mbar_wait(full + stage * 8, phase);
-          s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
-          s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
-          mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
-        } else {
-          const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
-          s0 = ldg_if(key0 + kr0 < a.keys, scale);
-          s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
-          mbar_wait(full + stage * 8, phase);
-          uint32_t fa[ModeTraits<kMode>::kSteps][4];
-          load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
-          mma_tile<kMode, kN>(acc, fa, q_desc);
-        }
-        if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
-          mbar_arrive(empty + stage * 8);
-        }
-        if (++stage == uint32_t(C::kStages)) {
-          stage = 0;
-          phase ^= 1u;
-        }
-        float part[2 * kRows];
-        head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
-        slots.store(a, part, c, key0);
+    // The score slots are the item's; the exact mode rebuilds its scale address per tile (a pointer stepped
+    // instead took two more registers, which spilled the 4-warpgroup instances at 112 when they loaded scales).
+    const ScoreSlots<kRows> slots(a, t, c, kr0);
+    for (int32_t tile = t.t0; tile < t.t1; ++tile) {
+      const int32_t key0 = tile * kTileKeys;
+      float s0, s1;  // 0 past N (scores not stored)
+      if constexpr (kMode == kFp8Mma) {
+        // The scales from the stage: global loads here stalled the wgmma fence (the header's math warpgroups).
+        mbar_wait(full + stage * 8, phase);
+        s0 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr0 * 4));
+        s1 = __uint_as_float(lds32(scales + stage * C::kScaleBytes + kr1 * 4));
+        mma_tile_ss(acc, a_desc0 + uint64_t(stage * (C::kStageBytes >> 4)), q_desc);
+      } else {
+        const float* scale = a.kv_scale + int64_t(key0 + kr0) * a.kv_scale_stride;
+        s0 = ldg_if(key0 + kr0 < a.keys, scale);
+        s1 = ldg_if(key0 + kr1 < a.keys, scale + 8 * a.kv_scale_stride);
+        mbar_wait(full + stage * 8, phase);
+        uint32_t fa[ModeTraits<kMode>::kSteps][4];
+        load_a_fragments<kMode>(stages + stage * C::kStageBytes, kr0, kr1, c, fa);
+        mma_tile<kMode, kN>(acc, fa, q_desc);
       }
+      if (lane == 0) {  // this warp's share of the MMAs has completed: the stage may be refilled
+        mbar_arrive(empty + stage * 8);
+      }
+      if (++stage == uint32_t(C::kStages)) {
+        stage = 0;
+        phase ^= 1u;
+      }
+      float part[2 * kRows];
+      head_sums_by_sign<kHeads, kN, kMode == kFp8Mma && kWgs == 4>(acc, w, s0, s1, part);
+      slots.store(a, part, c, key0);
     }
   }
 #endif  // DSA_SM90_INDEXER_DEVICE
